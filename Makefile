@@ -1,0 +1,29 @@
+# make run   — build the module and start redis-server on 127.0.0.1:6379 with it (foreground)
+# make test  — every test: unit, property and integration (real redis-server on loopback)
+# make lint  — rustfmt and clippy, warnings are errors
+# make bench — performance against INCR and Lua limiters (see README)
+.PHONY: deps build release run test lint bench
+
+deps:
+	@scripts/install-deps
+
+build: deps
+	cargo build
+
+release: deps
+	cargo build --release
+
+run: release
+	scripts/dev-server $(ARGS)
+
+# The integration tests load target/debug/libredis_ratelimit.so, which `cargo test` alone does
+# not rebuild: build it first.
+test: build
+	cargo test $(TESTS)
+
+lint:
+	cargo fmt --check
+	cargo clippy --all-targets -- -D warnings
+
+bench: release
+	scripts/bench

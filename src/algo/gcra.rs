@@ -1,0 +1,170 @@
+//! GCRA, the generic cell rate algorithm (ITU-T I.371): a token bucket stored as one instant.
+//!
+//! Terms, in units (see the parent module):
+//! - `emission_interval` (T): the spacing of requests at the long-run rate, W/L. In units it is
+//!   exactly one token: `window_ns`.
+//! - `tolerance` (τ): how far ahead of the schedule a key may run, (B−1)·T.
+//! - `tat`: the theoretical arrival time, the instant at which the key is back to full capacity.
+//!   Its distance ahead of `now` is the key's debt; a request of cost n is admitted when
+//!   `debt + n·T <= τ + T = B·T`.
+//!
+//! Admits exactly what a token bucket with the same L, W, B admits (see `token_bucket`).
+
+use super::{rescale_units, Decision, Outcome, Policy};
+
+/// Stored state: the theoretical arrival time, in units of the policy it was decided under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Gcra {
+    pub tat: u128,
+}
+
+/// Decides a request of `cost` tokens at `now_ns`. `cost` 0 is a peek: answered as a cost-1
+/// request would be, with nothing spent. The caller guarantees `cost <= policy.burst()`.
+pub fn check(state: Option<&Gcra>, policy: &Policy, now_ns: u64, cost: u64) -> Outcome<Gcra> {
+    let emission_interval = policy.units_per_token();
+    let capacity = u128::from(policy.burst()) * emission_interval;
+    let now = policy.units_at(now_ns);
+    // A tat in the past means the key is full: debt 0. A tat far ahead (the clock went back)
+    // is a larger debt, never a smaller one.
+    let debt = state.map_or(0, |s| s.tat.saturating_sub(now));
+    let asked = u128::from(cost.max(1)) * emission_interval;
+    let admitted = debt + asked <= capacity;
+
+    let debt_after = if admitted && cost > 0 {
+        debt + asked
+    } else {
+        debt
+    };
+    let decision = Decision {
+        allowed: u64::from(admitted),
+        limit: policy.burst(),
+        remaining: whole_tokens(capacity.saturating_sub(debt_after), emission_interval),
+        retry_after_ns: (!admitted).then(|| policy.ns_ceil(debt + asked - capacity)),
+        reset_after_ns: policy.ns_ceil(debt_after),
+    };
+    let next = (admitted && cost > 0).then_some(Gcra {
+        tat: now + debt_after,
+    });
+    Outcome { decision, next }
+}
+
+/// The same debt under a new policy: what was already spent carries over.
+pub fn rescale(state: &Gcra, from: &Policy, to: &Policy, now_ns: u64) -> Gcra {
+    let debt = state.tat.saturating_sub(from.units_at(now_ns));
+    Gcra {
+        tat: to.units_at(now_ns) + rescale_units(debt, from, to, true),
+    }
+}
+
+fn whole_tokens(units: u128, per_token: u128) -> u64 {
+    u64::try_from(units / per_token).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: u64 = 1_000_000_000;
+    const MS: u64 = 1_000_000;
+    const T0: u64 = 1_800_000_000 * SEC;
+
+    fn policy(l: u64, w: u64, b: u64) -> Policy {
+        Policy::new(l, w, b).unwrap()
+    }
+
+    /// Runs requests at the given offsets from T0, returning the decisions.
+    fn run(p: &Policy, reqs: &[(u64, u64)]) -> Vec<Decision> {
+        let mut state = None;
+        reqs.iter()
+            .map(|&(at, cost)| {
+                let out = check(state.as_ref(), p, T0 + at, cost);
+                if out.next.is_some() {
+                    state = out.next;
+                }
+                out.decision
+            })
+            .collect()
+    }
+
+    #[test]
+    fn table_of_cases() {
+        let p = policy(10, 1000, 10);
+        let d = run(&p, &[(0, 1)]);
+        assert_eq!(
+            d[0],
+            Decision {
+                allowed: 1,
+                limit: 10,
+                remaining: 9,
+                retry_after_ns: None,
+                reset_after_ns: 100 * MS
+            }
+        );
+
+        let d = run(&p, &[(0, 10), (0, 1), (100 * MS - 1, 1), (100 * MS, 1)]);
+        assert_eq!(
+            (d[0].allowed, d[0].remaining, d[0].reset_after_ns),
+            (1, 0, 1000 * MS)
+        );
+        assert_eq!(
+            d[1],
+            Decision {
+                allowed: 0,
+                limit: 10,
+                remaining: 0,
+                retry_after_ns: Some(100 * MS),
+                reset_after_ns: 1000 * MS
+            }
+        );
+        assert_eq!(d[2].allowed, 0);
+        assert_eq!(d[2].retry_after_ns, Some(1));
+        assert_eq!(d[3].allowed, 1);
+
+        // A peek answers like cost 1 and spends nothing.
+        let d = run(&p, &[(0, 9), (0, 0), (0, 0), (0, 1), (0, 0)]);
+        assert_eq!(
+            (d[1].allowed, d[1].remaining, d[1].reset_after_ns),
+            (1, 1, 900 * MS)
+        );
+        assert_eq!(d[2], d[1]);
+        assert_eq!((d[4].allowed, d[4].retry_after_ns), (0, Some(100 * MS)));
+    }
+
+    #[test]
+    fn burst_and_cost() {
+        let p = policy(1, 1000, 5);
+        let d = run(&p, &[(0, 5), (0, 1), (3 * SEC, 3), (3 * SEC, 1)]);
+        assert_eq!(d[0].allowed, 1);
+        assert_eq!((d[1].allowed, d[1].retry_after_ns), (0, Some(SEC)));
+        assert_eq!((d[2].allowed, d[2].remaining), (1, 0));
+        assert_eq!(d[3].retry_after_ns, Some(SEC));
+    }
+
+    #[test]
+    fn uneven_interval_is_exact() {
+        // 3 per second: T = 333,333,333⅓ ns. Three requests after a full refill of 1 s.
+        let p = policy(3, 1000, 3);
+        let d = run(&p, &[(0, 3), (SEC, 3), (SEC, 1)]);
+        assert_eq!(d[1].allowed, 1);
+        assert_eq!(d[2].allowed, 0);
+        assert_eq!(d[2].retry_after_ns, Some(333_333_334));
+    }
+
+    #[test]
+    fn clock_backwards_admits_nothing_extra() {
+        let p = policy(10, 1000, 10);
+        let d = run(&p, &[(SEC, 10), (0, 1)]);
+        assert_eq!(d[1].allowed, 0);
+        assert_eq!(d[1].retry_after_ns, Some(1100 * MS));
+    }
+
+    #[test]
+    fn rescale_carries_the_debt() {
+        let from = policy(10, 1000, 10);
+        let to = policy(100, 1000, 100);
+        let s = check(None, &from, T0, 5).next.unwrap();
+        let r = rescale(&s, &from, &to, T0);
+        // 5 tokens spent of 100: 95 remain.
+        assert_eq!(check(Some(&r), &to, T0, 0).decision.remaining, 95);
+    }
+}

@@ -1,0 +1,154 @@
+//! Pure rate-limiting algorithms: numbers in, a decision and the next state out.
+//!
+//! Nothing here knows about Redis. Time is an argument (`now_ns`, nanoseconds since the Unix
+//! epoch), so tests drive it by hand.
+//!
+//! Exact arithmetic: every algorithm that refills continuously counts in *units*, where one
+//! nanosecond is worth `limit` units and one token is worth `window_ns` units. A rate of L per W is
+//! then exactly one token per `window_ns` units, with no division and no rounding, for any L and W.
+//! The bounds on the policy keep every product below 2^128.
+
+pub mod gcra;
+
+/// Largest accepted L, BURST and COST.
+pub const MAX_LIMIT: u64 = 1_000_000_000_000;
+/// Largest accepted window, in milliseconds (about 31.7 years).
+pub const MAX_WINDOW_MS: u64 = 1_000_000_000_000;
+/// Largest time a limiter may take to go from empty to full (BURST × W / L), in milliseconds.
+/// It keeps every instant the algorithms compute inside a u64 of nanoseconds.
+pub const MAX_REFILL_MS: u64 = MAX_WINDOW_MS;
+
+const NS_PER_MS: u64 = 1_000_000;
+
+/// The promise a limiter keeps: no key gets more than `limit` requests in any window of
+/// `window_ms` milliseconds, plus a burst of `burst` (the capacity after idle).
+///
+/// Fields are private so that a `Policy` always holds values within the bounds above.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    limit: u64,
+    window_ms: u64,
+    burst: u64,
+}
+
+/// Why a policy was refused; the command layer turns it into a Redis error naming the argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicyError {
+    Limit,
+    Window,
+    Burst,
+    /// BURST × W / L is longer than [`MAX_REFILL_MS`].
+    RefillTooSlow,
+}
+
+impl Policy {
+    pub fn new(limit: u64, window_ms: u64, burst: u64) -> Result<Policy, PolicyError> {
+        if !(1..=MAX_LIMIT).contains(&limit) {
+            return Err(PolicyError::Limit);
+        }
+        if !(1..=MAX_WINDOW_MS).contains(&window_ms) {
+            return Err(PolicyError::Window);
+        }
+        if !(1..=MAX_LIMIT).contains(&burst) {
+            return Err(PolicyError::Burst);
+        }
+        // burst * window / limit <= MAX_REFILL_MS, compared without division.
+        if u128::from(burst) * u128::from(window_ms) > u128::from(MAX_REFILL_MS) * u128::from(limit)
+        {
+            return Err(PolicyError::RefillTooSlow);
+        }
+        Ok(Policy {
+            limit,
+            window_ms,
+            burst,
+        })
+    }
+
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    pub fn window_ms(&self) -> u64 {
+        self.window_ms
+    }
+
+    /// Capacity of the bucket algorithms; the window algorithms store `limit` here.
+    pub fn burst(&self) -> u64 {
+        self.burst
+    }
+
+    pub fn window_ns(&self) -> u64 {
+        self.window_ms * NS_PER_MS
+    }
+
+    /// Units in one token (see the module comment): the window in nanoseconds.
+    pub fn units_per_token(&self) -> u128 {
+        u128::from(self.window_ns())
+    }
+
+    /// Units in one nanosecond: the limit.
+    pub fn units_per_ns(&self) -> u128 {
+        u128::from(self.limit)
+    }
+
+    /// `now_ns` expressed in units.
+    pub fn units_at(&self, now_ns: u64) -> u128 {
+        u128::from(now_ns) * self.units_per_ns()
+    }
+
+    /// A duration in units, as nanoseconds rounded up (never shorter than the truth), saturating.
+    pub fn ns_ceil(&self, units: u128) -> u64 {
+        u64::try_from(units.div_ceil(self.units_per_ns())).unwrap_or(u64::MAX)
+    }
+}
+
+/// What a limiter answers for one request. Durations are exact nanoseconds, rounded up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Decision {
+    /// 1 admitted, 0 denied; for a lease, the number of tokens granted.
+    pub allowed: u64,
+    /// The capacity: BURST for the bucket algorithms, L for the window algorithms.
+    pub limit: u64,
+    /// How many more cost-1 requests would be admitted right now.
+    pub remaining: u64,
+    /// None when admitted; else the time until this request would be admitted.
+    pub retry_after_ns: Option<u64>,
+    /// Time until the limiter is back to full capacity (0 when it is full).
+    pub reset_after_ns: u64,
+}
+
+/// A decision, and the state to store when the decision changed it (None: store nothing).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome<S> {
+    pub decision: Decision,
+    pub next: Option<S>,
+}
+
+/// Nanoseconds rounded up to whole milliseconds, so a client that waits this long is not early.
+pub fn ms_ceil(ns: u64) -> u64 {
+    ns.div_ceil(NS_PER_MS)
+}
+
+/// Milliseconds as nanoseconds, saturating (the clock layer never hands out such instants).
+pub fn ms_to_ns(ms: u64) -> u64 {
+    ms.saturating_mul(NS_PER_MS)
+}
+
+/// Converts an amount of tokens counted in `from`'s units into `to`'s units, so that what was
+/// already spent carries over when a key's policy changes. Rounds up when `round_up` (a debt must
+/// never shrink), down otherwise (a balance must never grow); saturates instead of overflowing.
+pub fn rescale_units(units: u128, from: &Policy, to: &Policy, round_up: bool) -> u128 {
+    let (from_token, to_token) = (from.units_per_token(), to.units_per_token());
+    let (whole, part) = (units / from_token, units % from_token);
+    // part < from_token <= 10^18 and to_token <= 10^18, so the product fits in a u128.
+    let scaled_part = part * to_token;
+    let part_units = if round_up {
+        scaled_part.div_ceil(from_token)
+    } else {
+        scaled_part / from_token
+    };
+    whole.saturating_mul(to_token).saturating_add(part_units)
+}
+
+#[cfg(test)]
+mod props;

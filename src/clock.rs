@@ -1,0 +1,75 @@
+//! The one place that reads the time: the server's wall clock, or the debug clock in tests.
+//!
+//! Commands read `now_ns()` once and pass it down. The debug clock exists only when the module
+//! was loaded with `DEBUG-CLOCK yes`; it cannot be switched on at run time.
+
+use redis_module::raw;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use crate::algo::ms_to_ns;
+use crate::error::Error;
+
+static DEBUG_ENABLED: AtomicBool = AtomicBool::new(false);
+/// When the debug clock is pinned: the pinned instant in ns. 0 means "follow the server clock".
+static PINNED_NS: AtomicU64 = AtomicU64::new(0);
+
+/// Called once at load with the module argument.
+pub fn enable_debug_clock() {
+    DEBUG_ENABLED.store(true, Ordering::Relaxed);
+}
+
+/// Now, in nanoseconds since the Unix epoch.
+pub fn now_ns() -> u64 {
+    let pinned = PINNED_NS.load(Ordering::Relaxed);
+    if pinned != 0 {
+        return pinned;
+    }
+    server_now_ns()
+}
+
+/// The server's wall clock: microseconds where the server has them (Redis 7.2+), else
+/// milliseconds (Redis 7.0). A missing API function is `None`; never unwrap it.
+fn server_now_ns() -> u64 {
+    // SAFETY: the API pointers are filled once at module load and never change afterwards.
+    unsafe {
+        if let Some(micros) = raw::RedisModule_Microseconds {
+            return u64::try_from(micros()).unwrap_or(0).saturating_mul(1_000);
+        }
+        if let Some(millis) = raw::RedisModule_Milliseconds {
+            return ms_to_ns(u64::try_from(millis()).unwrap_or(0));
+        }
+    }
+    0
+}
+
+/// `RL.DEBUG CLOCK …` actions.
+pub enum DebugClock {
+    Set { ms: u64 },
+    Advance { ms: i64 },
+    Real,
+}
+
+/// Applies a debug-clock action and returns the clock's new reading in ms.
+pub fn debug(action: DebugClock) -> Result<u64, Error> {
+    if !DEBUG_ENABLED.load(Ordering::Relaxed) {
+        return Err(Error::DebugClockDisabled);
+    }
+    let pinned = match action {
+        DebugClock::Set { ms } => ms_to_ns(ms).max(1),
+        DebugClock::Advance { ms } => {
+            let delta = ms.saturating_mul(1_000_000);
+            now_ns().saturating_add_signed(delta).max(1)
+        }
+        DebugClock::Real => 0,
+    };
+    PINNED_NS.store(pinned, Ordering::Relaxed);
+    Ok(now_ns() / 1_000_000)
+}
+
+/// The clock's reading in ms, for `RL.DEBUG CLOCK GET`.
+pub fn debug_reading() -> Result<u64, Error> {
+    if !DEBUG_ENABLED.load(Ordering::Relaxed) {
+        return Err(Error::DebugClockDisabled);
+    }
+    Ok(now_ns() / 1_000_000)
+}

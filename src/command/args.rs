@@ -1,0 +1,241 @@
+//! Reading a command's arguments. Every hostile argument is stopped here with an error that
+//! names it; what comes out are values that cannot hold nonsense.
+
+use std::ffi::c_int;
+use std::marker::PhantomData;
+
+use redis_module::raw;
+
+use super::RString;
+use crate::algo::{Policy, PolicyError, MAX_LIMIT, MAX_WINDOW_MS};
+use crate::error::{echo, Error};
+
+/// A cursor over argv, the command name already skipped. `'a` is the command's run: the
+/// argument strings live that long.
+pub struct Args<'a> {
+    argv: *mut *mut raw::RedisModuleString,
+    argc: usize,
+    pos: usize,
+    run: PhantomData<&'a ()>,
+}
+
+impl<'a> Args<'a> {
+    pub fn new(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> Args<'a> {
+        let argc = if argv.is_null() {
+            0
+        } else {
+            usize::try_from(argc).unwrap_or(0)
+        };
+        Args {
+            argv,
+            argc,
+            pos: 1,
+            run: PhantomData,
+        }
+    }
+
+    /// Arguments left to read.
+    pub fn remaining(&self) -> usize {
+        self.argc.saturating_sub(self.pos)
+    }
+
+    /// The next argument as Redis's own string (to name a key or replicate it).
+    pub fn next_string(&mut self) -> Result<RString, Error> {
+        if self.pos >= self.argc {
+            return Err(Error::WrongArity);
+        }
+        // SAFETY: pos < argc, and Redis hands argc valid pointers.
+        let s = unsafe { *self.argv.add(self.pos) };
+        self.pos += 1;
+        Ok(RString(s))
+    }
+
+    /// The next argument's bytes, valid while the command runs.
+    pub fn next_bytes(&mut self) -> Result<&'a [u8], Error> {
+        let s = self.next_string()?;
+        Ok(bytes_of(s))
+    }
+
+    /// The next argument as an integer within `min..=max`, named `name` in the error.
+    pub fn next_u64(&mut self, name: &'static str, min: u64, max: u64) -> Result<u64, Error> {
+        let bytes = self.next_bytes()?;
+        parse_u64(name, bytes, min, max)
+    }
+
+    /// Fails with arity-like error text if anything is left unread.
+    pub fn done(&self) -> Result<(), Error> {
+        if self.remaining() > 0 {
+            return Err(Error::Syntax("too many arguments".into()));
+        }
+        Ok(())
+    }
+}
+
+/// The bytes of a Redis string.
+pub fn bytes_of<'a>(s: RString) -> &'a [u8] {
+    let mut len = 0usize;
+    // SAFETY: `s` is a live argument; StringPtrLen returns its buffer and length.
+    unsafe {
+        let Some(ptr_len) = raw::RedisModule_StringPtrLen else {
+            return &[];
+        };
+        let ptr = ptr_len(s.0, &mut len);
+        if ptr.is_null() {
+            return &[];
+        }
+        std::slice::from_raw_parts(ptr.cast::<u8>(), len)
+    }
+}
+
+/// A decimal integer in `min..=max`: digits only (no sign, spaces or exponent).
+pub fn parse_u64(name: &'static str, bytes: &[u8], min: u64, max: u64) -> Result<u64, Error> {
+    let invalid = || Error::InvalidInteger {
+        name,
+        value: echo(bytes),
+        min,
+        max,
+    };
+    if bytes.is_empty() || bytes.len() > 20 || !bytes.iter().all(u8::is_ascii_digit) {
+        return Err(invalid());
+    }
+    let n = bytes.iter().try_fold(0u64, |acc, &d| {
+        acc.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    });
+    n.filter(|n| (min..=max).contains(n)).ok_or_else(invalid)
+}
+
+/// A signed decimal integer in `-max..=max`.
+pub fn parse_i64(name: &'static str, bytes: &[u8], max: u64) -> Result<i64, Error> {
+    let (negative, digits) = match bytes.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, bytes),
+    };
+    let magnitude = parse_u64(name, digits, 0, max).map_err(|_| {
+        Error::Syntax(format!(
+            "invalid {name} '{}': expected an integer from -{max} to {max}",
+            echo(bytes)
+        ))
+    })?;
+    let magnitude = i64::try_from(magnitude).map_err(|_| Error::Internal)?;
+    Ok(if negative { -magnitude } else { magnitude })
+}
+
+/// Which options a limiter command accepts after `key L W`.
+#[derive(Clone, Copy)]
+pub struct Options {
+    pub burst: bool,
+    /// `COST n` (cost 0 peeks) or, for leases, `WANT n` (required).
+    pub amount: Amount,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Amount {
+    Cost,
+    Want,
+}
+
+/// A parsed limiter request: `key L W [BURST B] [COST n]`.
+pub struct Request {
+    pub key: RString,
+    pub policy: Policy,
+    /// Tokens asked for: COST (default 1, 0 peeks) or WANT.
+    pub amount: u64,
+}
+
+/// Parses `key L W` and the options. BURST defaults to L; for the window algorithms (no BURST
+/// option) the capacity is L.
+pub fn parse_request(mut args: Args<'_>, options: Options) -> Result<Request, Error> {
+    if args.remaining() < 3 {
+        return Err(Error::WrongArity);
+    }
+    let key = args.next_string()?;
+    let limit = args.next_u64("L", 1, MAX_LIMIT)?;
+    let window_ms = args.next_u64("W", 1, MAX_WINDOW_MS)?;
+    let (mut burst, mut amount) = (None, None);
+    let amount_name = match options.amount {
+        Amount::Cost => "COST",
+        Amount::Want => "WANT",
+    };
+    while args.remaining() > 0 {
+        let name = args.next_bytes()?;
+        let (slot, label, min) = if options.burst && name.eq_ignore_ascii_case(b"BURST") {
+            (&mut burst, "BURST", 1)
+        } else if name.eq_ignore_ascii_case(amount_name.as_bytes()) {
+            (
+                &mut amount,
+                amount_name,
+                u64::from(options.amount == Amount::Want),
+            )
+        } else {
+            let known = if options.burst {
+                format!("BURST or {amount_name}")
+            } else {
+                amount_name.to_string()
+            };
+            return Err(Error::Syntax(format!(
+                "unknown option '{}'; expected {known}",
+                echo(name)
+            )));
+        };
+        if slot.is_some() {
+            return Err(Error::RepeatedOption(label));
+        }
+        if args.remaining() == 0 {
+            return Err(Error::MissingValue(label));
+        }
+        *slot = Some(args.next_u64(label, min, MAX_LIMIT)?);
+    }
+    let burst = burst.unwrap_or(limit);
+    let policy = Policy::new(limit, window_ms, burst).map_err(|e| match e {
+        PolicyError::RefillTooSlow => Error::RefillTooSlow {
+            burst,
+            limit,
+            window_ms,
+        },
+        // Each field was range-checked above.
+        PolicyError::Limit | PolicyError::Window | PolicyError::Burst => Error::Internal,
+    })?;
+    let amount = match (options.amount, amount) {
+        (_, Some(n)) => n,
+        (Amount::Cost, None) => 1,
+        (Amount::Want, None) => return Err(Error::Syntax("WANT n is required".into())),
+    };
+    if options.amount == Amount::Cost && amount > burst {
+        return Err(Error::CostExceedsCapacity {
+            cost: amount,
+            capacity: burst,
+        });
+    }
+    Ok(Request {
+        key,
+        policy,
+        amount,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers() {
+        assert_eq!(parse_u64("L", b"10", 1, 100), Ok(10));
+        assert_eq!(parse_u64("L", b"007", 1, 100), Ok(7));
+        for bad in [
+            &b""[..],
+            b"-1",
+            b"+1",
+            b" 1",
+            b"1.5",
+            b"1e3",
+            b"0",
+            b"101",
+            b"18446744073709551616",
+            b"99999999999999999999999",
+        ] {
+            assert!(parse_u64("L", bad, 1, 100).is_err(), "{bad:?}");
+        }
+        assert_eq!(parse_i64("ms", b"-5", 10), Ok(-5));
+        assert!(parse_i64("ms", b"--5", 10).is_err());
+    }
+}

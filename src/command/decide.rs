@@ -1,0 +1,97 @@
+//! The shape every limiter command shares: parse → load → decide → persist and propagate the
+//! effect → reply. An algorithm plugs in through [`Algorithm`].
+
+use super::args::{parse_request, Args, Options};
+use super::key::{replicate_state, Key};
+use super::{Ctx, Reply};
+use crate::algo::{ms_ceil, Decision, Outcome, Policy};
+use crate::clock;
+use crate::error::Error;
+use crate::state::{AlgoState, Limiter};
+
+/// A pure algorithm, as the command layer sees it.
+pub trait Algorithm {
+    type State;
+    /// How errors name it: "GCRA", "token bucket", …
+    const NAME: &'static str;
+    const OPTIONS: Options;
+    /// This algorithm's state inside a stored limiter, or None if the key holds another one.
+    fn state_mut(stored: &mut AlgoState) -> Option<&mut Self::State>;
+    fn wrap(state: Self::State) -> AlgoState;
+    fn check(
+        state: Option<&Self::State>,
+        policy: &Policy,
+        now_ns: u64,
+        amount: u64,
+    ) -> Outcome<Self::State>;
+    /// The state carried over to a new policy.
+    fn rescale(state: &Self::State, from: &Policy, to: &Policy, now_ns: u64) -> Self::State;
+}
+
+/// Runs one limiter command end to end.
+pub fn decide<A: Algorithm>(ctx: Ctx, args: Args<'_>) -> Result<Reply, Error> {
+    let request = parse_request(args, A::OPTIONS)?;
+    let now_ns = clock::now_ns();
+    // A peek (COST 0) opens read-only: it can neither create nor change the key.
+    let mut key = Key::open(
+        ctx,
+        request.key,
+        request.amount > 0 || A::OPTIONS.amount == super::args::Amount::Want,
+    );
+    let (decision, changed) = match key.limiter(A::NAME)? {
+        None => {
+            let Outcome { decision, next } =
+                A::check(None, &request.policy, now_ns, request.amount);
+            let changed = match next {
+                Some(state) => {
+                    key.store(Limiter {
+                        policy: request.policy,
+                        state: A::wrap(state),
+                    })?;
+                    true
+                }
+                None => false,
+            };
+            (decision, changed)
+        }
+        Some(limiter) => {
+            let held = limiter.state.name();
+            let state = A::state_mut(&mut limiter.state).ok_or_else(|| Error::WrongType {
+                holds: format!("a {held} limiter"),
+                wanted: A::NAME,
+            })?;
+            let Outcome { decision, next } = if limiter.policy == request.policy {
+                A::check(Some(state), &request.policy, now_ns, request.amount)
+            } else {
+                // A new policy applies at once; it is stored only if this request changes state.
+                let carried = A::rescale(state, &limiter.policy, &request.policy, now_ns);
+                A::check(Some(&carried), &request.policy, now_ns, request.amount)
+            };
+            let changed = match next {
+                Some(next) => {
+                    *state = next;
+                    limiter.policy = request.policy;
+                    true
+                }
+                None => false,
+            };
+            (decision, changed)
+        }
+    };
+    if changed {
+        let expire_at_ms = expire_at_ms(now_ns, &decision);
+        key.expire_at(Some(expire_at_ms));
+        if let Some(limiter) = key.limiter(A::NAME)? {
+            replicate_state(ctx, request.key, limiter, expire_at_ms);
+        }
+    }
+    Ok(Reply::decision(&decision))
+}
+
+/// The key lives until the limiter is full again, so an idle key disappears once it would be
+/// indistinguishable from a fresh one; its TTL is never shorter than the reply's reset_after_ms.
+fn expire_at_ms(now_ns: u64, decision: &Decision) -> u64 {
+    ms_ceil(now_ns)
+        .saturating_add(ms_ceil(decision.reset_after_ns))
+        .max(ms_ceil(now_ns) + 1)
+}

@@ -1,0 +1,107 @@
+//! redis-ratelimit: rate limiters as native Redis commands, decided atomically on the server's
+//! clock and replicated as effects. This file is the module's table: its commands, data type
+//! and configuration. Everything else lives in `algo` (pure), `command` (glue), `state`
+//! (stored format) and `clock`.
+
+pub mod algo;
+pub mod clock;
+pub mod command;
+pub mod error;
+pub mod state;
+
+use std::sync::atomic::AtomicI64;
+
+use redis_module::configuration::ConfigurationFlags;
+use redis_module::{raw, redis_module, Context, RedisString, Status};
+
+use command::{debug::RlDebug, gcra::RlGcra, register, setstate::RlSetState, Ctx};
+use state::rdb::LIMITER_TYPE;
+
+// Rust's allocations go through Redis's allocator (counted in `used_memory`, `MEMORY USAGE`);
+// unit tests run outside Redis and use the system allocator.
+#[cfg(not(test))]
+type Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(not(test))]
+const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
+#[cfg(test)]
+type Allocator = std::alloc::System;
+#[cfg(test)]
+const ALLOCATOR: Allocator = std::alloc::System;
+
+/// `ratelimit.max-log-entries`: the largest L a sliding log accepts (memory is per entry).
+pub static MAX_LOG_ENTRIES: AtomicI64 = AtomicI64::new(10_000);
+
+fn register_commands(ctx: Ctx) -> Result<(), String> {
+    register::<RlGcra>(ctx)?;
+    register::<RlSetState>(ctx)?;
+    register::<RlDebug>(ctx)?;
+    Ok(())
+}
+
+/// Module arguments: `DEBUG-CLOCK yes|no` and `max-log-entries <n>` (the latter read by the
+/// configuration table). Anything else fails the load, so a typo is never silently ignored.
+fn init(ctx: &Context, args: &[RedisString]) -> Status {
+    if !command::api_present() {
+        ctx.log_warning(
+            "this Redis lacks module API functions the module needs (Redis 7.0+ required)",
+        );
+        return Status::Err;
+    }
+    let mut debug_clock = false;
+    for pair in args.chunks(2) {
+        let [name, value] = pair else {
+            ctx.log_warning("module arguments come in pairs: NAME VALUE");
+            return Status::Err;
+        };
+        let (name, value) = (name.as_slice(), value.as_slice());
+        if name.eq_ignore_ascii_case(b"DEBUG-CLOCK") {
+            if value.eq_ignore_ascii_case(b"yes") || value.eq_ignore_ascii_case(b"no") {
+                debug_clock = value.eq_ignore_ascii_case(b"yes");
+            } else {
+                ctx.log_warning("DEBUG-CLOCK takes yes or no");
+                return Status::Err;
+            }
+        } else if name != b"max-log-entries" {
+            ctx.log_warning(&format!(
+                "unknown module argument '{}'; expected DEBUG-CLOCK or max-log-entries",
+                error::echo(name)
+            ));
+            return Status::Err;
+        }
+    }
+    if debug_clock {
+        clock::enable_debug_clock();
+        ctx.log_warning("DEBUG-CLOCK is on: RL.DEBUG can move this server's limiter clock. Never in production.");
+    }
+    // SAFETY: called at load with the load context; the function exists since Redis 6.
+    unsafe {
+        if let Some(set_options) = raw::RedisModule_SetModuleOptions {
+            // Loading garbage must fail the load (RESTORE says "Bad data format"), not exit.
+            set_options(ctx.ctx, raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as i32);
+        }
+    }
+    match register_commands(Ctx(ctx.ctx)) {
+        Ok(()) => Status::Ok,
+        Err(e) => {
+            ctx.log_warning(&e);
+            Status::Err
+        }
+    }
+}
+
+redis_module! {
+    name: "ratelimit",
+    version: 1,
+    allocator: (Allocator, ALLOCATOR),
+    data_types: [LIMITER_TYPE],
+    init: init,
+    configurations: [
+        i64: [
+            ["max-log-entries", &MAX_LOG_ENTRIES, 10_000, 1, 1_000_000, ConfigurationFlags::DEFAULT, None],
+        ],
+        string: [],
+        bool: [],
+        enum: [],
+        module_args_as_configuration: true,
+    ]
+}

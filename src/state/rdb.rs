@@ -1,0 +1,157 @@
+//! The `ratelimit` module data type: Redis's callbacks for RDB, AOF rewrite, `MEMORY USAGE`,
+//! `DEBUG DIGEST`, `COPY` and freeing. Each runs behind a panic guard; loading validates every
+//! field and answers garbage with a clean failure (`RESTORE` then says "Bad data format").
+
+use std::ffi::{c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use super::{Limiter, ENCVER};
+
+pub static LIMITER_TYPE: RedisType = RedisType::new(
+    "ratelimit",
+    ENCVER,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: Some(digest),
+        free: Some(free),
+        aux_load: None,
+        aux_save: None,
+        aux_save_triggers: 0,
+        free_effort: None,
+        unlink: None,
+        copy: Some(copy),
+        defrag: None,
+        mem_usage2: None,
+        free_effort2: None,
+        unlink2: None,
+        copy2: None,
+        aux_save2: None,
+    },
+);
+
+/// The registered type, to recognise our values in keys.
+pub fn raw_type() -> *mut raw::RedisModuleType {
+    LIMITER_TYPE
+        .raw_type
+        .try_borrow()
+        .map_or(std::ptr::null_mut(), |t| *t)
+}
+
+/// Runs a callback body; a panic becomes `fallback` instead of aborting the server.
+fn guarded<T>(fallback: T, body: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(body)).unwrap_or(fallback)
+}
+
+fn encoded(value: *const c_void) -> Option<Vec<u8>> {
+    // SAFETY: Redis hands back the pointer we stored: a live `Limiter`.
+    let limiter = unsafe { value.cast::<Limiter>().as_ref() }?;
+    let mut buf = Vec::with_capacity(64);
+    limiter.encode(&mut buf);
+    Some(buf)
+}
+
+unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    guarded(std::ptr::null_mut(), || {
+        if encver != ENCVER {
+            return std::ptr::null_mut();
+        }
+        let (Some(load), Some(is_error), Some(free)) = (
+            raw::RedisModule_LoadStringBuffer,
+            raw::RedisModule_IsIOError,
+            raw::RedisModule_Free,
+        ) else {
+            return std::ptr::null_mut();
+        };
+        let mut len = 0usize;
+        let buf = load(rdb, &mut len);
+        if is_error(rdb) != 0 || buf.is_null() {
+            return std::ptr::null_mut();
+        }
+        let decoded = Limiter::decode(std::slice::from_raw_parts(buf.cast::<u8>(), len));
+        free(buf.cast());
+        match decoded {
+            Ok(limiter) => Box::into_raw(Box::new(limiter)).cast(),
+            Err(_) => std::ptr::null_mut(),
+        }
+    })
+}
+
+unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    guarded((), || {
+        if let (Some(buf), Some(save)) = (encoded(value), raw::RedisModule_SaveStringBuffer) {
+            save(rdb, buf.as_ptr().cast(), buf.len());
+        }
+    })
+}
+
+unsafe extern "C" fn aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
+    // Redis appends the key's expiry (PEXPIREAT) after what the type emits.
+    guarded((), || {
+        if let (Some(buf), Some(emit)) = (encoded(value), raw::RedisModule_EmitAOF) {
+            emit(
+                aof,
+                c"RL.SETSTATE".as_ptr(),
+                c"sb".as_ptr(),
+                key,
+                buf.as_ptr(),
+                buf.len(),
+            );
+        }
+    })
+}
+
+unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
+    guarded(0, || {
+        value
+            .cast::<Limiter>()
+            .as_ref()
+            .map_or(0, |l| std::mem::size_of::<Limiter>() + l.heap_bytes())
+    })
+}
+
+unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    guarded((), || {
+        if let (Some(buf), Some(add), Some(end)) = (
+            encoded(value),
+            raw::RedisModule_DigestAddStringBuffer,
+            raw::RedisModule_DigestEndSequence,
+        ) {
+            add(md, buf.as_ptr().cast_mut().cast(), buf.len());
+            end(md);
+        }
+    })
+}
+
+unsafe extern "C" fn free(value: *mut c_void) {
+    guarded((), || {
+        if !value.is_null() {
+            drop(Box::from_raw(value.cast::<Limiter>()));
+        }
+    })
+}
+
+unsafe extern "C" fn copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    guarded(std::ptr::null_mut(), || {
+        value
+            .cast::<Limiter>()
+            .as_ref()
+            .map_or(std::ptr::null_mut(), |l| {
+                Box::into_raw(Box::new(l.clone())).cast()
+            })
+    })
+}

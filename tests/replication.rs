@@ -1,0 +1,93 @@
+//! Replicas and the AOF receive effects, never decisions: a replica whose clock is hours away
+//! from the master's ends with byte-identical state and the same absolute expiry, and a denial or
+//! a peek sends nothing down the replication stream.
+
+mod support;
+use support::*;
+
+/// A master and a replica (both with the module), the replica's clock 3 hours ahead.
+fn pair() -> (Server, Server, Connection, Connection) {
+    let master = Server::start();
+    let replica = Server::start();
+    let (mut m, mut r) = (master.connect(), replica.connect());
+    clock_set(&mut m, T0_MS);
+    clock_set(&mut r, T0_MS + 3 * 3_600_000);
+    cmd(
+        &mut r,
+        &["REPLICAOF", "127.0.0.1", &master.port.to_string()],
+    )
+    .unwrap();
+    wait_for("replica link up", || {
+        let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
+        info.contains("master_link_status:up")
+    });
+    (master, replica, m, r)
+}
+
+fn offset(c: &mut Connection) -> i64 {
+    let info: String = redis::cmd("INFO").arg("replication").query(c).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("master_repl_offset:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("master_repl_offset")
+}
+
+fn sync(m: &mut Connection) {
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(m).unwrap();
+    assert_eq!(acked, 1);
+}
+
+#[test]
+fn replica_on_another_clock_ends_byte_identical() {
+    let (_ms, _rs, mut m, mut r) = pair();
+    run_workload(&mut m, 4);
+    sync(&mut m);
+    let (on_master, on_replica) = (snapshot(&mut m), snapshot(&mut r));
+    assert!(on_master.len() >= 4);
+    assert_eq!(on_master, on_replica);
+    let digest =
+        |c: &mut Connection| -> String { redis::cmd("DEBUG").arg("DIGEST").query(c).unwrap() };
+    assert_eq!(digest(&mut m), digest(&mut r));
+}
+
+#[test]
+fn replica_refuses_limiter_commands() {
+    let (_ms, _rs, _m, mut r) = pair();
+    let e = err(&mut r, &["RL.GCRA", "k", "10", "1000"]);
+    assert!(e.starts_with("READONLY"), "{e}");
+}
+
+#[test]
+fn denials_and_peeks_propagate_nothing() {
+    let (_ms, _rs, mut m, _r) = pair();
+    rl(&mut m, &["RL.GCRA", "d", "1", "60000"]);
+    sync(&mut m);
+    let before = offset(&mut m);
+    for words in [
+        &["RL.GCRA", "d", "1", "60000"][..],
+        &["RL.GCRA", "d", "1", "60000", "COST", "0"],
+        &["RL.GCRA", "fresh", "1", "60000", "COST", "0"],
+    ] {
+        assert_eq!(
+            rl(&mut m, words)[0],
+            i64::from(words.len() > 4 && words[1] == "fresh")
+        );
+    }
+    assert_eq!(
+        offset(&mut m),
+        before,
+        "a denial or a peek reached the replication stream"
+    );
+    // An admitted request does propagate.
+    rl(&mut m, &["RL.GCRA", "e", "1", "60000"]);
+    assert!(offset(&mut m) > before);
+}
+
+#[test]
+fn the_stream_carries_state_with_an_absolute_expiry() {
+    let (_ms, _rs, mut m, mut r) = pair();
+    rl(&mut m, &["RL.GCRA", "s", "10", "1000"]);
+    sync(&mut m);
+    assert_eq!(pexpiretime(&mut r, "s"), (T0_MS + 100) as i64);
+    assert_eq!(dump(&mut r, "s"), dump(&mut m, "s"));
+}

@@ -1,0 +1,349 @@
+//! A real `redis-server` per test, with the module loaded, on a free loopback port; killed on
+//! drop. Time is driven through the module's debug clock, never by sleeping.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub use redis::{Connection, Value};
+
+/// A far-future instant for the debug clock (2096): keys' absolute expiries then lie beyond
+/// the server's real clock, so Redis never expires them during a test.
+pub const T0_MS: u64 = 4_000_000_000_000;
+
+/// The module under test: `$RL_MODULE`, else the debug build next to the test binary.
+pub fn module_path() -> PathBuf {
+    if let Ok(path) = std::env::var("RL_MODULE") {
+        return PathBuf::from(path);
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let debug = root.join("target/debug/libredis_ratelimit.so");
+    assert!(
+        debug.exists(),
+        "{} is missing: run `cargo build` first",
+        debug.display()
+    );
+    debug
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free loopback port")
+}
+
+pub struct Server {
+    pub port: u16,
+    pub dir: tempdir::Dir,
+    extra: Vec<String>,
+    module_args: Vec<String>,
+    child: Option<Child>,
+}
+
+impl Server {
+    /// A server with the module loaded with `DEBUG-CLOCK yes`.
+    pub fn start() -> Server {
+        Server::with(&[], &[])
+    }
+
+    /// `extra` are redis-server options (`["--appendonly", "yes"]`); `module_args` are appended
+    /// to the module's load arguments.
+    pub fn with(extra: &[&str], module_args: &[&str]) -> Server {
+        let mut server = Server {
+            port: free_port(),
+            dir: tempdir::Dir::new(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            module_args: module_args.iter().map(|s| s.to_string()).collect(),
+            child: None,
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let mut args: Vec<String> = vec![
+            "--port".into(),
+            self.port.to_string(),
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--dir".into(),
+            self.dir.path().display().to_string(),
+            "--save".into(),
+            "".into(),
+            "--appendonly".into(),
+            "no".into(),
+            "--enable-debug-command".into(),
+            "yes".into(),
+            "--logfile".into(),
+            "redis.log".into(),
+        ];
+        args.extend(self.extra.iter().cloned());
+        // Each load argument is its own word; a later DEBUG-CLOCK overrides the first.
+        args.push("--loadmodule".into());
+        args.push(module_path().display().to_string());
+        args.extend(["DEBUG-CLOCK".to_string(), "yes".to_string()]);
+        args.extend(self.module_args.iter().cloned());
+        let child = Command::new("redis-server")
+            .args(&args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect(
+                "redis-server not found: run scripts/install-deps (apt-get install redis-server)",
+            );
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(mut c) = self.try_connect() {
+                let loading: Result<String, _> = redis::cmd("PING").query(&mut c);
+                if loading.is_ok() {
+                    return;
+                }
+            }
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!("redis-server exited ({status}); log:\n{}", self.log());
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn try_connect(&self) -> redis::RedisResult<Connection> {
+        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?;
+        client.get_connection_with_timeout(Duration::from_secs(5))
+    }
+
+    pub fn connect(&self) -> Connection {
+        self.try_connect().expect("connect to redis-server")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default()
+    }
+
+    /// Stops the server (SHUTDOWN with the given mode, e.g. "NOSAVE" or "SAVE") and starts it
+    /// again on the same port and directory with the same options.
+    pub fn restart(&mut self, shutdown: &str) {
+        let mut c = self.connect();
+        let _: redis::RedisResult<()> = redis::cmd("SHUTDOWN").arg(shutdown).query(&mut c);
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+        self.spawn();
+    }
+
+    /// Kills the server at once (no save), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// True while the process is alive.
+    pub fn alive(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Sends a command given as words; panics on a connection error, returns Redis errors.
+pub fn cmd(c: &mut Connection, words: &[&str]) -> redis::RedisResult<Value> {
+    let mut command = redis::cmd(words[0]);
+    for w in &words[1..] {
+        command.arg(*w);
+    }
+    command.query(c)
+}
+
+/// A limiter command's five-integer reply.
+pub fn rl(c: &mut Connection, words: &[&str]) -> [i64; 5] {
+    let mut command = redis::cmd(words[0]);
+    for w in &words[1..] {
+        command.arg(*w);
+    }
+    let v: Vec<i64> = command
+        .query(c)
+        .unwrap_or_else(|e| panic!("{words:?}: {e}"));
+    v.try_into()
+        .unwrap_or_else(|v| panic!("{words:?}: reply {v:?}"))
+}
+
+/// The error text of a command that must fail.
+pub fn err(c: &mut Connection, words: &[&str]) -> String {
+    match cmd(c, words) {
+        // As the server wrote it: "ERR …", "WRONGTYPE …".
+        Err(e) => format!("{} {}", e.code().unwrap_or("?"), e.detail().unwrap_or("")),
+        Ok(v) => panic!("{words:?} should fail, got {v:?}"),
+    }
+}
+
+pub fn clock_set(c: &mut Connection, ms: u64) {
+    let _: i64 = redis::cmd("RL.DEBUG")
+        .arg("CLOCK")
+        .arg("SET")
+        .arg(ms)
+        .query(c)
+        .unwrap();
+}
+
+pub fn clock_advance(c: &mut Connection, ms: i64) {
+    let _: i64 = redis::cmd("RL.DEBUG")
+        .arg("CLOCK")
+        .arg("ADVANCE")
+        .arg(ms)
+        .query(c)
+        .unwrap();
+}
+
+/// `DUMP key` bytes (None for a missing key).
+pub fn dump(c: &mut Connection, key: &str) -> Option<Vec<u8>> {
+    redis::cmd("DUMP").arg(key).query(c).unwrap()
+}
+
+pub fn pexpiretime(c: &mut Connection, key: &str) -> i64 {
+    redis::cmd("PEXPIRETIME").arg(key).query(c).unwrap()
+}
+
+/// Waits (bounded) until `f` holds, polling: for replication and background saves.
+pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Redis's CRC-64 (Jones polynomial, reflected), as `DUMP` payloads carry it: lets a test
+/// forge a payload whose checksum is right but whose contents are garbage.
+pub fn crc64(data: &[u8]) -> u64 {
+    const POLY: u64 = 0x95ac_9329_ac4b_c9b5; // 0xad93d23594c935a9 bit-reversed
+    let mut crc = 0u64;
+    for &byte in data {
+        crc ^= u64::from(byte);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ POLY
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    crc
+}
+
+/// Replaces the payload part of a DUMP (everything before the 2-byte version and 8-byte CRC)
+/// and recomputes the checksum.
+pub fn forge_dump(original: &[u8], edit: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let body_len = original.len() - 10;
+    let mut body = original[..body_len].to_vec();
+    edit(&mut body);
+    body.extend_from_slice(&original[body_len..body_len + 2]);
+    let crc = crc64(&body);
+    body.extend_from_slice(&crc.to_le_bytes());
+    body
+}
+
+pub mod tempdir {
+    use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A directory under the system temp dir, removed on drop.
+    pub struct Dir(PathBuf);
+
+    impl Dir {
+        pub fn new() -> Dir {
+            static N: AtomicU32 = AtomicU32::new(0);
+            let path = std::env::temp_dir().join(format!(
+                "rl-test-{}-{}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ));
+            std::fs::create_dir_all(&path).expect("create temp dir");
+            Dir(path)
+        }
+
+        pub fn path(&self) -> &Path {
+            &self.0
+        }
+    }
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// A mixed workload over every command family: admits, denials, peeks, cost, policy changes.
+/// Each family's file adds its commands here so durability and replication cover it.
+pub const WORKLOAD: &[&[&str]] = &[
+    &["RL.GCRA", "gcra:a", "10", "1000"],
+    &["RL.GCRA", "gcra:a", "10", "1000", "COST", "5"],
+    &["RL.GCRA", "gcra:a", "10", "1000", "COST", "5"],
+    &["RL.GCRA", "gcra:a", "10", "1000", "COST", "0"],
+    &["RL.GCRA", "gcra:b", "3", "1000", "BURST", "7", "COST", "2"],
+    &["RL.GCRA", "gcra:b", "3", "1000", "BURST", "7"],
+    &["RL.GCRA", "gcra:c", "1", "3600000"],
+    &["RL.GCRA", "gcra:c", "1", "3600000"],
+    &[
+        "RL.GCRA", "gcra:d", "1000", "1", "BURST", "50", "COST", "49",
+    ],
+    &["RL.GCRA", "gcra:a", "20", "1000"],
+];
+
+/// Runs the workload `rounds` times, moving the debug clock 7 ms between commands.
+pub fn run_workload(c: &mut Connection, rounds: usize) {
+    for _ in 0..rounds {
+        for words in WORKLOAD {
+            rl(c, words);
+            clock_advance(c, 7);
+        }
+    }
+}
+
+/// Every key's DUMP and absolute expiry, by name.
+pub fn snapshot(c: &mut Connection) -> std::collections::BTreeMap<String, (Vec<u8>, i64)> {
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(c).unwrap();
+    keys.into_iter()
+        .map(|k| {
+            let d = dump(c, &k).unwrap_or_default();
+            let at = pexpiretime(c, &k);
+            (k, (d, at))
+        })
+        .collect()
+}
+
+/// Waits until no RDB save or AOF rewrite is running or scheduled.
+pub fn wait_persistence_idle(c: &mut Connection) {
+    wait_for("background save/rewrite", || {
+        let info: String = redis::cmd("INFO").arg("persistence").query(c).unwrap();
+        [
+            "rdb_bgsave_in_progress:0",
+            "aof_rewrite_in_progress:0",
+            "aof_rewrite_scheduled:0",
+        ]
+        .iter()
+        .all(|s| info.contains(s))
+    });
+}
