@@ -14,6 +14,7 @@ use std::sync::atomic::AtomicI64;
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{raw, redis_module, Context, RedisString, Status};
 
+use command::token_bucket::RlTokenBucket;
 use command::{debug::RlDebug, gcra::RlGcra, register, setstate::RlSetState, Ctx};
 use state::rdb::LIMITER_TYPE;
 
@@ -33,6 +34,7 @@ pub static MAX_LOG_ENTRIES: AtomicI64 = AtomicI64::new(10_000);
 
 fn register_commands(ctx: Ctx) -> Result<(), String> {
     register::<RlGcra>(ctx)?;
+    register::<RlTokenBucket>(ctx)?;
     register::<RlSetState>(ctx)?;
     register::<RlDebug>(ctx)?;
     Ok(())

@@ -9,6 +9,7 @@
 //! The bounds on the policy keep every product below 2^128.
 
 pub mod gcra;
+pub mod token_bucket;
 
 /// Largest accepted L, BURST and COST.
 pub const MAX_LIMIT: u64 = 1_000_000_000_000;

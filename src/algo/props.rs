@@ -3,7 +3,7 @@
 //! A trace is a list of (gap before the request in ns, cost). The checks count admitted cost in
 //! every interval between two admitted requests, which is where the worst interval starts and ends.
 
-use super::{gcra, Decision, Outcome, Policy};
+use super::{gcra, token_bucket, Decision, Outcome, Policy};
 use proptest::prelude::*;
 
 pub const T0: u64 = 1_800_000_000_000_000_000;
@@ -146,6 +146,57 @@ proptest! {
             truth += gap;
             behind += back;
             let out = gcra::check(state.as_ref(), &p, truth - behind, cost.min(p.burst()));
+            if let Some(next) = out.next {
+                admitted.push((truth, cost.min(p.burst())));
+                state = Some(next);
+            }
+        }
+        prop_assert_eq!(worst_interval(&admitted, bucket_bound(&p)), None);
+    }
+
+    #[test]
+    fn token_bucket_never_exceeds_burst_plus_rate(p in policy_strategy(), trace in trace_strategy(30)) {
+        let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.burst()))).collect();
+        let (admitted, _) = run(&trace, |s, now, cost| token_bucket::check(s, &p, now, cost));
+        prop_assert_eq!(worst_interval(&admitted, bucket_bound(&p)), None);
+    }
+
+    /// The seed's "Try it" 1: GCRA and the token bucket with the same L, W, B give the same
+    /// answer to every request, field for field.
+    #[test]
+    fn token_bucket_decides_exactly_like_gcra(p in policy_strategy(), trace in trace_strategy(30)) {
+        let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.burst()))).collect();
+        let (_, tb) = run(&trace, |s, now, cost| token_bucket::check(s, &p, now, cost));
+        let (_, gc) = run_gcra(&p, &trace);
+        for (a, b) in tb.iter().zip(&gc) {
+            prop_assert_eq!(a.decision, b.decision);
+        }
+    }
+
+    #[test]
+    fn token_bucket_retry_after_is_exact(p in policy_strategy(), trace in trace_strategy(30)) {
+        let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.burst()))).collect();
+        let (_, log) = run(&trace, |s, now, cost| token_bucket::check(s, &p, now, cost));
+        for Step { now, before, cost, decision } in log {
+            if let Some(retry) = decision.retry_after_ns {
+                prop_assert_eq!(token_bucket::check(before.as_ref(), &p, now + retry - 1, cost).decision.allowed, 0);
+                prop_assert_eq!(token_bucket::check(before.as_ref(), &p, now + retry, cost).decision.allowed, 1);
+            }
+            let peek = token_bucket::check(before.as_ref(), &p, now, 0);
+            prop_assert_eq!(peek.next, None);
+        }
+    }
+
+    #[test]
+    fn token_bucket_backwards_clock_admits_nothing_extra(
+        p in policy_strategy(),
+        steps in prop::collection::vec((0u64..1_000_000_000, prop_oneof![Just(0u64), 0u64..3_000_000_000], 0u64..=30), 1..120),
+    ) {
+        let (mut truth, mut behind, mut state, mut admitted) = (T0, 0u64, None, Vec::new());
+        for (gap, back, cost) in steps {
+            truth += gap;
+            behind += back;
+            let out = token_bucket::check(state.as_ref(), &p, truth - behind, cost.min(p.burst()));
             if let Some(next) = out.next {
                 admitted.push((truth, cost.min(p.burst())));
                 state = Some(next);

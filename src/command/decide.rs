@@ -95,3 +95,71 @@ fn expire_at_ms(now_ns: u64, decision: &Decision) -> u64 {
         .saturating_add(ms_ceil(decision.reset_after_ns))
         .max(ms_ceil(now_ns) + 1)
 }
+
+/// Declares a limiter command: the unit struct, its `Command` (flags, arity, key spec) and its
+/// `Algorithm` (which `AlgoState` variant and which pure functions). Every limiter command is the
+/// same glue around a different algorithm; only these names differ.
+macro_rules! limiter_command {
+    (
+        $command:ident, $redis_name:literal, $summary:literal,
+        algorithm: $algo_name:literal, burst: $burst:expr,
+        state: $variant:ident($module:ident::$state:ident)
+    ) => {
+        pub struct $command;
+
+        impl $crate::command::Command for $command {
+            const NAME: &'static str = $redis_name;
+            const FLAGS: &'static str = "write deny-oom fast";
+            const ARITY: i32 = -4;
+            const KEY: $crate::command::KeyAccess = $crate::command::KeyAccess::ReadWrite;
+            const SUMMARY: &'static str = $summary;
+
+            fn run(
+                ctx: $crate::command::Ctx,
+                args: $crate::command::args::Args<'_>,
+            ) -> Result<$crate::command::Reply, $crate::error::Error> {
+                $crate::command::decide::decide::<Self>(ctx, args)
+            }
+        }
+
+        impl $crate::command::decide::Algorithm for $command {
+            type State = $crate::algo::$module::$state;
+            const NAME: &'static str = $algo_name;
+            const OPTIONS: $crate::command::args::Options = $crate::command::args::Options {
+                burst: $burst,
+                amount: $crate::command::args::Amount::Cost,
+            };
+
+            fn state_mut(stored: &mut $crate::state::AlgoState) -> Option<&mut Self::State> {
+                match stored {
+                    $crate::state::AlgoState::$variant(s) => Some(s),
+                    #[allow(unreachable_patterns)]
+                    _ => None,
+                }
+            }
+
+            fn wrap(state: Self::State) -> $crate::state::AlgoState {
+                $crate::state::AlgoState::$variant(state)
+            }
+
+            fn check(
+                state: Option<&Self::State>,
+                policy: &$crate::algo::Policy,
+                now_ns: u64,
+                cost: u64,
+            ) -> $crate::algo::Outcome<Self::State> {
+                $crate::algo::$module::check(state, policy, now_ns, cost)
+            }
+
+            fn rescale(
+                state: &Self::State,
+                from: &$crate::algo::Policy,
+                to: &$crate::algo::Policy,
+                now_ns: u64,
+            ) -> Self::State {
+                $crate::algo::$module::rescale(state, from, to, now_ns)
+            }
+        }
+    };
+}
+pub(crate) use limiter_command;

@@ -7,6 +7,7 @@ pub mod debug;
 pub mod decide;
 pub mod gcra;
 pub mod key;
+pub mod token_bucket;
 
 pub mod setstate;
 

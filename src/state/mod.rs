@@ -6,9 +6,10 @@
 //!
 //! Layout, version 1, integers little-endian:
 //! `[format u8][algorithm u8][L u64][W ms u64][B u64][algorithm state]`
-//! - GCRA state: `tat u128` (units of the stored policy).
+//! - 1 GCRA: `tat u128` (units of the stored policy).
+//! - 2 token bucket: `tokens u128` (units, at most the capacity), `last_ns u64`.
 
-use crate::algo::{gcra::Gcra, Policy};
+use crate::algo::{gcra::Gcra, token_bucket, token_bucket::TokenBucket, Policy};
 use crate::error::Error;
 
 pub mod rdb;
@@ -29,12 +30,14 @@ pub struct Limiter {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AlgoState {
     Gcra(Gcra),
+    TokenBucket(TokenBucket),
 }
 
 impl AlgoState {
     fn tag(&self) -> u8 {
         match self {
             AlgoState::Gcra(_) => 1,
+            AlgoState::TokenBucket(_) => 2,
         }
     }
 
@@ -42,6 +45,7 @@ impl AlgoState {
     pub fn name(&self) -> &'static str {
         match self {
             AlgoState::Gcra(_) => "GCRA",
+            AlgoState::TokenBucket(_) => "token bucket",
         }
     }
 }
@@ -50,7 +54,7 @@ impl Limiter {
     /// Heap bytes this limiter holds beyond its own struct, for `MEMORY USAGE`.
     pub fn heap_bytes(&self) -> usize {
         match &self.state {
-            AlgoState::Gcra(_) => 0,
+            AlgoState::Gcra(_) | AlgoState::TokenBucket(_) => 0,
         }
     }
 
@@ -67,6 +71,10 @@ impl Limiter {
         }
         match &self.state {
             AlgoState::Gcra(g) => out.extend_from_slice(&g.tat.to_le_bytes()),
+            AlgoState::TokenBucket(t) => {
+                out.extend_from_slice(&t.tokens.to_le_bytes());
+                out.extend_from_slice(&t.last_ns.to_le_bytes());
+            }
         }
     }
 
@@ -89,6 +97,13 @@ impl Limiter {
                     return Err(Error::BadState("GCRA arrival time out of range"));
                 }
                 AlgoState::Gcra(Gcra { tat })
+            }
+            2 => {
+                let (tokens, last_ns) = (r.u128()?, r.u64()?);
+                if tokens > token_bucket::capacity(&policy) {
+                    return Err(Error::BadState("token bucket balance above its capacity"));
+                }
+                AlgoState::TokenBucket(TokenBucket { tokens, last_ns })
             }
             _ => return Err(Error::BadState("unknown algorithm")),
         };

@@ -310,6 +310,13 @@ pub const WORKLOAD: &[&[&str]] = &[
         "RL.GCRA", "gcra:d", "1000", "1", "BURST", "50", "COST", "49",
     ],
     &["RL.GCRA", "gcra:a", "20", "1000"],
+    &["RL.TOKENBUCKET", "tb:a", "10", "1000"],
+    &["RL.TOKENBUCKET", "tb:a", "10", "1000", "COST", "4"],
+    &["RL.TOKENBUCKET", "tb:a", "10", "1000", "COST", "0"],
+    &["RL.TOKENBUCKET", "tb:b", "7", "60000", "BURST", "2"],
+    &["RL.TOKENBUCKET", "tb:b", "7", "60000", "BURST", "2"],
+    &["RL.TOKENBUCKET", "tb:b", "7", "60000", "BURST", "2"],
+    &["RL.TOKENBUCKET", "tb:a", "5", "1000", "BURST", "20"],
 ];
 
 /// Runs the workload `rounds` times, moving the debug clock 7 ms between commands.

@@ -1,0 +1,148 @@
+//! Token bucket: a balance of tokens that refills at L per W up to the capacity B; a request of
+//! cost n is admitted when n tokens are there, and spends them.
+//!
+//! Counted in units (see the parent module), so the refill is exact: `elapsed_ns × L` units are
+//! added, and a token is `window_ns` units. With the same L, W, B it admits exactly what GCRA
+//! admits (a property test checks it); it stores a balance and an instant instead of one instant.
+
+use super::{rescale_units, Decision, Outcome, Policy};
+
+/// Stored state: the balance at the last refill, and when that was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenBucket {
+    /// Balance in units of the stored policy; never above its capacity.
+    pub tokens: u128,
+    /// The instant of the last refill, ns. A clock reading before it refills nothing.
+    pub last_ns: u64,
+}
+
+impl TokenBucket {
+    /// A full bucket at `now_ns`.
+    pub fn full(policy: &Policy, now_ns: u64) -> TokenBucket {
+        TokenBucket {
+            tokens: capacity(policy),
+            last_ns: now_ns,
+        }
+    }
+
+    /// The bucket refilled up to `now_ns`. Time before `last_ns` counts as no time at all.
+    pub fn refilled(&self, policy: &Policy, now_ns: u64) -> TokenBucket {
+        let elapsed = u128::from(now_ns.saturating_sub(self.last_ns));
+        TokenBucket {
+            tokens: (self.tokens + elapsed * policy.units_per_ns()).min(capacity(policy)),
+            last_ns: self.last_ns.max(now_ns),
+        }
+    }
+}
+
+/// The capacity in units: B tokens.
+pub fn capacity(policy: &Policy) -> u128 {
+    u128::from(policy.burst()) * policy.units_per_token()
+}
+
+/// Decides a request of `cost` tokens at `now_ns`; `cost` 0 peeks (answered as cost 1, nothing
+/// spent). The caller guarantees `cost <= policy.burst()`.
+pub fn check(
+    state: Option<&TokenBucket>,
+    policy: &Policy,
+    now_ns: u64,
+    cost: u64,
+) -> Outcome<TokenBucket> {
+    let bucket = state.map_or_else(
+        || TokenBucket::full(policy, now_ns),
+        |s| s.refilled(policy, now_ns),
+    );
+    let token = policy.units_per_token();
+    let asked = u128::from(cost.max(1)) * token;
+    let admitted = bucket.tokens >= asked;
+    let after = if admitted && cost > 0 {
+        bucket.tokens - asked
+    } else {
+        bucket.tokens
+    };
+    let decision = Decision {
+        allowed: u64::from(admitted),
+        limit: policy.burst(),
+        remaining: u64::try_from(after / token).unwrap_or(u64::MAX),
+        retry_after_ns: (!admitted).then(|| policy.ns_ceil(asked - bucket.tokens)),
+        reset_after_ns: policy.ns_ceil(capacity(policy) - after),
+    };
+    let next = (admitted && cost > 0).then_some(TokenBucket {
+        tokens: after,
+        last_ns: bucket.last_ns,
+    });
+    Outcome { decision, next }
+}
+
+/// The bucket under a new policy: refilled under the old one up to now, the same number of
+/// tokens (rounded down) carried over, never above the new capacity.
+pub fn rescale(state: &TokenBucket, from: &Policy, to: &Policy, now_ns: u64) -> TokenBucket {
+    let now = state.refilled(from, now_ns);
+    TokenBucket {
+        tokens: rescale_units(now.tokens, from, to, false).min(capacity(to)),
+        last_ns: now.last_ns,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+    const T0: u64 = 1_800_000_000_000 * MS;
+
+    #[test]
+    fn table_of_cases() {
+        let p = Policy::new(10, 1000, 10).unwrap();
+        let first = check(None, &p, T0, 1);
+        assert_eq!(
+            first.decision,
+            Decision {
+                allowed: 1,
+                limit: 10,
+                remaining: 9,
+                retry_after_ns: None,
+                reset_after_ns: 100 * MS
+            }
+        );
+        let empty = check(None, &p, T0, 10).next.unwrap();
+        let denied = check(Some(&empty), &p, T0, 1);
+        assert_eq!(
+            denied.decision,
+            Decision {
+                allowed: 0,
+                limit: 10,
+                remaining: 0,
+                retry_after_ns: Some(100 * MS),
+                reset_after_ns: 1000 * MS
+            }
+        );
+        assert_eq!(denied.next, None);
+        assert_eq!(
+            check(Some(&empty), &p, T0 + 100 * MS - 1, 1)
+                .decision
+                .allowed,
+            0
+        );
+        assert_eq!(
+            check(Some(&empty), &p, T0 + 100 * MS, 1).decision.allowed,
+            1
+        );
+        // Going back in time refills nothing.
+        assert_eq!(
+            check(Some(&empty), &p, T0 - 5000 * MS, 1)
+                .decision
+                .retry_after_ns,
+            Some(100 * MS)
+        );
+    }
+
+    #[test]
+    fn rescale_keeps_the_balance() {
+        let from = Policy::new(10, 1000, 10).unwrap();
+        let to = Policy::new(100, 1000, 100).unwrap();
+        let s = check(None, &from, T0, 4).next.unwrap();
+        let r = rescale(&s, &from, &to, T0);
+        assert_eq!(check(Some(&r), &to, T0, 0).decision.remaining, 6);
+    }
+}
