@@ -16,6 +16,7 @@ use redis_module::{raw, redis_module, Context, RedisString, Status};
 
 use command::token_bucket::RlTokenBucket;
 use command::{debug::RlDebug, gcra::RlGcra, register, setstate::RlSetState, Ctx};
+use command::{lease::RlLease, refund::RlRefund};
 use state::rdb::LIMITER_TYPE;
 
 // Rust's allocations go through Redis's allocator (counted in `used_memory`, `MEMORY USAGE`);
@@ -35,6 +36,8 @@ pub static MAX_LOG_ENTRIES: AtomicI64 = AtomicI64::new(10_000);
 fn register_commands(ctx: Ctx) -> Result<(), String> {
     register::<RlGcra>(ctx)?;
     register::<RlTokenBucket>(ctx)?;
+    register::<RlLease>(ctx)?;
+    register::<RlRefund>(ctx)?;
     register::<RlSetState>(ctx)?;
     register::<RlDebug>(ctx)?;
     Ok(())

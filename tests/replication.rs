@@ -91,3 +91,36 @@ fn the_stream_carries_state_with_an_absolute_expiry() {
     assert_eq!(pexpiretime(&mut r, "s"), (T0_MS + 100) as i64);
     assert_eq!(dump(&mut r, "s"), dump(&mut m, "s"));
 }
+
+#[test]
+fn zero_grants_and_refunds_that_change_nothing_propagate_nothing() {
+    let (_ms, _rs, mut m, mut r) = pair();
+    assert_eq!(
+        rl(&mut m, &["RL.LEASE", "z", "1", "60000", "WANT", "5"])[0],
+        1
+    );
+    rl(&mut m, &["RL.GCRA", "full", "10", "1000"]);
+    assert_eq!(rl(&mut m, &["RL.REFUND", "full", "5"])[0], 1);
+    sync(&mut m);
+    let before = offset(&mut m);
+    assert_eq!(
+        rl(&mut m, &["RL.LEASE", "z", "1", "60000", "WANT", "5"])[0],
+        0
+    );
+    assert_eq!(rl(&mut m, &["RL.REFUND", "full", "5"])[0], 0);
+    assert_eq!(
+        cmd(&mut m, &["RL.REFUND", "missing", "5"]).unwrap(),
+        Value::Nil
+    );
+    assert_eq!(
+        offset(&mut m),
+        before,
+        "a no-op reached the replication stream"
+    );
+    // A refund that gives back does propagate: state and absolute expiry, not the command.
+    assert_eq!(rl(&mut m, &["RL.REFUND", "z", "1"]), [1, 1, 1, -1, 0]);
+    assert!(offset(&mut m) > before);
+    sync(&mut m);
+    assert_eq!(dump(&mut r, "z"), dump(&mut m, "z"));
+    assert_eq!(pexpiretime(&mut r, "z"), (T0_MS + 1) as i64);
+}

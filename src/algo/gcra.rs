@@ -56,6 +56,16 @@ pub fn rescale(state: &Gcra, from: &Policy, to: &Policy, now_ns: u64) -> Gcra {
     }
 }
 
+/// Gives back `n` unspent tokens at `now_ns`: `tat` moves back by n emission intervals, never
+/// before now, so credit never piles up beyond a full key. A key already full stays as it was.
+pub fn refund(state: &Gcra, policy: &Policy, now_ns: u64, n: u64) -> Gcra {
+    let now = policy.units_at(now_ns);
+    let back = u128::from(n).saturating_mul(policy.units_per_token());
+    Gcra {
+        tat: state.tat.saturating_sub(back).max(now).min(state.tat),
+    }
+}
+
 fn whole_tokens(units: u128, per_token: u128) -> u64 {
     u64::try_from(units / per_token).unwrap_or(u64::MAX)
 }
@@ -166,5 +176,23 @@ mod tests {
         let r = rescale(&s, &from, &to, T0);
         // 5 tokens spent of 100: 95 remain.
         assert_eq!(check(Some(&r), &to, T0, 0).decision.remaining, 95);
+    }
+
+    #[test]
+    fn refund_moves_tat_back_never_before_now() {
+        let p = policy(10, 1000, 10);
+        let s = check(None, &p, T0, 6).next.unwrap();
+        let back = refund(&s, &p, T0, 2);
+        assert_eq!(back.tat, s.tat - 2 * p.units_per_token());
+        assert_eq!(check(Some(&back), &p, T0, 0).decision.remaining, 6);
+        // More than was spent: back to now (full), not before it.
+        assert_eq!(refund(&s, &p, T0, 100).tat, p.units_at(T0));
+        // 200 ms later, 2 of the 6 came back by themselves: a refund of 5 fills it.
+        assert_eq!(
+            refund(&s, &p, T0 + 200 * MS, 5).tat,
+            p.units_at(T0 + 200 * MS)
+        );
+        // A tat already in the past never moves forward.
+        assert_eq!(refund(&s, &p, T0 + 5 * SEC, 1), s);
     }
 }

@@ -9,6 +9,7 @@
 //! The bounds on the policy keep every product below 2^128.
 
 pub mod gcra;
+pub mod lease;
 pub mod token_bucket;
 
 /// Largest accepted L, BURST and COST.

@@ -84,9 +84,28 @@ pub fn rescale(state: &TokenBucket, from: &Policy, to: &Policy, now_ns: u64) -> 
     }
 }
 
+/// Gives back `n` unspent tokens at `now_ns` (a lease that lapsed, a reservation settled for
+/// less): the bucket refilled up to now plus n tokens, never above the capacity. A bucket that is
+/// already full comes back as it was, so there is nothing to store.
+pub fn refund(state: &TokenBucket, policy: &Policy, now_ns: u64, n: u64) -> TokenBucket {
+    let now = state.refilled(policy, now_ns);
+    let cap = capacity(policy);
+    if now.tokens >= cap {
+        return *state;
+    }
+    let back = u128::from(n).saturating_mul(policy.units_per_token());
+    TokenBucket {
+        tokens: now.tokens.saturating_add(back).min(cap),
+        last_ns: now.last_ns,
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use super::super::gcra;
+    use super::super::props::{policy_strategy, run, trace_strategy, Step};
     use super::*;
+    use proptest::prelude::*;
 
     const MS: u64 = 1_000_000;
     const T0: u64 = 1_800_000_000_000 * MS;
@@ -144,5 +163,45 @@ mod tests {
         let s = check(None, &from, T0, 4).next.unwrap();
         let r = rescale(&s, &from, &to, T0);
         assert_eq!(check(Some(&r), &to, T0, 0).decision.remaining, 6);
+    }
+
+    #[test]
+    fn refund_caps_at_the_capacity() {
+        let p = Policy::new(10, 1000, 10).unwrap();
+        let s = check(None, &p, T0, 6).next.unwrap();
+        let back = refund(&s, &p, T0, 2);
+        assert_eq!(check(Some(&back), &p, T0, 0).decision.remaining, 6);
+        let full = refund(&s, &p, T0 + 50 * MS, 100);
+        assert_eq!(full.tokens, capacity(&p));
+        assert_eq!(full.last_ns, T0 + 50 * MS);
+        // Already full (here by refill): nothing changes, nothing to store.
+        assert_eq!(refund(&s, &p, T0 + 600 * MS, 1), s);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        /// After any trace, a refund of n raises `remaining` by min(n, room), never past the
+        /// capacity, and GCRA's refund answers exactly like the token bucket's afterwards.
+        #[test]
+        fn refund_is_capped_and_matches_gcra(
+            p in policy_strategy(),
+            trace in trace_strategy(30),
+            n in prop_oneof![1u64..=40, Just(1_000_000_000_000u64)],
+        ) {
+            let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.burst()))).collect();
+            let (_, tb) = run(&trace, |s, now, cost| check(s, &p, now, cost));
+            let (_, gc) = run(&trace, |s, now, cost| gcra::check(s, &p, now, cost));
+            for (Step { now, before, .. }, g) in tb.iter().zip(&gc) {
+                let (Some(t), Some(c)) = (before, &g.before) else { continue };
+                let was = check(Some(t), &p, *now, 0).decision.remaining;
+                let t2 = refund(t, &p, *now, n);
+                prop_assert!(t2.tokens <= capacity(&p));
+                let after = check(Some(&t2), &p, *now, 0).decision;
+                prop_assert_eq!(after.remaining, was.saturating_add(n).min(p.burst()));
+                let c2 = gcra::refund(c, &p, *now, n);
+                prop_assert_eq!(gcra::check(Some(&c2), &p, *now, 0).decision, after);
+            }
+        }
     }
 }

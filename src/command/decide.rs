@@ -3,7 +3,7 @@
 
 use super::args::{parse_request, Args, Options};
 use super::key::{replicate_state, Key};
-use super::{Ctx, Reply};
+use super::{Ctx, RString, Reply};
 use crate::algo::{ms_ceil, Decision, Outcome, Policy};
 use crate::clock;
 use crate::error::Error;
@@ -79,13 +79,27 @@ pub fn decide<A: Algorithm>(ctx: Ctx, args: Args<'_>) -> Result<Reply, Error> {
         }
     };
     if changed {
-        let expire_at_ms = expire_at_ms(now_ns, &decision);
-        key.expire_at(Some(expire_at_ms));
-        if let Some(limiter) = key.limiter(A::NAME)? {
-            replicate_state(ctx, request.key, limiter, expire_at_ms);
-        }
+        persist_effect(ctx, &mut key, request.key, now_ns, &decision)?;
     }
     Ok(Reply::decision(&decision))
+}
+
+/// After a command changed the limiter in `key`: the key's expiry follows `decision` (the
+/// limiter's state as it now stands), and the state goes to replicas and the AOF with that
+/// absolute expiry. Shared by every command that writes a limiter.
+pub fn persist_effect(
+    ctx: Ctx,
+    key: &mut Key,
+    name: RString,
+    now_ns: u64,
+    decision: &Decision,
+) -> Result<(), Error> {
+    let expire_at_ms = expire_at_ms(now_ns, decision);
+    key.expire_at(Some(expire_at_ms));
+    if let Some(limiter) = key.limiter("rate")? {
+        replicate_state(ctx, name, limiter, expire_at_ms);
+    }
+    Ok(())
 }
 
 /// The key lives until the limiter is full again, so an idle key disappears once it would be
@@ -99,18 +113,35 @@ fn expire_at_ms(now_ns: u64, decision: &Decision) -> u64 {
 /// Declares a limiter command: the unit struct, its `Command` (flags, arity, key spec) and its
 /// `Algorithm` (which `AlgoState` variant and which pure functions). Every limiter command is the
 /// same glue around a different algorithm; only these names differ.
+///
+/// The short form is a `COST n` command decided by `$module::check`. The long form names the
+/// amount option, the arity and the decision function: `RL.LEASE` is the token bucket's state
+/// and rescale with `WANT n` and `lease` as its decision.
 macro_rules! limiter_command {
     (
         $command:ident, $redis_name:literal, $summary:literal,
         algorithm: $algo_name:literal, burst: $burst:expr,
         state: $variant:ident($module:ident::$state:ident)
     ) => {
+        $crate::command::decide::limiter_command!(
+            $command, $redis_name, $summary,
+            algorithm: $algo_name, burst: $burst,
+            state: $variant($module::$state),
+            amount: Cost, arity: -4, check: $crate::algo::$module::check
+        );
+    };
+    (
+        $command:ident, $redis_name:literal, $summary:literal,
+        algorithm: $algo_name:literal, burst: $burst:expr,
+        state: $variant:ident($module:ident::$state:ident),
+        amount: $amount:ident, arity: $arity:literal, check: $check:path
+    ) => {
         pub struct $command;
 
         impl $crate::command::Command for $command {
             const NAME: &'static str = $redis_name;
             const FLAGS: &'static str = "write deny-oom fast";
-            const ARITY: i32 = -4;
+            const ARITY: i32 = $arity;
             const KEY: $crate::command::KeyAccess = $crate::command::KeyAccess::ReadWrite;
             const SUMMARY: &'static str = $summary;
 
@@ -127,7 +158,7 @@ macro_rules! limiter_command {
             const NAME: &'static str = $algo_name;
             const OPTIONS: $crate::command::args::Options = $crate::command::args::Options {
                 burst: $burst,
-                amount: $crate::command::args::Amount::Cost,
+                amount: $crate::command::args::Amount::$amount,
             };
 
             fn state_mut(stored: &mut $crate::state::AlgoState) -> Option<&mut Self::State> {
@@ -148,7 +179,7 @@ macro_rules! limiter_command {
                 now_ns: u64,
                 cost: u64,
             ) -> $crate::algo::Outcome<Self::State> {
-                $crate::algo::$module::check(state, policy, now_ns, cost)
+                $check(state, policy, now_ns, cost)
             }
 
             fn rescale(

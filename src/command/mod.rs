@@ -7,6 +7,8 @@ pub mod debug;
 pub mod decide;
 pub mod gcra;
 pub mod key;
+pub mod lease;
+pub mod refund;
 pub mod token_bucket;
 
 pub mod setstate;
@@ -35,6 +37,8 @@ pub enum Reply {
     Decision([i64; 5]),
     Ok,
     Integer(i64),
+    /// Nil: `RL.REFUND` on a key that does not exist.
+    Null,
 }
 
 impl Reply {
@@ -120,6 +124,11 @@ fn send(ctx: *mut raw::RedisModuleCtx, reply: Result<Reply, Error>) {
                     simple(ctx, c"OK".as_ptr());
                 }
             }
+            Ok(Reply::Null) => {
+                if let Some(null) = raw::RedisModule_ReplyWithNull {
+                    null(ctx);
+                }
+            }
             Err(Error::WrongArity) => {
                 if let Some(wrong_arity) = raw::RedisModule_WrongArity {
                     wrong_arity(ctx);
@@ -159,6 +168,7 @@ pub fn api_present() -> bool {
         RedisModule_ReplyWithLongLong,
         RedisModule_ReplyWithError,
         RedisModule_ReplyWithSimpleString,
+        RedisModule_ReplyWithNull,
         RedisModule_WrongArity,
         RedisModule_StringPtrLen,
         RedisModule_OpenKey,

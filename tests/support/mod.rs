@@ -317,6 +317,17 @@ pub const WORKLOAD: &[&[&str]] = &[
     &["RL.TOKENBUCKET", "tb:b", "7", "60000", "BURST", "2"],
     &["RL.TOKENBUCKET", "tb:b", "7", "60000", "BURST", "2"],
     &["RL.TOKENBUCKET", "tb:a", "5", "1000", "BURST", "20"],
+    &["RL.LEASE", "lease:a", "10", "1000", "WANT", "4"],
+    &[
+        "RL.LEASE", "lease:a", "10", "1000", "BURST", "12", "WANT", "9",
+    ],
+    &[
+        "RL.LEASE", "lease:a", "10", "1000", "BURST", "12", "WANT", "9",
+    ],
+    &["RL.REFUND", "lease:a", "3"],
+    &["RL.LEASE", "tb:a", "5", "1000", "BURST", "20", "WANT", "6"],
+    &["RL.REFUND", "tb:b", "1"],
+    &["RL.REFUND", "gcra:b", "2"],
 ];
 
 /// Runs the workload `rounds` times, moving the debug clock 7 ms between commands.

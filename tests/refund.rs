@@ -1,0 +1,153 @@
+//! RL.REFUND against a real server: tokens come back under the key's stored policy, never above
+//! the capacity; a missing key is nil; hostile inputs are errors naming n.
+
+mod support;
+use support::*;
+
+fn server() -> (Server, Connection) {
+    let s = Server::start();
+    let mut c = s.connect();
+    clock_set(&mut c, T0_MS);
+    (s, c)
+}
+
+fn refund(c: &mut Connection, key: &str, n: &str) -> [i64; 5] {
+    rl(c, &["RL.REFUND", key, n])
+}
+
+#[test]
+fn token_bucket_comes_back_capped_at_its_capacity() {
+    let (_s, mut c) = server();
+    rl(&mut c, &["RL.TOKENBUCKET", "t", "10", "1000", "COST", "6"]);
+    assert_eq!(refund(&mut c, "t", "2"), [2, 10, 6, -1, 400]);
+    assert_eq!(pexpiretime(&mut c, "t"), (T0_MS + 400) as i64);
+    // Only 4 fit: 4 are given back, the key is full (it expires in 1 ms, like a fresh limiter).
+    assert_eq!(refund(&mut c, "t", "100"), [4, 10, 10, -1, 0]);
+    assert_eq!(pexpiretime(&mut c, "t"), (T0_MS + 1) as i64);
+    // Already full: nothing given back, nothing written.
+    let before = dump(&mut c, "t");
+    assert_eq!(refund(&mut c, "t", "1"), [0, 10, 10, -1, 0]);
+    assert_eq!(dump(&mut c, "t"), before);
+    // Spent, then refilled by half a token: a refund of 3 adds 3 whole tokens to the half.
+    rl(&mut c, &["RL.TOKENBUCKET", "t", "10", "1000", "COST", "10"]);
+    clock_advance(&mut c, 50);
+    assert_eq!(refund(&mut c, "t", "3"), [3, 10, 3, -1, 650]);
+    assert_eq!(
+        rl(&mut c, &["RL.TOKENBUCKET", "t", "10", "1000", "COST", "0"]),
+        [1, 10, 3, -1, 650]
+    );
+}
+
+#[test]
+fn gcra_moves_back_never_before_now() {
+    let (_s, mut c) = server();
+    rl(&mut c, &["RL.GCRA", "g", "10", "1000", "COST", "6"]);
+    assert_eq!(refund(&mut c, "g", "2"), [2, 10, 6, -1, 400]);
+    assert_eq!(pexpiretime(&mut c, "g"), (T0_MS + 400) as i64);
+    assert_eq!(refund(&mut c, "g", "1000000000000"), [4, 10, 10, -1, 0]);
+    // Never before now: the arrival time stops at now, exactly where a key that spent one token
+    // and got it back stands (not 10^12 intervals in the past, which would bank credit).
+    rl(&mut c, &["RL.GCRA", "h", "10", "1000"]);
+    assert_eq!(refund(&mut c, "h", "1"), [1, 10, 10, -1, 0]);
+    assert_eq!(dump(&mut c, "g"), dump(&mut c, "h"));
+    assert_eq!(
+        rl(&mut c, &["RL.GCRA", "g", "10", "1000", "COST", "10"]),
+        [1, 10, 0, -1, 1000]
+    );
+    assert_eq!(
+        rl(&mut c, &["RL.GCRA", "g", "10", "1000"]),
+        [0, 10, 0, 100, 1000]
+    );
+    // A key already full is left as it is.
+    clock_advance(&mut c, 5000);
+    let before = dump(&mut c, "h");
+    assert_eq!(refund(&mut c, "h", "3"), [0, 10, 10, -1, 0]);
+    assert_eq!(dump(&mut c, "h"), before);
+}
+
+/// The gateway's cycle: lease a batch, spend part of it, refund the rest when the lease lapses.
+#[test]
+fn a_lapsed_lease_is_refunded() {
+    let (_s, mut c) = server();
+    assert_eq!(
+        rl(&mut c, &["RL.LEASE", "l", "10", "1000", "WANT", "10"])[..3],
+        [10, 10, 0]
+    );
+    clock_advance(&mut c, 20);
+    assert_eq!(refund(&mut c, "l", "7"), [7, 10, 7, -1, 280]);
+    assert_eq!(
+        rl(&mut c, &["RL.LEASE", "l", "10", "1000", "WANT", "10"])[..3],
+        [7, 10, 0]
+    );
+}
+
+#[test]
+fn a_missing_key_is_nil_and_stays_missing() {
+    let (_s, mut c) = server();
+    assert_eq!(
+        cmd(&mut c, &["RL.REFUND", "nothing", "5"]).unwrap(),
+        Value::Nil
+    );
+    assert_eq!(cmd(&mut c, &["EXISTS", "nothing"]).unwrap(), Value::Int(0));
+}
+
+#[test]
+fn hostile_inputs() {
+    let (_s, mut c) = server();
+    rl(&mut c, &["RL.TOKENBUCKET", "t", "10", "1000"]);
+    let max = "expected an integer from 1 to 1000000000000";
+    for n in [
+        "0",
+        "-1",
+        "abc",
+        "1.5",
+        "",
+        " 1",
+        "1000000000001",
+        "99999999999999999999999",
+    ] {
+        let e = err(&mut c, &["RL.REFUND", "t", n]);
+        assert_eq!(e, format!("ERR invalid n '{n}': {max}"), "{n:?}");
+    }
+    for words in [
+        &["RL.REFUND", "t"][..],
+        &["RL.REFUND", "t", "1", "2"],
+        &["RL.REFUND"],
+    ] {
+        assert!(
+            err(&mut c, words).contains("wrong number of arguments"),
+            "{words:?}"
+        );
+    }
+    assert_eq!(
+        rl(&mut c, &["RL.TOKENBUCKET", "t", "10", "1000", "COST", "0"])[2],
+        9
+    );
+    cmd(&mut c, &["SET", "s", "x"]).unwrap();
+    cmd(&mut c, &["LPUSH", "l", "x"]).unwrap();
+    assert_eq!(
+        err(&mut c, &["RL.REFUND", "s", "1"]),
+        "WRONGTYPE the key holds a string, not a rate limiter; use another key or DEL it"
+    );
+    assert!(err(&mut c, &["RL.REFUND", "l", "1"]).starts_with("WRONGTYPE the key holds a list"));
+}
+
+#[test]
+fn command_metadata() {
+    let (_s, mut c) = server();
+    let keys: Vec<Value> = redis::cmd("COMMAND")
+        .arg("GETKEYSANDFLAGS")
+        .arg("RL.REFUND")
+        .arg("k")
+        .arg("1")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(format!("{keys:?}").matches("RW").count(), 1, "{keys:?}");
+    let info = format!(
+        "{:?}",
+        cmd(&mut c, &["COMMAND", "INFO", "RL.REFUND", "RL.LEASE"]).unwrap()
+    );
+    for flag in ["write", "denyoom", "fast"] {
+        assert_eq!(info.matches(flag).count(), 2, "{flag}: {info}");
+    }
+}
