@@ -8,7 +8,10 @@
 //! then exactly one token per `window_ns` units, with no division and no rounding, for any L and W.
 //! The bounds on the policy keep every product below 2^128.
 
+pub mod fixed_window;
 pub mod gcra;
+pub mod sliding_counter;
+pub mod sliding_log;
 pub mod token_bucket;
 
 /// Largest accepted L, BURST and COST.
@@ -90,6 +93,13 @@ impl Policy {
     /// Units in one nanosecond: the limit.
     pub fn units_per_ns(&self) -> u128 {
         u128::from(self.limit)
+    }
+
+    /// The start of the window that contains `now_ns`, windows being aligned to the Unix epoch
+    /// (so every shard and replica agrees on the boundaries).
+    pub fn window_start(&self, now_ns: u64) -> u64 {
+        // window_ns >= 1 ms: never a division by zero.
+        now_ns - now_ns % self.window_ns()
     }
 
     /// `now_ns` expressed in units.
