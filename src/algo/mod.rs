@@ -161,5 +161,6 @@ pub fn rescale_units(units: u128, from: &Policy, to: &Policy, round_up: bool) ->
     whole.saturating_mul(to_token).saturating_add(part_units)
 }
 
+/// Property-test helpers and the promises' property tests (the state module reuses the helpers).
 #[cfg(test)]
-mod props;
+pub(crate) mod props;

@@ -5,8 +5,11 @@
 pub mod args;
 pub mod debug;
 pub mod decide;
+pub mod fixed_window;
 pub mod gcra;
 pub mod key;
+pub mod sliding_counter;
+pub mod sliding_log;
 pub mod token_bucket;
 
 pub mod setstate;
