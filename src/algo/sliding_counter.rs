@@ -57,7 +57,8 @@ impl SlidingCounter {
 
     /// `prev·(W − e) + curr·W`: the estimate times W at `elapsed` ns into the window.
     fn weighted(&self, window: u128, elapsed: u128) -> u128 {
-        u128::from(self.prev) * (window - elapsed) + u128::from(self.curr) * window
+        // elapsed < window (`current` keeps now inside the window or before it).
+        u128::from(self.prev) * window.saturating_sub(elapsed) + u128::from(self.curr) * window
     }
 
     /// The first instant at which a request of `asked` passes, nothing else being admitted

@@ -14,8 +14,9 @@
 //! Storage: one u64 word per entry, `offset << 20 | count`, where `offset` (44 bits) is the
 //! entry's distance from `base_ns` in ticks and `count` (20 bits) is 1..=L. Entries are ordered,
 //! instants strictly increasing, and `base_ns` is the oldest entry's instant (the first offset is
-//! 0), so a log has exactly one encoding. Every call trims the entries that left the window. The
-//! log holds at most L entries: 8 bytes each.
+//! 0), so a log has exactly one encoding. Every call trims the entries that left the window (a
+//! denial stores nothing, so the trimmed log is stored by the next admitted request). The log holds
+//! at most L entries: 8 bytes each.
 
 use super::{Decision, Outcome, Policy};
 
@@ -27,6 +28,7 @@ const MAX_OFFSET: u64 = (1 << OFFSET_BITS) - 1;
 /// The largest L a log can hold: an entry's count must fit its 20 bits. The command layer bounds
 /// L further by `ratelimit.max-log-entries`, whose maximum this is.
 pub const MAX_LOG_LIMIT: u64 = 1_000_000;
+const _: () = assert!(MAX_LOG_LIMIT <= COUNT_MASK);
 
 /// Stored state: the entries, packed (see the module comment).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
