@@ -27,6 +27,8 @@ pub enum Error {
         limit: u64,
         window_ms: u64,
     },
+    /// A sliding log's L above `ratelimit.max-log-entries` (memory grows with L).
+    LogTooLong { limit: u64, max: u64 },
     /// The key holds something else: another Redis type, or a limiter of another algorithm.
     WrongType { holds: String, wanted: &'static str },
     /// A stored or replicated state that fails validation.
@@ -65,6 +67,10 @@ impl fmt::Display for Error {
                 f,
                 "ERR a capacity of {burst} refilled at {limit} per {window_ms} ms takes longer than {} ms to refill",
                 crate::algo::MAX_REFILL_MS
+            ),
+            Error::LogTooLong { limit, max } => write!(
+                f,
+                "ERR L {limit} is above ratelimit.max-log-entries ({max}): a sliding log stores an entry per request; use RL.SLIDINGCOUNTER for large limits, or raise the config"
             ),
             Error::WrongType { holds, wanted } => write!(
                 f,

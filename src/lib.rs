@@ -16,6 +16,9 @@ use redis_module::{raw, redis_module, Context, RedisString, Status};
 
 use command::token_bucket::RlTokenBucket;
 use command::{debug::RlDebug, gcra::RlGcra, register, setstate::RlSetState, Ctx};
+use command::{
+    fixed_window::RlFixedWindow, sliding_counter::RlSlidingCounter, sliding_log::RlSlidingLog,
+};
 use command::{lease::RlLease, refund::RlRefund};
 use state::rdb::LIMITER_TYPE;
 
@@ -38,6 +41,9 @@ fn register_commands(ctx: Ctx) -> Result<(), String> {
     register::<RlTokenBucket>(ctx)?;
     register::<RlLease>(ctx)?;
     register::<RlRefund>(ctx)?;
+    register::<RlSlidingLog>(ctx)?;
+    register::<RlSlidingCounter>(ctx)?;
+    register::<RlFixedWindow>(ctx)?;
     register::<RlSetState>(ctx)?;
     register::<RlDebug>(ctx)?;
     Ok(())
@@ -102,7 +108,7 @@ redis_module! {
     init: init,
     configurations: [
         i64: [
-            ["max-log-entries", &MAX_LOG_ENTRIES, 10_000, 1, 1_000_000, ConfigurationFlags::DEFAULT, None],
+            ["max-log-entries", &MAX_LOG_ENTRIES, 10_000, 1, algo::sliding_log::MAX_LOG_LIMIT as i64, ConfigurationFlags::DEFAULT, None],
         ],
         string: [],
         bool: [],

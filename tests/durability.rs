@@ -114,10 +114,11 @@ fn dump_restore_and_copy_round_trip() {
     }
 }
 
-#[test]
-fn corrupted_restore_payloads_are_refused_and_the_server_survives() {
-    let (mut s, mut c) = loaded(&[]);
-    let original = dump(&mut c, "gcra:a").unwrap();
+/// Feeds `RESTORE` every single-byte corruption (0x00, 0xff, 0x80) and every truncation of
+/// `key`'s DUMP payload, each with a valid checksum; most must be refused, a mutation that still
+/// decodes must be a usable limiter (`probe` runs a command on it), and the server must live.
+fn corruptions_are_refused(s: &mut Server, c: &mut Connection, key: &str, probe: &[&str]) {
+    let original = dump(c, key).unwrap();
     assert_eq!(
         forge_dump(&original, |_| {}),
         original,
@@ -139,27 +140,50 @@ fn corrupted_restore_payloads_are_refused_and_the_server_survives() {
             .arg(0)
             .arg(payload.as_slice())
             .arg("REPLACE")
-            .query(&mut c);
+            .query(c);
         match restored {
             Err(_) => refused += 1,
             // A mutation may still be a valid state (a different count); it must then be usable.
             Ok(()) => {
-                let _ = cmd(&mut c, &["RL.GCRA", "victim", "10", "1000", "COST", "0"]);
-                cmd(&mut c, &["DEL", "victim"]).unwrap();
+                let _ = cmd(c, probe);
+                cmd(c, &["DEL", "victim"]).unwrap();
             }
         }
         assert_eq!(
-            cmd(&mut c, &["PING"]).unwrap(),
+            cmd(c, &["PING"]).unwrap(),
             Value::SimpleString("PONG".into())
         );
     }
     assert!(
         refused > attempts.len() / 2,
-        "refused {refused} of {}",
+        "{key}: refused {refused} of {}",
         attempts.len()
     );
     assert!(s.alive());
-    let _ = &mut s;
+}
+
+#[test]
+fn corrupted_restore_payloads_are_refused_and_the_server_survives() {
+    let (mut s, mut c) = loaded(&[]);
+    corruptions_are_refused(
+        &mut s,
+        &mut c,
+        "gcra:a",
+        &["RL.GCRA", "victim", "10", "1000", "COST", "0"],
+    );
+}
+
+#[test]
+fn corrupted_window_limiter_payloads_are_refused() {
+    let (mut s, mut c) = loaded(&[]);
+    for (key, command) in [
+        ("sl:a", "RL.SLIDINGLOG"),
+        ("sl:c", "RL.SLIDINGLOG"),
+        ("sc:a", "RL.SLIDINGCOUNTER"),
+        ("fw:a", "RL.FIXEDWINDOW"),
+    ] {
+        corruptions_are_refused(&mut s, &mut c, key, &[command, "victim", "10", "1000"]);
+    }
 }
 
 #[test]

@@ -151,3 +151,43 @@ fn command_metadata() {
         assert_eq!(info.matches(flag).count(), 2, "{flag}: {info}");
     }
 }
+
+/// The window algorithms give back from the current count, never below zero; the sliding log
+/// drops its newest entries first.
+#[test]
+fn window_algorithms_count_down_never_below_zero() {
+    let (_s, mut c) = server();
+    for command in ["RL.FIXEDWINDOW", "RL.SLIDINGCOUNTER", "RL.SLIDINGLOG"] {
+        let key = command;
+        rl(&mut c, &[command, key, "10", "1000", "COST", "4"]);
+        let before = rl(&mut c, &[command, key, "10", "1000", "COST", "0"]);
+        assert_eq!(before[2], 6, "{command}");
+        let given = refund(&mut c, key, "3");
+        assert_eq!((given[0], given[1], given[2]), (3, 10, 9), "{command}");
+        // Only one is still spent: asking for 5 gives back 1.
+        let given = refund(&mut c, key, "5");
+        assert_eq!((given[0], given[2]), (1, 10), "{command}");
+        assert_eq!(
+            rl(&mut c, &[command, key, "10", "1000", "COST", "10"])[0],
+            1,
+            "{command}: the whole window is available again"
+        );
+        assert_eq!(rl(&mut c, &[command, key, "10", "1000"])[0], 0, "{command}");
+    }
+}
+
+#[test]
+fn sliding_log_refund_removes_the_newest_entries() {
+    let (_s, mut c) = server();
+    let log = ["RL.SLIDINGLOG", "log", "3", "1000"];
+    rl(&mut c, &log);
+    clock_advance(&mut c, 400);
+    rl(&mut c, &log);
+    rl(&mut c, &log);
+    // Full; the oldest entry leaves at +1000 ms (600 ms from now).
+    assert_eq!(rl(&mut c, &log)[3], 600);
+    // Refund the newest: one slot free now, and the oldest still leaves first.
+    assert_eq!(refund(&mut c, "log", "1")[0], 1);
+    assert_eq!(rl(&mut c, &log)[0], 1);
+    assert_eq!(rl(&mut c, &log)[3], 600);
+}

@@ -124,3 +124,33 @@ fn zero_grants_and_refunds_that_change_nothing_propagate_nothing() {
     assert_eq!(dump(&mut r, "z"), dump(&mut m, "z"));
     assert_eq!(pexpiretime(&mut r, "z"), (T0_MS + 1) as i64);
 }
+
+#[test]
+fn window_limiter_denials_and_peeks_propagate_nothing() {
+    let (_ms, _rs, mut m, mut r) = pair();
+    let commands = ["RL.SLIDINGLOG", "RL.SLIDINGCOUNTER", "RL.FIXEDWINDOW"];
+    for command in commands {
+        rl(&mut m, &[command, command, "1", "60000"]);
+    }
+    sync(&mut m);
+    let before = offset(&mut m);
+    for command in commands {
+        assert_eq!(rl(&mut m, &[command, command, "1", "60000"])[0], 0);
+        assert_eq!(
+            rl(&mut m, &[command, command, "1", "60000", "COST", "0"])[0],
+            0
+        );
+        assert_eq!(
+            rl(&mut m, &[command, "fresh", "1", "60000", "COST", "0"])[0],
+            1
+        );
+    }
+    assert_eq!(
+        offset(&mut m),
+        before,
+        "a denial or a peek reached the replica"
+    );
+    for command in commands {
+        assert_eq!(dump(&mut r, command), dump(&mut m, command));
+    }
+}

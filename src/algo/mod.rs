@@ -8,8 +8,11 @@
 //! then exactly one token per `window_ns` units, with no division and no rounding, for any L and W.
 //! The bounds on the policy keep every product below 2^128.
 
+pub mod fixed_window;
 pub mod gcra;
 pub mod lease;
+pub mod sliding_counter;
+pub mod sliding_log;
 pub mod token_bucket;
 
 /// Largest accepted L, BURST and COST.
@@ -93,6 +96,13 @@ impl Policy {
         u128::from(self.limit)
     }
 
+    /// The start of the window that contains `now_ns`, windows being aligned to the Unix epoch
+    /// (so every shard and replica agrees on the boundaries).
+    pub fn window_start(&self, now_ns: u64) -> u64 {
+        // window_ns >= 1 ms: never a division by zero.
+        now_ns - now_ns % self.window_ns()
+    }
+
     /// `now_ns` expressed in units.
     pub fn units_at(&self, now_ns: u64) -> u128 {
         u128::from(now_ns) * self.units_per_ns()
@@ -152,5 +162,6 @@ pub fn rescale_units(units: u128, from: &Policy, to: &Policy, round_up: bool) ->
     whole.saturating_mul(to_token).saturating_add(part_units)
 }
 
+/// Property-test helpers and the promises' property tests (the state module reuses the helpers).
 #[cfg(test)]
-mod props;
+pub(crate) mod props;

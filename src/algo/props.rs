@@ -3,7 +3,9 @@
 //! A trace is a list of (gap before the request in ns, cost). The checks count admitted cost in
 //! every interval between two admitted requests, which is where the worst interval starts and ends.
 
-use super::{gcra, token_bucket, Decision, Outcome, Policy};
+use super::{
+    fixed_window, gcra, sliding_counter, sliding_log, token_bucket, Decision, Outcome, Policy,
+};
 use proptest::prelude::*;
 
 pub const T0: u64 = 1_800_000_000_000_000_000;
@@ -44,6 +46,39 @@ pub fn policy_strategy() -> impl Strategy<Value = Policy> {
         1u64..=30,
     )
         .prop_map(|(l, w, b)| Policy::new(l, w, b).unwrap())
+}
+
+/// A window algorithm's policy: L per W, capacity L.
+pub fn window_policy_strategy() -> impl Strategy<Value = Policy> {
+    (
+        1u64..=20,
+        prop_oneof![1u64..=50, Just(1000u64), Just(60_000u64)],
+    )
+        .prop_map(|(l, w)| Policy::new(l, w, l).unwrap())
+}
+
+/// Exactly L in any closed interval shorter than W: a sliding log's promise, extended to longer
+/// intervals (each W-long piece holds at most L).
+pub fn log_bound(p: &Policy) -> impl Fn(u64) -> u128 + '_ {
+    move |d| u128::from(p.limit()) * u128::from(d / p.window_ns() + 1)
+}
+
+/// At most 2L in any closed interval shorter than W: such an interval meets at most two aligned
+/// windows. Longer: `⌈(d+1)/W⌉ + 1` windows at most.
+pub fn two_windows_bound(p: &Policy) -> impl Fn(u64) -> u128 + '_ {
+    move |d| {
+        let w = u128::from(p.window_ns());
+        u128::from(p.limit()) * ((u128::from(d) + w) / w + 1)
+    }
+}
+
+/// The cost admitted per aligned window, by window start.
+pub fn per_window(p: &Policy, admitted: &[(u64, u64)]) -> std::collections::BTreeMap<u64, u64> {
+    let mut by_window = std::collections::BTreeMap::new();
+    for &(at, cost) in admitted {
+        *by_window.entry(p.window_start(at)).or_insert(0) += cost;
+    }
+    by_window
 }
 
 /// Gaps mostly short relative to the window, so limiters are exercised near their limit.
@@ -203,5 +238,236 @@ proptest! {
             }
         }
         prop_assert_eq!(worst_interval(&admitted, bucket_bound(&p)), None);
+    }
+}
+
+/// Feeds `first` under policy `p1` then `second` under `p2` the way the command layer does: a
+/// stored state decided under another policy is rescaled before the check, and stored (with the
+/// new policy) only when the request changed it. Returns the admitted (instant, cost, phase 2?).
+pub fn run_switch<S: Clone>(
+    p1: &Policy,
+    p2: &Policy,
+    first: &[(u64, u64)],
+    second: &[(u64, u64)],
+    check: impl Fn(Option<&S>, &Policy, u64, u64) -> Outcome<S>,
+    rescale: impl Fn(&S, &Policy, &Policy, u64) -> S,
+) -> Vec<(u64, u64, bool)> {
+    let (mut now, mut stored, mut admitted) = (T0, None::<(Policy, S)>, Vec::new());
+    let phases = [(p1, first, false), (p2, second, true)];
+    for (p, trace, late) in phases {
+        for &(gap, cost) in trace {
+            now += gap;
+            let cost = cost.min(p.limit());
+            let out = match &stored {
+                Some((held, s)) if held == p => check(Some(s), p, now, cost),
+                Some((held, s)) => check(Some(&rescale(s, held, p, now)), p, now, cost),
+                None => check(None, p, now, cost),
+            };
+            if let Some(next) = out.next {
+                admitted.push((now, cost, late));
+                stored = Some((*p, next));
+            }
+        }
+    }
+    admitted
+}
+
+/// Checks what every algorithm promises of its answers, step by step: a denial's retry_after is
+/// exact (denied 1 ns before it, admitted at it), and a peek stores nothing and answers allowed
+/// and retry_after like a cost-1 request.
+fn answers_are_exact<S: Clone>(
+    log: &[Step<S>],
+    check: impl Fn(Option<&S>, u64, u64) -> Outcome<S>,
+) -> Result<(), TestCaseError> {
+    for Step {
+        now,
+        before,
+        cost,
+        decision,
+    } in log
+    {
+        if let Some(retry) = decision.retry_after_ns {
+            prop_assert!(retry > 0);
+            let just_before = check(before.as_ref(), now + retry - 1, *cost).decision;
+            prop_assert_eq!(just_before.allowed, 0, "at {} + {} - 1", now, retry);
+            let at = check(before.as_ref(), now + retry, *cost).decision;
+            prop_assert_eq!(at.allowed, 1, "at {} + {}", now, retry);
+        }
+        let peek = check(before.as_ref(), *now, 0);
+        let one = check(before.as_ref(), *now, 1).decision;
+        prop_assert!(peek.next.is_none());
+        prop_assert_eq!(peek.decision.allowed, one.allowed);
+        prop_assert_eq!(peek.decision.retry_after_ns, one.retry_after_ns);
+    }
+    Ok(())
+}
+
+/// Runs `steps` (true gap, how far the clock steps back, cost) against a limiter whose clock
+/// falls behind the truth, and returns the admitted requests at their true instants.
+fn run_backwards<S>(
+    steps: &[(u64, u64, u64)],
+    check: impl Fn(Option<&S>, u64, u64) -> Outcome<S>,
+) -> Admitted {
+    let (mut truth, mut behind, mut state, mut admitted) = (T0, 0u64, None, Vec::new());
+    for &(gap, back, cost) in steps {
+        truth += gap;
+        behind += back;
+        let out = check(state.as_ref(), truth - behind, cost);
+        if let Some(next) = out.next {
+            admitted.push((truth, cost));
+            state = Some(next);
+        }
+    }
+    admitted
+}
+
+fn backwards_strategy() -> impl Strategy<Value = Vec<(u64, u64, u64)>> {
+    prop::collection::vec(
+        (
+            0u64..1_000_000_000,
+            prop_oneof![Just(0u64), 0u64..3_000_000_000],
+            0u64..=20,
+        ),
+        1..120,
+    )
+}
+
+/// A second policy for a switch: another L, and the same window or one that divides it (a
+/// fixed window carries only its current window's count, which covers the new window only then).
+fn nested_policy(p: &Policy, l: u64, divisor: u64) -> Policy {
+    let w = p.window_ms();
+    let w = if w.is_multiple_of(divisor) {
+        w / divisor
+    } else {
+        w
+    };
+    Policy::new(l, w, l).unwrap()
+}
+
+fn capped(p: &Policy, trace: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    trace
+        .into_iter()
+        .map(|(g, c)| (g, c.min(p.limit())))
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn fixed_window_at_most_l_per_window_and_2l_per_w(p in window_policy_strategy(), trace in trace_strategy(20)) {
+        let trace = capped(&p, trace);
+        let (admitted, log) = run(&trace, |s, now, cost| fixed_window::check(s, &p, now, cost));
+        for (start, cost) in per_window(&p, &admitted) {
+            prop_assert!(cost <= p.limit(), "{} in the window at {}", cost, start);
+        }
+        prop_assert_eq!(worst_interval(&admitted, two_windows_bound(&p)), None);
+        answers_are_exact(&log, |s, now, cost| fixed_window::check(s, &p, now, cost))?;
+    }
+
+    #[test]
+    fn fixed_window_backwards_clock_admits_nothing_extra(p in window_policy_strategy(), steps in backwards_strategy()) {
+        let steps: Vec<_> = steps.into_iter().map(|(g, b, c)| (g, b, c.min(p.limit()))).collect();
+        let admitted = run_backwards(&steps, |s, now, cost| fixed_window::check(s, &p, now, cost));
+        prop_assert_eq!(worst_interval(&admitted, two_windows_bound(&p)), None);
+    }
+
+    /// After a policy change, a window of the new policy holds at most its L, counting what was
+    /// admitted before the change.
+    #[test]
+    fn fixed_window_policy_change_carries_the_count(
+        p1 in window_policy_strategy(), l2 in 1u64..=20, divisor in 1u64..=4,
+        first in trace_strategy(20), second in trace_strategy(20),
+    ) {
+        let p2 = nested_policy(&p1, l2, divisor);
+        let admitted = run_switch(&p1, &p2, &first, &second, fixed_window::check, fixed_window::rescale);
+        let late: Vec<_> = admitted.iter().filter(|a| a.2).map(|a| p2.window_start(a.0)).collect();
+        for start in late {
+            let total: u64 = admitted.iter().filter(|a| p2.window_start(a.0) == start).map(|a| a.1).sum();
+            prop_assert!(total <= p2.limit(), "{} in the window at {}", total, start);
+        }
+    }
+
+    #[test]
+    fn sliding_log_never_exceeds_l_per_w(p in window_policy_strategy(), trace in trace_strategy(20)) {
+        let trace = capped(&p, trace);
+        let (admitted, log) = run(&trace, |s, now, cost| sliding_log::check(s, &p, now, cost));
+        prop_assert_eq!(worst_interval(&admitted, log_bound(&p)), None);
+        answers_are_exact(&log, |s, now, cost| sliding_log::check(s, &p, now, cost))?;
+    }
+
+    #[test]
+    fn sliding_log_backwards_clock_admits_nothing_extra(p in window_policy_strategy(), steps in backwards_strategy()) {
+        let steps: Vec<_> = steps.into_iter().map(|(g, b, c)| (g, b, c.min(p.limit()))).collect();
+        let admitted = run_backwards(&steps, |s, now, cost| sliding_log::check(s, &p, now, cost));
+        prop_assert_eq!(worst_interval(&admitted, log_bound(&p)), None);
+    }
+
+    /// After a policy change, any interval shorter than the new W that holds a request admitted
+    /// under the new policy holds at most the new L, counting what was admitted before. Not when
+    /// the window grows: the log has already forgotten what left the shorter window.
+    #[test]
+    fn sliding_log_policy_change_carries_the_entries(
+        p1 in window_policy_strategy(), p2 in window_policy_strategy(),
+        first in trace_strategy(20), second in trace_strategy(20),
+    ) {
+        prop_assume!(p2.window_ms() <= p1.window_ms());
+        let admitted = run_switch(&p1, &p2, &first, &second, sliding_log::check, sliding_log::rescale);
+        for (i, &(start, ..)) in admitted.iter().enumerate() {
+            let (mut total, mut late) = (0, false);
+            for &(at, cost, phase2) in &admitted[i..] {
+                if at - start >= p2.window_ns() {
+                    break;
+                }
+                total += cost;
+                late |= phase2;
+                prop_assert!(!late || total <= p2.limit(), "{} in [{}, {}]", total, start, at);
+            }
+        }
+    }
+
+    /// The overshoot bound (see `sliding_counter`): an interval shorter than W starting δ into an
+    /// aligned window whose count is p holds fewer than L + 1 + p·δ/W; so at most 2L.
+    #[test]
+    fn sliding_counter_overshoot_is_bounded(p in window_policy_strategy(), trace in trace_strategy(20)) {
+        let trace = capped(&p, trace);
+        let (admitted, log) = run(&trace, |s, now, cost| sliding_counter::check(s, &p, now, cost));
+        let counts = per_window(&p, &admitted);
+        let (w, l) = (u128::from(p.window_ns()), u128::from(p.limit()));
+        for (i, &(start, _)) in admitted.iter().enumerate() {
+            let window = p.window_start(start);
+            let (prev, delta) = (u128::from(counts[&window]), u128::from(start - window));
+            let mut total = 0u128;
+            for &(at, cost) in &admitted[i..] {
+                if at - start >= p.window_ns() {
+                    break;
+                }
+                total += u128::from(cost);
+                prop_assert!(total * w < (l + 1) * w + prev * delta, "{} in [{}, {}]", total, start, at);
+            }
+        }
+        prop_assert_eq!(worst_interval(&admitted, two_windows_bound(&p)), None);
+        answers_are_exact(&log, |s, now, cost| sliding_counter::check(s, &p, now, cost))?;
+    }
+
+    #[test]
+    fn sliding_counter_backwards_clock_admits_nothing_extra(p in window_policy_strategy(), steps in backwards_strategy()) {
+        let steps: Vec<_> = steps.into_iter().map(|(g, b, c)| (g, b, c.min(p.limit()))).collect();
+        let admitted = run_backwards(&steps, |s, now, cost| sliding_counter::check(s, &p, now, cost));
+        prop_assert_eq!(worst_interval(&admitted, two_windows_bound(&p)), None);
+    }
+
+    #[test]
+    fn sliding_counter_policy_change_carries_the_counts(
+        p1 in window_policy_strategy(), l2 in 1u64..=20, divisor in 1u64..=4,
+        first in trace_strategy(20), second in trace_strategy(20),
+    ) {
+        let p2 = nested_policy(&p1, l2, divisor);
+        let admitted = run_switch(&p1, &p2, &first, &second, sliding_counter::check, sliding_counter::rescale);
+        let late: Vec<_> = admitted.iter().filter(|a| a.2).map(|a| p2.window_start(a.0)).collect();
+        for start in late {
+            let total: u64 = admitted.iter().filter(|a| p2.window_start(a.0) == start).map(|a| a.1).sum();
+            prop_assert!(total <= p2.limit(), "{} in the window at {}", total, start);
+        }
     }
 }

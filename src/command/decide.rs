@@ -26,11 +26,16 @@ pub trait Algorithm {
     ) -> Outcome<Self::State>;
     /// The state carried over to a new policy.
     fn rescale(state: &Self::State, from: &Policy, to: &Policy, now_ns: u64) -> Self::State;
+    /// Refuses a policy this algorithm will not keep (checked before the key is opened).
+    fn accepts(_policy: &Policy) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 /// Runs one limiter command end to end.
 pub fn decide<A: Algorithm>(ctx: Ctx, args: Args<'_>) -> Result<Reply, Error> {
     let request = parse_request(args, A::OPTIONS)?;
+    A::accepts(&request.policy)?;
     let now_ns = clock::now_ns();
     // A peek (COST 0) opens read-only: it can neither create nor change the key.
     let mut key = Key::open(
@@ -111,8 +116,9 @@ fn expire_at_ms(now_ns: u64, decision: &Decision) -> u64 {
 }
 
 /// Declares a limiter command: the unit struct, its `Command` (flags, arity, key spec) and its
-/// `Algorithm` (which `AlgoState` variant and which pure functions). Every limiter command is the
-/// same glue around a different algorithm; only these names differ.
+/// `Algorithm` (which `AlgoState` variant and which pure functions, and optionally a function
+/// that refuses policies: `accepts: path`). Every limiter command is the same glue around a
+/// different algorithm; only these names differ.
 ///
 /// The short form is a `COST n` command decided by `$module::check`. The long form names the
 /// amount option, the arity and the decision function: `RL.LEASE` is the token bucket's state
@@ -122,12 +128,14 @@ macro_rules! limiter_command {
         $command:ident, $redis_name:literal, $summary:literal,
         algorithm: $algo_name:literal, burst: $burst:expr,
         state: $variant:ident($module:ident::$state:ident)
+        $(, accepts: $accepts:path)?
     ) => {
         $crate::command::decide::limiter_command!(
             $command, $redis_name, $summary,
             algorithm: $algo_name, burst: $burst,
             state: $variant($module::$state),
             amount: Cost, arity: -4, check: $crate::algo::$module::check
+            $(, accepts: $accepts)?
         );
     };
     (
@@ -135,6 +143,7 @@ macro_rules! limiter_command {
         algorithm: $algo_name:literal, burst: $burst:expr,
         state: $variant:ident($module:ident::$state:ident),
         amount: $amount:ident, arity: $arity:literal, check: $check:path
+        $(, accepts: $accepts:path)?
     ) => {
         pub struct $command;
 
@@ -190,6 +199,12 @@ macro_rules! limiter_command {
             ) -> Self::State {
                 $crate::algo::$module::rescale(state, from, to, now_ns)
             }
+
+            $(
+                fn accepts(policy: &$crate::algo::Policy) -> Result<(), $crate::error::Error> {
+                    $accepts(policy)
+                }
+            )?
         }
     };
 }

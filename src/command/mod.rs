@@ -5,10 +5,13 @@
 pub mod args;
 pub mod debug;
 pub mod decide;
+pub mod fixed_window;
 pub mod gcra;
 pub mod key;
 pub mod lease;
 pub mod refund;
+pub mod sliding_counter;
+pub mod sliding_log;
 pub mod token_bucket;
 
 pub mod setstate;

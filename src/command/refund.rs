@@ -9,11 +9,16 @@
 
 use super::args::Args;
 use super::decide::{persist_effect, Algorithm};
+use super::fixed_window::RlFixedWindow;
 use super::gcra::RlGcra;
 use super::key::Key;
+use super::sliding_counter::RlSlidingCounter;
+use super::sliding_log::RlSlidingLog;
 use super::token_bucket::RlTokenBucket;
 use super::{Command, Ctx, KeyAccess, Reply};
-use crate::algo::{gcra, token_bucket, Decision, Policy, MAX_LIMIT};
+use crate::algo::{
+    fixed_window, gcra, sliding_counter, sliding_log, token_bucket, Decision, Policy, MAX_LIMIT,
+};
 use crate::clock;
 use crate::error::Error;
 use crate::state::AlgoState;
@@ -42,9 +47,16 @@ impl Command for RlRefund {
             AlgoState::Gcra(s) => settle::<RlGcra>(s, &policy, now_ns, n, gcra::refund),
             AlgoState::TokenBucket(s) => {
                 settle::<RlTokenBucket>(s, &policy, now_ns, n, token_bucket::refund)
-            } // The window algorithms join here, one arm each, with their own pure refund:
-              // AlgoState::FixedWindow(s) => settle::<RlFixedWindow>(s, &policy, now_ns, n, fixed_window::refund),
-              // and likewise SlidingCounter and SlidingLog.
+            }
+            AlgoState::FixedWindow(s) => {
+                settle::<RlFixedWindow>(s, &policy, now_ns, n, fixed_window::refund)
+            }
+            AlgoState::SlidingCounter(s) => {
+                settle::<RlSlidingCounter>(s, &policy, now_ns, n, sliding_counter::refund)
+            }
+            AlgoState::SlidingLog(s) => {
+                settle::<RlSlidingLog>(s, &policy, now_ns, n, sliding_log::refund)
+            }
         };
         if refunded.changed {
             persist_effect(ctx, &mut key, name, now_ns, &refunded.after)?;

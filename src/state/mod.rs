@@ -8,7 +8,16 @@
 //! `[format u8][algorithm u8][L u64][W ms u64][B u64][algorithm state]`
 //! - 1 GCRA: `tat u128` (units of the stored policy).
 //! - 2 token bucket: `tokens u128` (units, at most the capacity), `last_ns u64`.
+//! - 3 sliding log: `base_ns u64`, `entries u32` (at most L), then `entries` packed words
+//!   `u64` (see `algo::sliding_log`: ordered, counts 1..=L summing to at most L, L <= 10^6).
+//! - 4 sliding counter: `start_ns u64` (a multiple of W), `prev u64`, `curr u64` (each <= L).
+//! - 5 fixed window: `start_ns u64` (a multiple of W), `count u64` (<= L).
+//!
+//! The window algorithms (3–5) store B = L.
 
+use crate::algo::fixed_window::FixedWindow;
+use crate::algo::sliding_counter::SlidingCounter;
+use crate::algo::sliding_log::SlidingLog;
 use crate::algo::{gcra::Gcra, token_bucket, token_bucket::TokenBucket, Policy};
 use crate::error::Error;
 
@@ -31,6 +40,9 @@ pub struct Limiter {
 pub enum AlgoState {
     Gcra(Gcra),
     TokenBucket(TokenBucket),
+    SlidingLog(SlidingLog),
+    SlidingCounter(SlidingCounter),
+    FixedWindow(FixedWindow),
 }
 
 impl AlgoState {
@@ -38,6 +50,9 @@ impl AlgoState {
         match self {
             AlgoState::Gcra(_) => 1,
             AlgoState::TokenBucket(_) => 2,
+            AlgoState::SlidingLog(_) => 3,
+            AlgoState::SlidingCounter(_) => 4,
+            AlgoState::FixedWindow(_) => 5,
         }
     }
 
@@ -46,6 +61,9 @@ impl AlgoState {
         match self {
             AlgoState::Gcra(_) => "GCRA",
             AlgoState::TokenBucket(_) => "token bucket",
+            AlgoState::SlidingLog(_) => "sliding log",
+            AlgoState::SlidingCounter(_) => "sliding counter",
+            AlgoState::FixedWindow(_) => "fixed window",
         }
     }
 }
@@ -54,7 +72,11 @@ impl Limiter {
     /// Heap bytes this limiter holds beyond its own struct, for `MEMORY USAGE`.
     pub fn heap_bytes(&self) -> usize {
         match &self.state {
-            AlgoState::Gcra(_) | AlgoState::TokenBucket(_) => 0,
+            AlgoState::SlidingLog(log) => log.heap_bytes(),
+            AlgoState::Gcra(_)
+            | AlgoState::TokenBucket(_)
+            | AlgoState::SlidingCounter(_)
+            | AlgoState::FixedWindow(_) => 0,
         }
     }
 
@@ -74,6 +96,24 @@ impl Limiter {
             AlgoState::TokenBucket(t) => {
                 out.extend_from_slice(&t.tokens.to_le_bytes());
                 out.extend_from_slice(&t.last_ns.to_le_bytes());
+            }
+            AlgoState::SlidingLog(log) => {
+                out.extend_from_slice(&log.base_ns().to_le_bytes());
+                // At most L <= 10^6 entries: always fits.
+                let entries = u32::try_from(log.words().len()).unwrap_or(u32::MAX);
+                out.extend_from_slice(&entries.to_le_bytes());
+                for word in log.words() {
+                    out.extend_from_slice(&word.to_le_bytes());
+                }
+            }
+            AlgoState::SlidingCounter(c) => {
+                for n in [c.start_ns, c.prev, c.curr] {
+                    out.extend_from_slice(&n.to_le_bytes());
+                }
+            }
+            AlgoState::FixedWindow(f) => {
+                out.extend_from_slice(&f.start_ns.to_le_bytes());
+                out.extend_from_slice(&f.count.to_le_bytes());
             }
         }
     }
@@ -105,6 +145,47 @@ impl Limiter {
                 }
                 AlgoState::TokenBucket(TokenBucket { tokens, last_ns })
             }
+            3..=5 if burst != limit => {
+                return Err(Error::BadState("window limiter with a burst"));
+            }
+            3 => {
+                let base_ns = r.u64()?;
+                let entries = u64::from(r.u32()?);
+                // Bounded before anything is allocated: at most L entries, all present.
+                if entries > limit || entries.saturating_mul(8) > r.0.len() as u64 {
+                    return Err(Error::BadState("sliding log entry count out of range"));
+                }
+                let words = (0..entries)
+                    .map(|_| r.u64())
+                    .collect::<Result<Vec<_>, _>>()?;
+                AlgoState::SlidingLog(
+                    SlidingLog::from_parts(&policy, base_ns, words).map_err(Error::BadState)?,
+                )
+            }
+            4 => {
+                let (start_ns, prev, curr) = (r.u64()?, r.u64()?, r.u64()?);
+                if !start_ns.is_multiple_of(policy.window_ns()) {
+                    return Err(Error::BadState("sliding counter window not aligned"));
+                }
+                if prev > limit || curr > limit {
+                    return Err(Error::BadState("sliding counter count above its limit"));
+                }
+                AlgoState::SlidingCounter(SlidingCounter {
+                    start_ns,
+                    prev,
+                    curr,
+                })
+            }
+            5 => {
+                let (start_ns, count) = (r.u64()?, r.u64()?);
+                if !start_ns.is_multiple_of(policy.window_ns()) {
+                    return Err(Error::BadState("fixed window not aligned"));
+                }
+                if count > limit {
+                    return Err(Error::BadState("fixed window count above its limit"));
+                }
+                AlgoState::FixedWindow(FixedWindow { start_ns, count })
+            }
             _ => return Err(Error::BadState("unknown algorithm")),
         };
         if !r.0.is_empty() {
@@ -131,6 +212,10 @@ impl Reader<'_> {
         Ok(self.take::<1>()?[0])
     }
 
+    fn u32(&mut self) -> Result<u32, Error> {
+        Ok(u32::from_le_bytes(self.take()?))
+    }
+
     fn u64(&mut self) -> Result<u64, Error> {
         Ok(u64::from_le_bytes(self.take()?))
     }
@@ -143,6 +228,8 @@ impl Reader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algo::props::{run, trace_strategy, window_policy_strategy, T0};
+    use crate::algo::{fixed_window, sliding_counter, sliding_log};
     use proptest::prelude::*;
 
     fn gcra() -> Limiter {
@@ -190,9 +277,194 @@ mod tests {
         );
     }
 
+    fn window(l: u64, w: u64) -> Policy {
+        Policy::new(l, w, l).unwrap()
+    }
+
+    const NS: u64 = 1_800_000_000_000_000_000;
+
+    /// One limiter of each window algorithm, as their own `check` leaves them.
+    fn window_limiters() -> Vec<Limiter> {
+        let p = window(10, 1000);
+        let log = sliding_log::check(None, &p, NS, 3).next.unwrap();
+        let log = sliding_log::check(Some(&log), &p, NS + 7, 2).next.unwrap();
+        vec![
+            Limiter {
+                policy: p,
+                state: AlgoState::SlidingLog(log),
+            },
+            Limiter {
+                policy: p,
+                state: AlgoState::SlidingCounter(SlidingCounter {
+                    start_ns: NS,
+                    prev: 10,
+                    curr: 4,
+                }),
+            },
+            Limiter {
+                policy: p,
+                state: AlgoState::FixedWindow(FixedWindow {
+                    start_ns: NS,
+                    count: 7,
+                }),
+            },
+        ]
+    }
+
+    #[test]
+    fn window_algorithms_round_trip() {
+        let sizes = [2 + 24 + 8 + 4 + 2 * 8, 2 + 24 + 24, 2 + 24 + 16];
+        for (limiter, size) in window_limiters().into_iter().zip(sizes) {
+            let mut buf = Vec::new();
+            limiter.encode(&mut buf);
+            assert_eq!(buf.len(), size, "{}", limiter.state.name());
+            assert_eq!(Limiter::decode(&buf), Ok(limiter.clone()));
+            for cut in 0..buf.len() {
+                assert!(Limiter::decode(&buf[..cut]).is_err(), "prefix of {cut}");
+            }
+            let mut long = buf.clone();
+            long.extend_from_slice(&[0; 8]);
+            assert!(Limiter::decode(&long).is_err(), "trailing bytes");
+        }
+    }
+
+    #[test]
+    fn window_algorithms_reject_nonsense() {
+        let [log, counter, fixed] = <[Limiter; 3]>::try_from(window_limiters()).unwrap();
+        // The encoding of `l` with the bytes at `at` replaced. The algorithm's fields start after
+        // [format][tag][L][W][B], at 26.
+        let edited = |l: &Limiter, at: usize, bytes: &[u8]| {
+            let mut buf = Vec::new();
+            l.encode(&mut buf);
+            buf[at..at + bytes.len()].copy_from_slice(bytes);
+            buf
+        };
+        let n = |n: u64| n.to_le_bytes();
+        let mut first_entry_count_0 = edited(&log, 34, &1u32.to_le_bytes());
+        first_entry_count_0.truncate(first_entry_count_0.len() - 8);
+        first_entry_count_0[38..46].copy_from_slice(&n(0));
+        let second_entry_first = {
+            let mut buf = Vec::new();
+            log.encode(&mut buf);
+            buf.copy_within(46..54, 38);
+            buf
+        };
+        let cases = [
+            (edited(&fixed, 18, &n(11)), "window limiter with a burst"),
+            (edited(&fixed, 26, &n(NS + 1)), "fixed window not aligned"),
+            (
+                edited(&fixed, 34, &n(11)),
+                "fixed window count above its limit",
+            ),
+            (
+                edited(&counter, 26, &n(NS + 5)),
+                "sliding counter window not aligned",
+            ),
+            (
+                edited(&counter, 34, &n(11)),
+                "sliding counter count above its limit",
+            ),
+            (
+                edited(&counter, 42, &n(11)),
+                "sliding counter count above its limit",
+            ),
+            (
+                edited(&log, 34, &11u32.to_le_bytes()),
+                "sliding log entry count out of range",
+            ),
+            (
+                edited(&log, 34, &u32::MAX.to_le_bytes()),
+                "sliding log entry count out of range",
+            ),
+            (
+                edited(&log, 38, &n(11)),
+                "sliding log total above its limit",
+            ),
+            (first_entry_count_0, "sliding log entry with count 0"),
+            (second_entry_first, "sliding log entries out of order"),
+        ];
+        for (bytes, why) in cases {
+            assert_eq!(Limiter::decode(&bytes), Err(Error::BadState(why)), "{why}");
+        }
+    }
+
+    /// The inline size of the enum: the window algorithms do not make every limiter bigger.
+    #[test]
+    fn state_stays_small() {
+        assert!(std::mem::size_of::<SlidingLog>() <= 24);
+        assert_eq!(
+            std::mem::size_of::<AlgoState>(),
+            std::mem::size_of::<TokenBucket>() + 16
+        );
+    }
+
+    /// Encodes, decodes, and checks the bytes are the only encoding of that state.
+    fn round_trips(limiter: Limiter) -> Result<(), TestCaseError> {
+        let mut buf = Vec::new();
+        limiter.encode(&mut buf);
+        prop_assert_eq!(Limiter::decode(&buf), Ok(limiter));
+        Ok(())
+    }
+
     proptest! {
+        /// Every state the window algorithms store, and every state a policy change carries
+        /// over, passes validation and round-trips.
         #[test]
-        fn decode_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..80)) {
+        fn window_states_round_trip(
+            p in window_policy_strategy(),
+            p2 in window_policy_strategy(),
+            trace in trace_strategy(20),
+        ) {
+            let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.limit()))).collect();
+            let end = T0 + trace.iter().map(|t| t.0).sum::<u64>();
+            let (_, steps) = run(&trace, |s, now, cost| sliding_log::check(s, &p, now, cost));
+            for log in steps.into_iter().filter_map(|s| s.before) {
+                let moved = sliding_log::rescale(&log, &p, &p2, end);
+                round_trips(Limiter { policy: p2, state: AlgoState::SlidingLog(moved) })?;
+                let refunded = sliding_log::refund(&log, &p, end, 2);
+                round_trips(Limiter { policy: p, state: AlgoState::SlidingLog(refunded) })?;
+                round_trips(Limiter { policy: p, state: AlgoState::SlidingLog(log) })?;
+            }
+            let (_, steps) = run(&trace, |s, now, cost| sliding_counter::check(s, &p, now, cost));
+            for c in steps.into_iter().filter_map(|s| s.before) {
+                let moved = sliding_counter::rescale(&c, &p, &p2, end);
+                round_trips(Limiter { policy: p2, state: AlgoState::SlidingCounter(moved) })?;
+                let refunded = sliding_counter::refund(&c, &p, end, 2);
+                round_trips(Limiter { policy: p, state: AlgoState::SlidingCounter(refunded) })?;
+                round_trips(Limiter { policy: p, state: AlgoState::SlidingCounter(c) })?;
+            }
+            let (_, steps) = run(&trace, |s, now, cost| fixed_window::check(s, &p, now, cost));
+            for f in steps.into_iter().filter_map(|s| s.before) {
+                let moved = fixed_window::rescale(&f, &p, &p2, end);
+                round_trips(Limiter { policy: p2, state: AlgoState::FixedWindow(moved) })?;
+                let refunded = fixed_window::refund(&f, &p, end, 2);
+                round_trips(Limiter { policy: p, state: AlgoState::FixedWindow(refunded) })?;
+                round_trips(Limiter { policy: p, state: AlgoState::FixedWindow(f) })?;
+            }
+        }
+
+        /// A mutated valid encoding either fails to decode or decodes to a state whose encoding
+        /// is exactly those bytes (one encoding per state: replicas compare bytes).
+        #[test]
+        fn mutated_encodings_are_refused_or_canonical(
+            which in 0usize..3,
+            at in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+        ) {
+            let limiter = window_limiters().swap_remove(which);
+            let mut buf = Vec::new();
+            limiter.encode(&mut buf);
+            let i = at.index(buf.len());
+            buf[i] = byte;
+            if let Ok(decoded) = Limiter::decode(&buf) {
+                let mut again = Vec::new();
+                decoded.encode(&mut again);
+                prop_assert_eq!(again, buf);
+            }
+        }
+
+        #[test]
+        fn decode_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..120)) {
             let _ = Limiter::decode(&bytes);
         }
     }

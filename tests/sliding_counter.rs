@@ -1,0 +1,182 @@
+//! RL.SLIDINGCOUNTER against a real server: exact replies at pinned times (the solved retry
+//! instant, rounded up), peeks, policy changes, a clock stepped back, every hostile input.
+
+mod support;
+use support::*;
+
+/// A server with the clock pinned at T0_MS, which is a multiple of 1000 ms (not of 60000).
+fn server() -> (Server, Connection) {
+    let s = Server::start();
+    let mut c = s.connect();
+    clock_set(&mut c, T0_MS);
+    (s, c)
+}
+
+const SC: [&str; 4] = ["RL.SLIDINGCOUNTER", "k", "10", "1000"];
+
+fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+    base.iter().chain(extra).copied().collect()
+}
+
+/// The seed's edge: a full window just before a boundary weighs 10 at the boundary and one less
+/// every 100 ms after it.
+#[test]
+fn exact_replies_at_pinned_times() {
+    let (_s, mut c) = server();
+    clock_advance(&mut c, 950);
+    // Fresh until both windows have passed: the next window still weighs this one.
+    assert_eq!(
+        rl(&mut c, &with(&SC, &["COST", "10"])),
+        [1, 10, 0, -1, 1050]
+    );
+    assert_eq!(pexpiretime(&mut c, "k"), (T0_MS + 2000) as i64);
+    clock_advance(&mut c, 50);
+    // At the boundary the estimate is exactly 10: denied, admitted 1 ns later (1 ms rounded up).
+    assert_eq!(rl(&mut c, &SC), [0, 10, 0, 1, 1000]);
+    clock_advance(&mut c, 250);
+    // Estimate 7.5: admitted; then 8.5, so 2 more would pass.
+    assert_eq!(rl(&mut c, &SC), [1, 10, 2, -1, 1750]);
+    // Cost 4 needs 8.5 − (weight lost) + 3 < 10: 10·(1 − e) + 1 + 3 < 10 from e = 400 ms + 1 ns.
+    assert_eq!(
+        rl(&mut c, &with(&SC, &["COST", "4"])),
+        [0, 10, 2, 151, 1750]
+    );
+    clock_advance(&mut c, 150);
+    assert_eq!(rl(&mut c, &with(&SC, &["COST", "4"])), [0, 10, 3, 1, 1600]);
+    clock_advance(&mut c, 1);
+    assert_eq!(rl(&mut c, &with(&SC, &["COST", "4"])), [1, 10, 0, -1, 1599]);
+    assert_eq!(pexpiretime(&mut c, "k"), (T0_MS + 3000) as i64);
+}
+
+#[test]
+fn windows_are_aligned_to_the_unix_epoch() {
+    let (_s, mut c) = server();
+    // T0_MS mod 60000 = 40000: this window ends in 20 s, and the next one still weighs it.
+    assert_eq!(
+        rl(&mut c, &["RL.SLIDINGCOUNTER", "m", "5", "60000"]),
+        [1, 5, 4, -1, 80_000]
+    );
+}
+
+#[test]
+fn peeks_change_nothing() {
+    let (_s, mut c) = server();
+    let peek = with(&SC, &["COST", "0"]);
+    assert_eq!(rl(&mut c, &peek), [1, 10, 10, -1, 0]);
+    assert_eq!(cmd(&mut c, &["EXISTS", "k"]).unwrap(), Value::Int(0));
+    rl(&mut c, &with(&SC, &["COST", "7"]));
+    let (before, at) = (dump(&mut c, "k"), pexpiretime(&mut c, "k"));
+    for _ in 0..3 {
+        assert_eq!(rl(&mut c, &peek), [1, 10, 3, -1, 2000]);
+    }
+    assert_eq!(dump(&mut c, "k"), before);
+    assert_eq!(pexpiretime(&mut c, "k"), at);
+}
+
+#[test]
+fn a_denial_writes_nothing() {
+    let (_s, mut c) = server();
+    let d = ["RL.SLIDINGCOUNTER", "d", "1", "60000"];
+    rl(&mut c, &d);
+    let (before, at) = (dump(&mut c, "d"), pexpiretime(&mut c, "d"));
+    for _ in 0..5 {
+        clock_advance(&mut c, 10);
+        assert_eq!(rl(&mut c, &d)[0], 0);
+    }
+    assert_eq!(dump(&mut c, "d"), before);
+    assert_eq!(pexpiretime(&mut c, "d"), at);
+}
+
+#[test]
+fn new_policy_applies_at_once_and_carries_the_counts() {
+    let (_s, mut c) = server();
+    clock_advance(&mut c, 250);
+    rl(
+        &mut c,
+        &["RL.SLIDINGCOUNTER", "p", "10", "1000", "COST", "6"],
+    );
+    // Limit 20, same windows: the 6 spent carry over.
+    assert_eq!(
+        rl(&mut c, &["RL.SLIDINGCOUNTER", "p", "20", "1000"]),
+        [1, 20, 13, -1, 1750]
+    );
+    // 5 per 500 ms: the 7 may all lie in [T0, T0 + 500), a full window (kept at 5). The next
+    // window weighs it 5 at its start: denied until 1 ns after it.
+    assert_eq!(
+        rl(&mut c, &["RL.SLIDINGCOUNTER", "p", "5", "500"]),
+        [0, 5, 0, 251, 750]
+    );
+}
+
+#[test]
+fn clock_backwards_never_restarts_the_window() {
+    let (_s, mut c) = server();
+    clock_advance(&mut c, 1500);
+    assert_eq!(
+        rl(&mut c, &with(&SC, &["COST", "10"])),
+        [1, 10, 0, -1, 1500]
+    );
+    // Back into the previous window: the stored window counts as just begun.
+    clock_advance(&mut c, -1300);
+    assert_eq!(rl(&mut c, &SC), [0, 10, 0, 1801, 2800]);
+}
+
+#[test]
+fn a_key_keeps_its_algorithm() {
+    let (_s, mut c) = server();
+    rl(&mut c, &SC);
+    rl(&mut c, &["RL.SLIDINGLOG", "l", "10", "1000"]);
+    let e = err(&mut c, &["RL.FIXEDWINDOW", "k", "10", "1000"]);
+    assert_eq!(e, "WRONGTYPE the key holds a sliding counter limiter, not a fixed window limiter; use another key or DEL it");
+    let e = err(
+        &mut c,
+        &["RL.SLIDINGCOUNTER", "l", "10", "1000", "COST", "0"],
+    );
+    assert_eq!(e, "WRONGTYPE the key holds a sliding log limiter, not a sliding counter limiter; use another key or DEL it");
+}
+
+#[test]
+fn hostile_inputs_are_clear_errors_and_change_nothing() {
+    let (_s, mut c) = server();
+    rl(&mut c, &SC);
+    let before = dump(&mut c, "k");
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            with(&SC, &["BURST", "5"]),
+            "ERR unknown option 'BURST'; expected COST",
+        ),
+        (
+            vec!["RL.SLIDINGCOUNTER", "k", "abc", "1000"],
+            "ERR invalid L 'abc'",
+        ),
+        (
+            vec!["RL.SLIDINGCOUNTER", "k", "10", "-5"],
+            "ERR invalid W '-5'",
+        ),
+        (
+            with(&SC, &["COST", "11"]),
+            "ERR COST 11 can never be admitted: it exceeds the capacity 10",
+        ),
+        (
+            with(&SC, &["COST", "2", "COST", "1"]),
+            "ERR option COST given more than once",
+        ),
+        (with(&SC, &["COST"]), "ERR option COST needs a value"),
+        (vec!["RL.SLIDINGCOUNTER", "k"], "wrong number of arguments"),
+    ];
+    for (words, expected) in cases {
+        let e = err(&mut c, &words);
+        assert!(e.contains(expected), "{words:?}: {e}");
+    }
+    assert_eq!(dump(&mut c, "k"), before);
+    // The largest policy keeps its arithmetic exact.
+    let max = "1000000000000";
+    assert_eq!(
+        rl(&mut c, &["RL.SLIDINGCOUNTER", "big", max, max, "COST", max])[0],
+        1
+    );
+    assert_eq!(
+        rl(&mut c, &["RL.SLIDINGCOUNTER", "big", max, max])[..3],
+        [0, 1_000_000_000_000, 0]
+    );
+}
