@@ -9,6 +9,9 @@ use std::time::{Duration, Instant};
 
 pub use redis::{Connection, Value};
 
+pub mod cluster;
+pub mod limiters;
+
 /// A far-future instant for the debug clock (2096): keys' absolute expiries then lie beyond
 /// the server's real clock, so Redis never expires them during a test.
 pub const T0_MS: u64 = 4_000_000_000_000;
@@ -52,18 +55,25 @@ impl Server {
     /// `extra` are redis-server options (`["--appendonly", "yes"]`); `module_args` are appended
     /// to the module's load arguments.
     pub fn with(extra: &[&str], module_args: &[&str]) -> Server {
+        Server::on_port(free_port(), extra, module_args).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A server on the given port; `Err` (with the log) when it did not start, e.g. because
+    /// another process took the port meanwhile (cluster nodes pick their ports themselves: the
+    /// cluster bus needs port+10000 too).
+    pub fn on_port(port: u16, extra: &[&str], module_args: &[&str]) -> Result<Server, String> {
         let mut server = Server {
-            port: free_port(),
+            port,
             dir: tempdir::Dir::new(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             module_args: module_args.iter().map(|s| s.to_string()).collect(),
             child: None,
         };
-        server.spawn();
-        server
+        server.spawn()?;
+        Ok(server)
     }
 
-    fn spawn(&mut self) {
+    fn spawn(&mut self) -> Result<(), String> {
         let mut args: Vec<String> = vec![
             "--port".into(),
             self.port.to_string(),
@@ -95,28 +105,29 @@ impl Server {
                 "redis-server not found: run scripts/install-deps (apt-get install redis-server)",
             );
         self.child = Some(child);
-        self.wait_ready();
+        self.wait_ready()
     }
 
-    fn wait_ready(&mut self) {
+    fn wait_ready(&mut self) -> Result<(), String> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Ok(mut c) = self.try_connect() {
                 let loading: Result<String, _> = redis::cmd("PING").query(&mut c);
                 if loading.is_ok() {
-                    return;
+                    return Ok(());
                 }
             }
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
-                    panic!("redis-server exited ({status}); log:\n{}", self.log());
+                    return Err(format!(
+                        "redis-server exited ({status}); log:\n{}",
+                        self.log()
+                    ));
                 }
             }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not start; log:\n{}",
-                self.log()
-            );
+            if Instant::now() >= deadline {
+                return Err(format!("redis-server did not start; log:\n{}", self.log()));
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -142,7 +153,7 @@ impl Server {
         if let Some(mut child) = self.child.take() {
             let _ = child.wait();
         }
-        self.spawn();
+        self.spawn().unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// Kills the server at once (no save), as a crash would.
