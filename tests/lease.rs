@@ -4,13 +4,6 @@
 mod support;
 use support::*;
 
-fn server() -> (Server, Connection) {
-    let s = Server::start();
-    let mut c = s.connect();
-    clock_set(&mut c, T0_MS);
-    (s, c)
-}
-
 #[test]
 fn partial_grants_and_an_empty_bucket() {
     let (_s, mut c) = server();

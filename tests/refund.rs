@@ -4,13 +4,6 @@
 mod support;
 use support::*;
 
-fn server() -> (Server, Connection) {
-    let s = Server::start();
-    let mut c = s.connect();
-    clock_set(&mut c, T0_MS);
-    (s, c)
-}
-
 fn refund(c: &mut Connection, key: &str, n: &str) -> [i64; 5] {
     rl(c, &["RL.REFUND", key, n])
 }

@@ -5,13 +5,6 @@ mod support;
 use support::*;
 
 /// A server with the clock pinned at T0_MS, which is a multiple of 1000 ms (not of 60000).
-fn server() -> (Server, Connection) {
-    let s = Server::start();
-    let mut c = s.connect();
-    clock_set(&mut c, T0_MS);
-    (s, c)
-}
-
 const SC: [&str; 4] = ["RL.SLIDINGCOUNTER", "k", "10", "1000"];
 
 fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {

@@ -5,13 +5,6 @@
 mod support;
 use support::*;
 
-fn server() -> (Server, Connection) {
-    let s = Server::start();
-    let mut c = s.connect();
-    clock_set(&mut c, T0_MS);
-    (s, c)
-}
-
 const SL: [&str; 4] = ["RL.SLIDINGLOG", "k", "10", "1000"];
 
 fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {

@@ -178,6 +178,15 @@ impl Drop for Server {
     }
 }
 
+/// A server with its module clock pinned at `T0_MS`, and a connection to it: where most tests
+/// start.
+pub fn server() -> (Server, Connection) {
+    let s = Server::start();
+    let mut c = s.connect();
+    clock_set(&mut c, T0_MS);
+    (s, c)
+}
+
 /// Sends a command given as words; panics on a connection error, returns Redis errors.
 pub fn cmd(c: &mut Connection, words: &[&str]) -> redis::RedisResult<Value> {
     let mut command = redis::cmd(words[0]);
