@@ -15,7 +15,10 @@ fn exact_replies_at_pinned_times() {
     let (_s, mut c) = server();
     let tb = ["RL.TOKENBUCKET", "k", "10", "1000"];
     assert_eq!(rl(&mut c, &tb), [1, 10, 9, -1, 100]);
-    assert_eq!(rl(&mut c, &["RL.TOKENBUCKET", "k", "10", "1000", "COST", "9"]), [1, 10, 0, -1, 1000]);
+    assert_eq!(
+        rl(&mut c, &["RL.TOKENBUCKET", "k", "10", "1000", "COST", "9"]),
+        [1, 10, 0, -1, 1000]
+    );
     assert_eq!(rl(&mut c, &tb), [0, 10, 0, 100, 1000]);
     assert_eq!(pexpiretime(&mut c, "k"), (T0_MS + 1000) as i64);
     clock_advance(&mut c, 99);
@@ -24,9 +27,21 @@ fn exact_replies_at_pinned_times() {
     assert_eq!(rl(&mut c, &tb), [1, 10, 0, -1, 1000]);
     // Peek: like cost 1, spends nothing; on a fresh key creates nothing.
     clock_advance(&mut c, 350);
-    assert_eq!(rl(&mut c, &["RL.TOKENBUCKET", "k", "10", "1000", "COST", "0"]), [1, 10, 3, -1, 650]);
-    assert_eq!(rl(&mut c, &["RL.TOKENBUCKET", "k", "10", "1000", "COST", "0"]), [1, 10, 3, -1, 650]);
-    assert_eq!(rl(&mut c, &["RL.TOKENBUCKET", "new", "10", "1000", "COST", "0"]), [1, 10, 10, -1, 0]);
+    assert_eq!(
+        rl(&mut c, &["RL.TOKENBUCKET", "k", "10", "1000", "COST", "0"]),
+        [1, 10, 3, -1, 650]
+    );
+    assert_eq!(
+        rl(&mut c, &["RL.TOKENBUCKET", "k", "10", "1000", "COST", "0"]),
+        [1, 10, 3, -1, 650]
+    );
+    assert_eq!(
+        rl(
+            &mut c,
+            &["RL.TOKENBUCKET", "new", "10", "1000", "COST", "0"]
+        ),
+        [1, 10, 10, -1, 0]
+    );
     assert_eq!(cmd(&mut c, &["EXISTS", "new"]).unwrap(), Value::Int(0));
 }
 
@@ -56,8 +71,23 @@ fn decides_exactly_like_gcra_on_a_long_trace() {
         let cost = (next() % 6).to_string();
         let gap = [0, 0, 1, 7, 33, 100, 250, 1500][(next() % 8) as usize];
         clock_advance(&mut c, gap);
-        let g = rl(&mut c, &["RL.GCRA", "g", "7", "1000", "BURST", "12", "COST", &cost]);
-        let t = rl(&mut c, &["RL.TOKENBUCKET", "t", "7", "1000", "BURST", "12", "COST", &cost]);
+        let g = rl(
+            &mut c,
+            &["RL.GCRA", "g", "7", "1000", "BURST", "12", "COST", &cost],
+        );
+        let t = rl(
+            &mut c,
+            &[
+                "RL.TOKENBUCKET",
+                "t",
+                "7",
+                "1000",
+                "BURST",
+                "12",
+                "COST",
+                &cost,
+            ],
+        );
         assert_eq!(g, t, "step {step}");
     }
 }
@@ -70,7 +100,10 @@ fn a_key_keeps_its_algorithm() {
     let e = err(&mut c, &["RL.TOKENBUCKET", "g", "10", "1000"]);
     assert_eq!(e, "WRONGTYPE the key holds a GCRA limiter, not a token bucket limiter; use another key or DEL it");
     let e = err(&mut c, &["RL.GCRA", "t", "10", "1000", "COST", "0"]);
-    assert!(e.starts_with("WRONGTYPE the key holds a token bucket limiter, not a GCRA limiter"), "{e}");
+    assert!(
+        e.starts_with("WRONGTYPE the key holds a token bucket limiter, not a GCRA limiter"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -78,8 +111,14 @@ fn hostile_inputs() {
     let (_s, mut c) = server();
     for (words, expected) in [
         (&["RL.TOKENBUCKET", "k", "x", "1"][..], "ERR invalid L 'x'"),
-        (&["RL.TOKENBUCKET", "k", "1", "1", "BURST", "1", "COST", "2"], "ERR COST 2 can never be admitted"),
-        (&["RL.TOKENBUCKET", "k", "1", "1", "WANT", "2"], "ERR unknown option 'WANT'"),
+        (
+            &["RL.TOKENBUCKET", "k", "1", "1", "BURST", "1", "COST", "2"],
+            "ERR COST 2 can never be admitted",
+        ),
+        (
+            &["RL.TOKENBUCKET", "k", "1", "1", "WANT", "2"],
+            "ERR unknown option 'WANT'",
+        ),
         (&["RL.TOKENBUCKET", "k", "1"], "wrong number of arguments"),
     ] {
         let e = err(&mut c, words);
