@@ -38,21 +38,23 @@ pub fn decide<A: Algorithm>(ctx: Ctx, args: Args<'_>) -> Result<Reply, Error> {
         request.key,
         request.amount > 0 || A::OPTIONS.amount == super::args::Amount::Want,
     );
-    let (decision, changed) = match key.limiter(A::NAME)? {
+    // After a change: the new state and its absolute expiry go to replicas and the AOF (queued
+    // by RM_Replicate, sent after the command), then the key gets the same expiry. The limiter
+    // is replicated from the reference at hand: no second lookup of the key's value.
+    let decision = match key.limiter(A::NAME)? {
         None => {
             let Outcome { decision, next } =
                 A::check(None, &request.policy, now_ns, request.amount);
-            let changed = match next {
-                Some(state) => {
-                    key.store(Limiter {
-                        policy: request.policy,
-                        state: A::wrap(state),
-                    })?;
-                    true
-                }
-                None => false,
-            };
-            (decision, changed)
+            if let Some(state) = next {
+                let limiter = key.store(Limiter {
+                    policy: request.policy,
+                    state: A::wrap(state),
+                })?;
+                let at = expire_at_ms(now_ns, &decision);
+                replicate_state(ctx, request.key, limiter, at);
+                key.expire_at(Some(at));
+            }
+            decision
         }
         Some(limiter) => {
             let held = limiter.state.name();
@@ -67,24 +69,16 @@ pub fn decide<A: Algorithm>(ctx: Ctx, args: Args<'_>) -> Result<Reply, Error> {
                 let carried = A::rescale(state, &limiter.policy, &request.policy, now_ns);
                 A::check(Some(&carried), &request.policy, now_ns, request.amount)
             };
-            let changed = match next {
-                Some(next) => {
-                    *state = next;
-                    limiter.policy = request.policy;
-                    true
-                }
-                None => false,
-            };
-            (decision, changed)
+            if let Some(next) = next {
+                *state = next;
+                limiter.policy = request.policy;
+                let at = expire_at_ms(now_ns, &decision);
+                replicate_state(ctx, request.key, limiter, at);
+                key.expire_at(Some(at));
+            }
+            decision
         }
     };
-    if changed {
-        let expire_at_ms = expire_at_ms(now_ns, &decision);
-        key.expire_at(Some(expire_at_ms));
-        if let Some(limiter) = key.limiter(A::NAME)? {
-            replicate_state(ctx, request.key, limiter, expire_at_ms);
-        }
-    }
     Ok(Reply::decision(&decision))
 }
 
