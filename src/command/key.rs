@@ -60,18 +60,12 @@ impl Key {
         }
     }
 
-    /// Stores a new limiter in an empty key, or replaces the one stored; returns it as stored.
-    pub fn store(&mut self, limiter: Limiter) -> Result<&mut Limiter, Error> {
-        if self.limiter("rate")?.is_none() {
-            return self.create(limiter);
+    /// Stores a new limiter in an empty key, or replaces the one stored.
+    pub fn store(&mut self, limiter: Limiter) -> Result<(), Error> {
+        if let Some(existing) = self.limiter("rate")? {
+            *existing = limiter;
+            return Ok(());
         }
-        let existing = self.limiter("rate")?.ok_or(Error::Internal)?;
-        *existing = limiter;
-        Ok(existing)
-    }
-
-    /// Stores a limiter in a key known to be empty (just checked by `limiter`).
-    fn create(&mut self, limiter: Limiter) -> Result<&mut Limiter, Error> {
         let value = Box::into_raw(Box::new(limiter));
         // SAFETY: ptr is a key opened for writing; on success Redis owns `value` and frees it
         // through the type's free callback.
@@ -85,8 +79,7 @@ impl Key {
             drop(unsafe { Box::from_raw(value) });
             return Err(Error::Internal);
         }
-        // SAFETY: the key now holds `value` and keeps it at least while it stays open.
-        unsafe { value.as_mut() }.ok_or(Error::Internal)
+        Ok(())
     }
 
     /// Sets the key to expire at an absolute instant (ms since the epoch), or never.
