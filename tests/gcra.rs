@@ -19,12 +19,30 @@ fn exact_replies_at_pinned_times() {
         assert_eq!(rl(&mut c, &gcra), [1, 10, 10 - i, -1, 100 * i]);
     }
     assert_eq!(rl(&mut c, &gcra), [0, 10, 0, 100, 1000]);
-    // The key lives exactly until the limiter is full again.
+    // The key lives until the limiter is full again.
     assert_eq!(pexpiretime(&mut c, "k"), (T0_MS + 1000) as i64);
     clock_advance(&mut c, 99);
     assert_eq!(rl(&mut c, &gcra), [0, 10, 0, 1, 901]);
     clock_advance(&mut c, 1);
     assert_eq!(rl(&mut c, &gcra), [1, 10, 0, -1, 1000]);
+}
+
+#[test]
+fn the_ttl_is_reset_after_but_at_least_one_second() {
+    let (_s, mut c) = server();
+    // reset_after 5000 ms: the key lives exactly that long.
+    assert_eq!(rl(&mut c, &["RL.GCRA", "long", "1", "5000"])[4], 5000);
+    assert_eq!(pexpiretime(&mut c, "long"), (T0_MS + 5000) as i64);
+    // reset_after 10 ms: the key lives 1 s, so a client calling a few times a second does not
+    // delete and recreate it on every request.
+    assert_eq!(rl(&mut c, &["RL.GCRA", "short", "100", "1000"])[4], 10);
+    assert_eq!(pexpiretime(&mut c, "short"), (T0_MS + 1000) as i64);
+    clock_advance(&mut c, 999);
+    assert_eq!(
+        rl(&mut c, &["RL.GCRA", "short", "100", "1000"]),
+        [1, 100, 99, -1, 10]
+    );
+    assert_eq!(pexpiretime(&mut c, "short"), (T0_MS + 999 + 1000) as i64);
 }
 
 #[test]

@@ -86,9 +86,13 @@ fn denials_and_peeks_propagate_nothing() {
 #[test]
 fn the_stream_carries_state_with_an_absolute_expiry() {
     let (_ms, _rs, mut m, mut r) = pair();
-    rl(&mut m, &["RL.GCRA", "s", "10", "1000"]);
+    // reset_after 2000 ms, above the 1 s minimum TTL: the expiry is the master's clock + 2000.
+    rl(
+        &mut m,
+        &["RL.GCRA", "s", "1", "1000", "BURST", "2", "COST", "2"],
+    );
     sync(&mut m);
-    assert_eq!(pexpiretime(&mut r, "s"), (T0_MS + 100) as i64);
+    assert_eq!(pexpiretime(&mut r, "s"), (T0_MS + 2000) as i64);
     assert_eq!(dump(&mut r, "s"), dump(&mut m, "s"));
 }
 

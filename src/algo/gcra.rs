@@ -13,7 +13,12 @@
 use super::{rescale_units, Decision, Outcome, Policy};
 
 /// Stored state: the theoretical arrival time, in units of the policy it was decided under.
+///
+/// `repr(C, packed(8))`: the u128 aligned to 8 bytes rather than 16, so the stored limiter has no
+/// padding (48 bytes instead of 80, see `state::Limiter`). Read the field by value
+/// (`{ g.tat }`); the compiler refuses a reference to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, packed(8))]
 pub struct Gcra {
     pub tat: u128,
 }

@@ -8,7 +8,12 @@
 use super::{rescale_units, Decision, Outcome, Policy};
 
 /// Stored state: the balance at the last refill, and when that was.
+///
+/// `repr(C, packed(8))`: the u128 aligned to 8 bytes rather than 16, so this is 24 bytes, not 32,
+/// and the stored limiter has no padding (see `state::Limiter`). Read the fields by value
+/// (`{ t.tokens }`); the compiler refuses a reference to `tokens`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, packed(8))]
 pub struct TokenBucket {
     /// Balance in units of the stored policy; never above its capacity.
     pub tokens: u128,

@@ -35,6 +35,11 @@ pub struct Limiter {
     pub state: AlgoState,
 }
 
+// A key's value is one allocation of a `Limiter`, so its size is memory per key: 48 bytes is a
+// jemalloc size class (it was 80 before the policy was packed and the u128 states aligned to 8).
+// An algorithm state larger than 24 bytes inline would push it to the next class, 64.
+const _: () = assert!(std::mem::size_of::<Limiter>() <= 48);
+
 /// The algorithm's state, tagged by algorithm. A key keeps its algorithm for life.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AlgoState {
