@@ -19,7 +19,8 @@ fn exact_replies_at_pinned_times() {
     assert_eq!(rl(&mut c, &with(&FW, &["COST", "9"])), [1, 10, 0, -1, 750]);
     // Full until the window ends: retry and reset are both the boundary.
     assert_eq!(rl(&mut c, &FW), [0, 10, 0, 750, 750]);
-    assert_eq!(pexpiretime(&mut c, "k"), (T0_MS + 1000) as i64);
+    // reset_after 750 ms: the key lives the minimum TTL, 1 s.
+    assert_eq!(pexpiretime(&mut c, "k"), (T0_MS + 250 + 1000) as i64);
     clock_advance(&mut c, 749);
     assert_eq!(rl(&mut c, &FW), [0, 10, 0, 1, 1]);
     clock_advance(&mut c, 1);

@@ -13,10 +13,12 @@ fn token_bucket_comes_back_capped_at_its_capacity() {
     let (_s, mut c) = server();
     rl(&mut c, &["RL.TOKENBUCKET", "t", "10", "1000", "COST", "6"]);
     assert_eq!(refund(&mut c, "t", "2"), [2, 10, 6, -1, 400]);
-    assert_eq!(pexpiretime(&mut c, "t"), (T0_MS + 400) as i64);
-    // Only 4 fit: 4 are given back, the key is full (it expires in 1 ms, like a fresh limiter).
+    // reset_after 400 ms: the key lives the minimum TTL, 1 s.
+    assert_eq!(pexpiretime(&mut c, "t"), (T0_MS + 1000) as i64);
+    // Only 4 fit: 4 are given back, the key is full (it lives the minimum TTL, like a fresh
+    // limiter).
     assert_eq!(refund(&mut c, "t", "100"), [4, 10, 10, -1, 0]);
-    assert_eq!(pexpiretime(&mut c, "t"), (T0_MS + 1) as i64);
+    assert_eq!(pexpiretime(&mut c, "t"), (T0_MS + 1000) as i64);
     // Already full: nothing given back, nothing written.
     let before = dump(&mut c, "t");
     assert_eq!(refund(&mut c, "t", "1"), [0, 10, 10, -1, 0]);
@@ -36,7 +38,7 @@ fn gcra_moves_back_never_before_now() {
     let (_s, mut c) = server();
     rl(&mut c, &["RL.GCRA", "g", "10", "1000", "COST", "6"]);
     assert_eq!(refund(&mut c, "g", "2"), [2, 10, 6, -1, 400]);
-    assert_eq!(pexpiretime(&mut c, "g"), (T0_MS + 400) as i64);
+    assert_eq!(pexpiretime(&mut c, "g"), (T0_MS + 1000) as i64);
     assert_eq!(refund(&mut c, "g", "1000000000000"), [4, 10, 10, -1, 0]);
     // Never before now: the arrival time stops at now, exactly where a key that spent one token
     // and got it back stands (not 10^12 intervals in the past, which would bank credit).

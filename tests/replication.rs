@@ -126,7 +126,7 @@ fn zero_grants_and_refunds_that_change_nothing_propagate_nothing() {
     assert!(offset(&mut m) > before);
     sync(&mut m);
     assert_eq!(dump(&mut r, "z"), dump(&mut m, "z"));
-    assert_eq!(pexpiretime(&mut r, "z"), (T0_MS + 1) as i64);
+    assert_eq!(pexpiretime(&mut r, "z"), (T0_MS + 1000) as i64);
 }
 
 #[test]

@@ -188,13 +188,13 @@ mod tests {
         let p = policy(10, 1000, 10);
         let s = check(None, &p, T0, 6).next.unwrap();
         let back = refund(&s, &p, T0, 2);
-        assert_eq!(back.tat, s.tat - 2 * p.units_per_token());
+        assert_eq!({ back.tat }, { s.tat } - 2 * p.units_per_token());
         assert_eq!(check(Some(&back), &p, T0, 0).decision.remaining, 6);
         // More than was spent: back to now (full), not before it.
-        assert_eq!(refund(&s, &p, T0, 100).tat, p.units_at(T0));
+        assert_eq!({ refund(&s, &p, T0, 100).tat }, p.units_at(T0));
         // 200 ms later, 2 of the 6 came back by themselves: a refund of 5 fills it.
         assert_eq!(
-            refund(&s, &p, T0 + 200 * MS, 5).tat,
+            { refund(&s, &p, T0 + 200 * MS, 5).tat },
             p.units_at(T0 + 200 * MS)
         );
         // A tat already in the past never moves forward.

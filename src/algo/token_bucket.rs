@@ -177,7 +177,7 @@ mod tests {
         let back = refund(&s, &p, T0, 2);
         assert_eq!(check(Some(&back), &p, T0, 0).decision.remaining, 6);
         let full = refund(&s, &p, T0 + 50 * MS, 100);
-        assert_eq!(full.tokens, capacity(&p));
+        assert_eq!({ full.tokens }, capacity(&p));
         assert_eq!(full.last_ns, T0 + 50 * MS);
         // Already full (here by refill): nothing changes, nothing to store.
         assert_eq!(refund(&s, &p, T0 + 600 * MS, 1), s);
