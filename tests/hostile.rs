@@ -110,7 +110,11 @@ fn state_blob(rng: &mut Rng) -> Vec<u8> {
 /// Arguments in the command's own shape, with sensible values and now and then a wrong one.
 fn well_formed(call: &mut redis::Cmd, command: &str, rng: &mut Rng) {
     let value = |rng: &mut Rng| {
-        let values = if rng.next() % 8 == 0 { WORDS } else { GOOD };
+        let values = if rng.next().is_multiple_of(8) {
+            WORDS
+        } else {
+            GOOD
+        };
         rng.pick(values)
     };
     match command {
@@ -118,7 +122,7 @@ fn well_formed(call: &mut redis::Cmd, command: &str, rng: &mut Rng) {
             call.arg(value(rng));
         }
         "RL.SETSTATE" => {
-            if rng.next() % 2 == 0 {
+            if rng.next().is_multiple_of(2) {
                 call.arg("PXAT").arg(value(rng));
             }
         }
@@ -126,12 +130,12 @@ fn well_formed(call: &mut redis::Cmd, command: &str, rng: &mut Rng) {
             call.arg(value(rng)).arg(value(rng));
             let lease = command == "RL.LEASE";
             let bucket = lease || command == "RL.GCRA" || command == "RL.TOKENBUCKET";
-            if bucket && rng.next() % 2 == 0 {
+            if bucket && rng.next().is_multiple_of(2) {
                 call.arg("BURST").arg(value(rng));
             }
             if lease {
                 call.arg("WANT").arg(value(rng));
-            } else if rng.next() % 2 == 0 {
+            } else if rng.next().is_multiple_of(2) {
                 call.arg("COST").arg(value(rng));
             }
         }
@@ -160,7 +164,7 @@ fn random_arguments_never_panic_or_crash() {
         if command == "RL.SETSTATE" {
             call.arg(state_blob(&mut rng));
         }
-        if rng.next() % 3 != 0 {
+        if !rng.next().is_multiple_of(3) {
             well_formed(&mut call, command, &mut rng);
         } else {
             for _ in 0..rng.next() % 7 {
