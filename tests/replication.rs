@@ -158,3 +158,52 @@ fn window_limiter_denials_and_peeks_propagate_nothing() {
         assert_eq!(dump(&mut r, command), dump(&mut m, command));
     }
 }
+
+/// Inside MULTI and Lua scripts the commands decide as anywhere else, and what reaches the
+/// replica is still the effect: it ends byte-identical, on its own clock hours away.
+#[test]
+fn transactions_and_scripts_replicate_effects() {
+    let (_ms, _rs, mut m, mut r) = pair();
+    let replies: Vec<Vec<i64>> = redis::pipe()
+        .atomic()
+        .cmd("RL.GCRA")
+        .arg("tx:g")
+        .arg(2)
+        .arg(1000)
+        .cmd("RL.GCRA")
+        .arg("tx:g")
+        .arg(2)
+        .arg(1000)
+        .cmd("RL.GCRA")
+        .arg("tx:g")
+        .arg(2)
+        .arg(1000)
+        .cmd("RL.SLIDINGLOG")
+        .arg("tx:l")
+        .arg(5)
+        .arg(60000)
+        .arg("COST")
+        .arg(3)
+        .cmd("RL.LEASE")
+        .arg("tx:t")
+        .arg(10)
+        .arg(1000)
+        .arg("WANT")
+        .arg(4)
+        .query(&mut m)
+        .unwrap();
+    let allowed: Vec<i64> = replies.iter().map(|r| r[0]).collect();
+    assert_eq!(allowed, [1, 1, 0, 1, 4]);
+    let script = "local a = redis.call('RL.FIXEDWINDOW', KEYS[1], 1, 60000) \
+                  local b = redis.call('RL.FIXEDWINDOW', KEYS[1], 1, 60000) \
+                  return {a[1], b[1]}";
+    let got: Vec<i64> = redis::cmd("EVAL")
+        .arg(script)
+        .arg(1)
+        .arg("lua:f")
+        .query(&mut m)
+        .unwrap();
+    assert_eq!(got, [1, 0]);
+    sync(&mut m);
+    assert_eq!(snapshot(&mut m), snapshot(&mut r));
+}
