@@ -3,13 +3,6 @@
 mod support;
 use support::*;
 
-fn server() -> (Server, Connection) {
-    let s = Server::start();
-    let mut c = s.connect();
-    clock_set(&mut c, T0_MS);
-    (s, c)
-}
-
 #[test]
 fn exact_replies_at_pinned_times() {
     let (_s, mut c) = server();
