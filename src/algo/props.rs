@@ -128,6 +128,26 @@ pub fn run<S: Clone>(
     (admitted, steps)
 }
 
+/// Runs requests (offset from T0 in ns, cost) through `check`, keeping each admitted state;
+/// returns every decision and the final state. Offsets need not grow: the clock may step back.
+pub fn run_at<S>(
+    reqs: &[(u64, u64)],
+    check: impl Fn(Option<&S>, u64, u64) -> Outcome<S>,
+) -> (Vec<Decision>, Option<S>) {
+    let mut state = None;
+    let decisions = reqs
+        .iter()
+        .map(|&(at, cost)| {
+            let out = check(state.as_ref(), T0 + at, cost);
+            if out.next.is_some() {
+                state = out.next;
+            }
+            out.decision
+        })
+        .collect();
+    (decisions, state)
+}
+
 fn run_gcra(p: &Policy, trace: &[(u64, u64)]) -> (Admitted, Vec<Step<gcra::Gcra>>) {
     run(trace, |s, now, cost| gcra::check(s, p, now, cost))
 }
