@@ -54,12 +54,7 @@ fn peeks_change_nothing() {
     assert_eq!(rl(&mut c, &peek), [1, 10, 10, -1, 0]);
     assert_eq!(cmd(&mut c, &["EXISTS", "k"]).unwrap(), Value::Int(0));
     rl(&mut c, &with(&SC, &["COST", "7"]));
-    let (before, at) = (dump(&mut c, "k"), pexpiretime(&mut c, "k"));
-    for _ in 0..3 {
-        assert_eq!(rl(&mut c, &peek), [1, 10, 3, -1, 2000]);
-    }
-    assert_eq!(dump(&mut c, "k"), before);
-    assert_eq!(pexpiretime(&mut c, "k"), at);
+    assert_peeks_change_nothing(&mut c, &peek, [1, 10, 3, -1, 2000]);
 }
 
 #[test]

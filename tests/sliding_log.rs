@@ -128,12 +128,7 @@ fn peeks_change_nothing() {
     assert_eq!(cmd(&mut c, &["EXISTS", "k"]).unwrap(), Value::Int(0));
     rl(&mut c, &with(&SL, &["COST", "10"]));
     clock_advance(&mut c, 400);
-    let (before, at) = (dump(&mut c, "k"), pexpiretime(&mut c, "k"));
-    for _ in 0..3 {
-        assert_eq!(rl(&mut c, &peek), [0, 10, 0, 600, 600]);
-    }
-    assert_eq!(dump(&mut c, "k"), before);
-    assert_eq!(pexpiretime(&mut c, "k"), at);
+    assert_peeks_change_nothing(&mut c, &peek, [0, 10, 0, 600, 600]);
 }
 
 #[test]

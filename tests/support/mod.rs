@@ -223,6 +223,18 @@ pub fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
     base.iter().chain(extra).copied().collect()
 }
 
+/// The peek `words` (COST 0) answers `expected` three times over, and changes neither the key's
+/// DUMP nor its expiry.
+pub fn assert_peeks_change_nothing(c: &mut Connection, words: &[&str], expected: [i64; 5]) {
+    let key = words[1];
+    let (before, at) = (dump(c, key), pexpiretime(c, key));
+    for _ in 0..3 {
+        assert_eq!(rl(c, words), expected, "{words:?}");
+    }
+    assert_eq!(dump(c, key), before, "{words:?} changed the key");
+    assert_eq!(pexpiretime(c, key), at, "{words:?} changed the expiry");
+}
+
 /// The limiter command `words`, whose key (`words[1]`) the caller has filled, is denied now and
 /// after each of five 10 ms steps, and those denials change neither the key's DUMP nor its
 /// expiry.
