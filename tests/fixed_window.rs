@@ -7,10 +7,6 @@ use support::*;
 /// A server with the clock pinned at T0_MS, which is a multiple of 1000 ms (not of 60000).
 const FW: [&str; 4] = ["RL.FIXEDWINDOW", "k", "10", "1000"];
 
-fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
-    base.iter().chain(extra).copied().collect()
-}
-
 #[test]
 fn exact_replies_at_pinned_times() {
     let (_s, mut c) = server();
@@ -47,12 +43,7 @@ fn peeks_change_nothing() {
     assert_eq!(rl(&mut c, &peek), [1, 10, 10, -1, 0]);
     assert_eq!(cmd(&mut c, &["EXISTS", "k"]).unwrap(), Value::Int(0));
     rl(&mut c, &with(&FW, &["COST", "10"]));
-    let (before, at) = (dump(&mut c, "k"), pexpiretime(&mut c, "k"));
-    for _ in 0..3 {
-        assert_eq!(rl(&mut c, &peek), [0, 10, 0, 1000, 1000]);
-    }
-    assert_eq!(dump(&mut c, "k"), before);
-    assert_eq!(pexpiretime(&mut c, "k"), at);
+    assert_peeks_change_nothing(&mut c, &peek, [0, 10, 0, 1000, 1000]);
 }
 
 #[test]
@@ -60,13 +51,7 @@ fn a_denial_writes_nothing() {
     let (_s, mut c) = server();
     let d = ["RL.FIXEDWINDOW", "d", "1", "60000"];
     rl(&mut c, &d);
-    let (before, at) = (dump(&mut c, "d"), pexpiretime(&mut c, "d"));
-    for _ in 0..5 {
-        clock_advance(&mut c, 10);
-        assert_eq!(rl(&mut c, &d)[0], 0);
-    }
-    assert_eq!(dump(&mut c, "d"), before);
-    assert_eq!(pexpiretime(&mut c, "d"), at);
+    assert_denial_writes_nothing(&mut c, &d);
 }
 
 #[test]
@@ -129,10 +114,7 @@ fn a_key_keeps_its_algorithm() {
             "fixed window",
         ),
     ] {
-        assert_eq!(
-            err(&mut c, words),
-            format!("WRONGTYPE the key holds {holds}, not a {wanted} limiter; use another key or DEL it")
-        );
+        assert_wrongtype(&mut c, words, holds, wanted);
     }
 }
 
@@ -140,7 +122,6 @@ fn a_key_keeps_its_algorithm() {
 fn hostile_inputs_are_clear_errors_and_change_nothing() {
     let (_s, mut c) = server();
     rl(&mut c, &FW);
-    let before = dump(&mut c, "k");
     let huge = "9".repeat(5000);
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (
@@ -190,10 +171,6 @@ fn hostile_inputs_are_clear_errors_and_change_nothing() {
             "wrong number of arguments",
         ),
     ];
-    for (words, expected) in cases {
-        let e = err(&mut c, &words);
-        assert!(e.contains(expected), "{words:?}: {e}");
-    }
-    assert_eq!(dump(&mut c, "k"), before);
+    assert_errors_change_nothing(&mut c, cases);
     assert_eq!(cmd(&mut c, &["DBSIZE"]).unwrap(), Value::Int(1));
 }

@@ -7,10 +7,6 @@ use support::*;
 /// A server with the clock pinned at T0_MS, which is a multiple of 1000 ms (not of 60000).
 const SC: [&str; 4] = ["RL.SLIDINGCOUNTER", "k", "10", "1000"];
 
-fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
-    base.iter().chain(extra).copied().collect()
-}
-
 /// The seed's edge: a full window just before a boundary weighs 10 at the boundary and one less
 /// every 100 ms after it.
 #[test]
@@ -58,12 +54,7 @@ fn peeks_change_nothing() {
     assert_eq!(rl(&mut c, &peek), [1, 10, 10, -1, 0]);
     assert_eq!(cmd(&mut c, &["EXISTS", "k"]).unwrap(), Value::Int(0));
     rl(&mut c, &with(&SC, &["COST", "7"]));
-    let (before, at) = (dump(&mut c, "k"), pexpiretime(&mut c, "k"));
-    for _ in 0..3 {
-        assert_eq!(rl(&mut c, &peek), [1, 10, 3, -1, 2000]);
-    }
-    assert_eq!(dump(&mut c, "k"), before);
-    assert_eq!(pexpiretime(&mut c, "k"), at);
+    assert_peeks_change_nothing(&mut c, &peek, [1, 10, 3, -1, 2000]);
 }
 
 #[test]
@@ -71,13 +62,7 @@ fn a_denial_writes_nothing() {
     let (_s, mut c) = server();
     let d = ["RL.SLIDINGCOUNTER", "d", "1", "60000"];
     rl(&mut c, &d);
-    let (before, at) = (dump(&mut c, "d"), pexpiretime(&mut c, "d"));
-    for _ in 0..5 {
-        clock_advance(&mut c, 10);
-        assert_eq!(rl(&mut c, &d)[0], 0);
-    }
-    assert_eq!(dump(&mut c, "d"), before);
-    assert_eq!(pexpiretime(&mut c, "d"), at);
+    assert_denial_writes_nothing(&mut c, &d);
 }
 
 #[test]
@@ -119,20 +104,24 @@ fn a_key_keeps_its_algorithm() {
     let (_s, mut c) = server();
     rl(&mut c, &SC);
     rl(&mut c, &["RL.SLIDINGLOG", "l", "10", "1000"]);
-    let e = err(&mut c, &["RL.FIXEDWINDOW", "k", "10", "1000"]);
-    assert_eq!(e, "WRONGTYPE the key holds a sliding counter limiter, not a fixed window limiter; use another key or DEL it");
-    let e = err(
+    assert_wrongtype(
+        &mut c,
+        &["RL.FIXEDWINDOW", "k", "10", "1000"],
+        "a sliding counter limiter",
+        "fixed window",
+    );
+    assert_wrongtype(
         &mut c,
         &["RL.SLIDINGCOUNTER", "l", "10", "1000", "COST", "0"],
+        "a sliding log limiter",
+        "sliding counter",
     );
-    assert_eq!(e, "WRONGTYPE the key holds a sliding log limiter, not a sliding counter limiter; use another key or DEL it");
 }
 
 #[test]
 fn hostile_inputs_are_clear_errors_and_change_nothing() {
     let (_s, mut c) = server();
     rl(&mut c, &SC);
-    let before = dump(&mut c, "k");
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (
             with(&SC, &["BURST", "5"]),
@@ -157,11 +146,7 @@ fn hostile_inputs_are_clear_errors_and_change_nothing() {
         (with(&SC, &["COST"]), "ERR option COST needs a value"),
         (vec!["RL.SLIDINGCOUNTER", "k"], "wrong number of arguments"),
     ];
-    for (words, expected) in cases {
-        let e = err(&mut c, &words);
-        assert!(e.contains(expected), "{words:?}: {e}");
-    }
-    assert_eq!(dump(&mut c, "k"), before);
+    assert_errors_change_nothing(&mut c, cases);
     // The largest policy keeps its arithmetic exact.
     let max = "1000000000000";
     assert_eq!(

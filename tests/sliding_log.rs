@@ -7,10 +7,6 @@ use support::*;
 
 const SL: [&str; 4] = ["RL.SLIDINGLOG", "k", "10", "1000"];
 
-fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
-    base.iter().chain(extra).copied().collect()
-}
-
 fn memory_usage(c: &mut Connection, key: &str) -> i64 {
     redis::cmd("MEMORY").arg("USAGE").arg(key).query(c).unwrap()
 }
@@ -132,12 +128,7 @@ fn peeks_change_nothing() {
     assert_eq!(cmd(&mut c, &["EXISTS", "k"]).unwrap(), Value::Int(0));
     rl(&mut c, &with(&SL, &["COST", "10"]));
     clock_advance(&mut c, 400);
-    let (before, at) = (dump(&mut c, "k"), pexpiretime(&mut c, "k"));
-    for _ in 0..3 {
-        assert_eq!(rl(&mut c, &peek), [0, 10, 0, 600, 600]);
-    }
-    assert_eq!(dump(&mut c, "k"), before);
-    assert_eq!(pexpiretime(&mut c, "k"), at);
+    assert_peeks_change_nothing(&mut c, &peek, [0, 10, 0, 600, 600]);
 }
 
 #[test]
@@ -147,13 +138,7 @@ fn a_denial_writes_nothing() {
     rl(&mut c, &d);
     clock_advance(&mut c, 10);
     rl(&mut c, &d);
-    let (before, at) = (dump(&mut c, "d"), pexpiretime(&mut c, "d"));
-    for _ in 0..5 {
-        clock_advance(&mut c, 10);
-        assert_eq!(rl(&mut c, &d)[0], 0);
-    }
-    assert_eq!(dump(&mut c, "d"), before);
-    assert_eq!(pexpiretime(&mut c, "d"), at);
+    assert_denial_writes_nothing(&mut c, &d);
 }
 
 #[test]
@@ -195,20 +180,31 @@ fn a_key_keeps_its_algorithm() {
     let (_s, mut c) = server();
     rl(&mut c, &SL);
     rl(&mut c, &["RL.GCRA", "g", "10", "1000"]);
-    let e = err(&mut c, &["RL.SLIDINGCOUNTER", "k", "10", "1000"]);
-    assert_eq!(e, "WRONGTYPE the key holds a sliding log limiter, not a sliding counter limiter; use another key or DEL it");
-    let e = err(&mut c, &["RL.SLIDINGLOG", "g", "10", "1000"]);
-    assert_eq!(e, "WRONGTYPE the key holds a GCRA limiter, not a sliding log limiter; use another key or DEL it");
+    assert_wrongtype(
+        &mut c,
+        &["RL.SLIDINGCOUNTER", "k", "10", "1000"],
+        "a sliding log limiter",
+        "sliding counter",
+    );
+    assert_wrongtype(
+        &mut c,
+        &["RL.SLIDINGLOG", "g", "10", "1000"],
+        "a GCRA limiter",
+        "sliding log",
+    );
     cmd(&mut c, &["HSET", "h", "f", "v"]).unwrap();
-    let e = err(&mut c, &["RL.SLIDINGLOG", "h", "10", "1000"]);
-    assert!(e.starts_with("WRONGTYPE the key holds a hash"), "{e}");
+    assert_wrongtype(
+        &mut c,
+        &["RL.SLIDINGLOG", "h", "10", "1000"],
+        "a hash",
+        "sliding log",
+    );
 }
 
 #[test]
 fn hostile_inputs_are_clear_errors_and_change_nothing() {
     let (_s, mut c) = server();
     rl(&mut c, &SL);
-    let before = dump(&mut c, "k");
     let cases: Vec<(Vec<&str>, &str)> = vec![
         (
             with(&SL, &["BURST", "10"]),
@@ -228,11 +224,7 @@ fn hostile_inputs_are_clear_errors_and_change_nothing() {
         (with(&SL, &["COST"]), "ERR option COST needs a value"),
         (vec!["RL.SLIDINGLOG"], "wrong number of arguments"),
     ];
-    for (words, expected) in cases {
-        let e = err(&mut c, &words);
-        assert!(e.contains(expected), "{words:?}: {e}");
-    }
-    assert_eq!(dump(&mut c, "k"), before);
+    assert_errors_change_nothing(&mut c, cases);
     // The longest window (the tick is then 2^17 ns) keeps working.
     let max = "1000000000000";
     assert_eq!(

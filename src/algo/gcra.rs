@@ -81,7 +81,8 @@ mod tests {
 
     const SEC: u64 = 1_000_000_000;
     const MS: u64 = 1_000_000;
-    const T0: u64 = 1_800_000_000 * SEC;
+    /// 1.8e18 ns: the instant `props::run_at` offsets count from.
+    const T0: u64 = super::super::props::T0;
 
     fn policy(l: u64, w: u64, b: u64) -> Policy {
         Policy::new(l, w, b).unwrap()
@@ -89,16 +90,7 @@ mod tests {
 
     /// Runs requests at the given offsets from T0, returning the decisions.
     fn run(p: &Policy, reqs: &[(u64, u64)]) -> Vec<Decision> {
-        let mut state = None;
-        reqs.iter()
-            .map(|&(at, cost)| {
-                let out = check(state.as_ref(), p, T0 + at, cost);
-                if out.next.is_some() {
-                    state = out.next;
-                }
-                out.decision
-            })
-            .collect()
+        super::super::props::run_at(reqs, |s, now, cost| check(s, p, now, cost)).0
     }
 
     #[test]

@@ -128,6 +128,26 @@ pub fn run<S: Clone>(
     (admitted, steps)
 }
 
+/// Runs requests (offset from T0 in ns, cost) through `check`, keeping each admitted state;
+/// returns every decision and the final state. Offsets need not grow: the clock may step back.
+pub fn run_at<S>(
+    reqs: &[(u64, u64)],
+    check: impl Fn(Option<&S>, u64, u64) -> Outcome<S>,
+) -> (Vec<Decision>, Option<S>) {
+    let mut state = None;
+    let decisions = reqs
+        .iter()
+        .map(|&(at, cost)| {
+            let out = check(state.as_ref(), T0 + at, cost);
+            if out.next.is_some() {
+                state = out.next;
+            }
+            out.decision
+        })
+        .collect();
+    (decisions, state)
+}
+
 fn run_gcra(p: &Policy, trace: &[(u64, u64)]) -> (Admitted, Vec<Step<gcra::Gcra>>) {
     run(trace, |s, now, cost| gcra::check(s, p, now, cost))
 }
@@ -142,50 +162,21 @@ proptest! {
         prop_assert_eq!(worst_interval(&admitted, bucket_bound(&p)), None);
     }
 
+    /// retry_after is exact, and a peek changes nothing and answers like cost 1.
     #[test]
-    fn gcra_retry_after_is_exact(p in policy_strategy(), trace in trace_strategy(30)) {
+    fn gcra_retry_after_is_exact_and_peeks_answer_like_cost_one(p in policy_strategy(), trace in trace_strategy(30)) {
         let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.burst()))).collect();
         let (_, log) = run_gcra(&p, &trace);
-        for Step { now, before, cost, decision } in log {
-            if let Some(retry) = decision.retry_after_ns {
-                prop_assert!(retry > 0);
-                prop_assert_eq!(gcra::check(before.as_ref(), &p, now + retry - 1, cost).decision.allowed, 0);
-                prop_assert_eq!(gcra::check(before.as_ref(), &p, now + retry, cost).decision.allowed, 1);
-            }
-        }
-    }
-
-    #[test]
-    fn gcra_peek_changes_nothing_and_answers_like_cost_one(p in policy_strategy(), trace in trace_strategy(30)) {
-        let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.burst()))).collect();
-        let (_, log) = run_gcra(&p, &trace);
-        for Step { now, before, .. } in log {
-            let peek = gcra::check(before.as_ref(), &p, now, 0);
-            let one = gcra::check(before.as_ref(), &p, now, 1).decision;
-            prop_assert_eq!(peek.next, None);
-            prop_assert_eq!(peek.decision.allowed, one.allowed);
-            prop_assert_eq!(peek.decision.retry_after_ns, one.retry_after_ns);
-        }
+        answers_are_exact(&log, |s, now, cost| gcra::check(s, &p, now, cost))?;
     }
 
     /// A clock that steps backwards never admits extra: true time moves forward by `gap`, the
     /// clock the limiter reads is sometimes stepped back by `back`, and the admitted requests,
     /// placed at their true instants, still keep the promise.
     #[test]
-    fn gcra_backwards_clock_admits_nothing_extra(
-        p in policy_strategy(),
-        steps in prop::collection::vec((0u64..1_000_000_000, prop_oneof![Just(0u64), 0u64..3_000_000_000], 0u64..=30), 1..120),
-    ) {
-        let (mut truth, mut behind, mut state, mut admitted) = (T0, 0u64, None, Vec::new());
-        for (gap, back, cost) in steps {
-            truth += gap;
-            behind += back;
-            let out = gcra::check(state.as_ref(), &p, truth - behind, cost.min(p.burst()));
-            if let Some(next) = out.next {
-                admitted.push((truth, cost.min(p.burst())));
-                state = Some(next);
-            }
-        }
+    fn gcra_backwards_clock_admits_nothing_extra(p in policy_strategy(), steps in backwards_strategy(30)) {
+        let steps: Vec<_> = steps.into_iter().map(|(g, b, c)| (g, b, c.min(p.burst()))).collect();
+        let admitted = run_backwards(&steps, |s, now, cost| gcra::check(s, &p, now, cost));
         prop_assert_eq!(worst_interval(&admitted, bucket_bound(&p)), None);
     }
 
@@ -208,35 +199,18 @@ proptest! {
         }
     }
 
+    /// retry_after is exact, and a peek changes nothing (and answers like cost 1).
     #[test]
     fn token_bucket_retry_after_is_exact(p in policy_strategy(), trace in trace_strategy(30)) {
         let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.burst()))).collect();
         let (_, log) = run(&trace, |s, now, cost| token_bucket::check(s, &p, now, cost));
-        for Step { now, before, cost, decision } in log {
-            if let Some(retry) = decision.retry_after_ns {
-                prop_assert_eq!(token_bucket::check(before.as_ref(), &p, now + retry - 1, cost).decision.allowed, 0);
-                prop_assert_eq!(token_bucket::check(before.as_ref(), &p, now + retry, cost).decision.allowed, 1);
-            }
-            let peek = token_bucket::check(before.as_ref(), &p, now, 0);
-            prop_assert_eq!(peek.next, None);
-        }
+        answers_are_exact(&log, |s, now, cost| token_bucket::check(s, &p, now, cost))?;
     }
 
     #[test]
-    fn token_bucket_backwards_clock_admits_nothing_extra(
-        p in policy_strategy(),
-        steps in prop::collection::vec((0u64..1_000_000_000, prop_oneof![Just(0u64), 0u64..3_000_000_000], 0u64..=30), 1..120),
-    ) {
-        let (mut truth, mut behind, mut state, mut admitted) = (T0, 0u64, None, Vec::new());
-        for (gap, back, cost) in steps {
-            truth += gap;
-            behind += back;
-            let out = token_bucket::check(state.as_ref(), &p, truth - behind, cost.min(p.burst()));
-            if let Some(next) = out.next {
-                admitted.push((truth, cost.min(p.burst())));
-                state = Some(next);
-            }
-        }
+    fn token_bucket_backwards_clock_admits_nothing_extra(p in policy_strategy(), steps in backwards_strategy(30)) {
+        let steps: Vec<_> = steps.into_iter().map(|(g, b, c)| (g, b, c.min(p.burst()))).collect();
+        let admitted = run_backwards(&steps, |s, now, cost| token_bucket::check(s, &p, now, cost));
         prop_assert_eq!(worst_interval(&admitted, bucket_bound(&p)), None);
     }
 }
@@ -321,12 +295,14 @@ fn run_backwards<S>(
     admitted
 }
 
-fn backwards_strategy() -> impl Strategy<Value = Vec<(u64, u64, u64)>> {
+/// Steps for `run_backwards`: gaps under 1 s, the clock stepped back up to 3 s about half the
+/// time, costs up to `max_cost`.
+fn backwards_strategy(max_cost: u64) -> impl Strategy<Value = Vec<(u64, u64, u64)>> {
     prop::collection::vec(
         (
             0u64..1_000_000_000,
             prop_oneof![Just(0u64), 0u64..3_000_000_000],
-            0u64..=20,
+            0u64..=max_cost,
         ),
         1..120,
     )
@@ -342,6 +318,28 @@ fn nested_policy(p: &Policy, l: u64, divisor: u64) -> Policy {
         w
     };
     Policy::new(l, w, l).unwrap()
+}
+
+/// Every window of `p2` that holds a request admitted after the switch (see `run_switch`) holds at
+/// most its L in all, counting what was admitted before the switch.
+fn new_windows_hold_at_most_l(
+    p2: &Policy,
+    admitted: &[(u64, u64, bool)],
+) -> Result<(), TestCaseError> {
+    let late: Vec<_> = admitted
+        .iter()
+        .filter(|a| a.2)
+        .map(|a| p2.window_start(a.0))
+        .collect();
+    for start in late {
+        let total: u64 = admitted
+            .iter()
+            .filter(|a| p2.window_start(a.0) == start)
+            .map(|a| a.1)
+            .sum();
+        prop_assert!(total <= p2.limit(), "{} in the window at {}", total, start);
+    }
+    Ok(())
 }
 
 fn capped(p: &Policy, trace: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
@@ -366,7 +364,7 @@ proptest! {
     }
 
     #[test]
-    fn fixed_window_backwards_clock_admits_nothing_extra(p in window_policy_strategy(), steps in backwards_strategy()) {
+    fn fixed_window_backwards_clock_admits_nothing_extra(p in window_policy_strategy(), steps in backwards_strategy(20)) {
         let steps: Vec<_> = steps.into_iter().map(|(g, b, c)| (g, b, c.min(p.limit()))).collect();
         let admitted = run_backwards(&steps, |s, now, cost| fixed_window::check(s, &p, now, cost));
         prop_assert_eq!(worst_interval(&admitted, two_windows_bound(&p)), None);
@@ -381,11 +379,7 @@ proptest! {
     ) {
         let p2 = nested_policy(&p1, l2, divisor);
         let admitted = run_switch(&p1, &p2, &first, &second, fixed_window::check, fixed_window::rescale);
-        let late: Vec<_> = admitted.iter().filter(|a| a.2).map(|a| p2.window_start(a.0)).collect();
-        for start in late {
-            let total: u64 = admitted.iter().filter(|a| p2.window_start(a.0) == start).map(|a| a.1).sum();
-            prop_assert!(total <= p2.limit(), "{} in the window at {}", total, start);
-        }
+        new_windows_hold_at_most_l(&p2, &admitted)?;
     }
 
     #[test]
@@ -397,7 +391,7 @@ proptest! {
     }
 
     #[test]
-    fn sliding_log_backwards_clock_admits_nothing_extra(p in window_policy_strategy(), steps in backwards_strategy()) {
+    fn sliding_log_backwards_clock_admits_nothing_extra(p in window_policy_strategy(), steps in backwards_strategy(20)) {
         let steps: Vec<_> = steps.into_iter().map(|(g, b, c)| (g, b, c.min(p.limit()))).collect();
         let admitted = run_backwards(&steps, |s, now, cost| sliding_log::check(s, &p, now, cost));
         prop_assert_eq!(worst_interval(&admitted, log_bound(&p)), None);
@@ -451,7 +445,7 @@ proptest! {
     }
 
     #[test]
-    fn sliding_counter_backwards_clock_admits_nothing_extra(p in window_policy_strategy(), steps in backwards_strategy()) {
+    fn sliding_counter_backwards_clock_admits_nothing_extra(p in window_policy_strategy(), steps in backwards_strategy(20)) {
         let steps: Vec<_> = steps.into_iter().map(|(g, b, c)| (g, b, c.min(p.limit()))).collect();
         let admitted = run_backwards(&steps, |s, now, cost| sliding_counter::check(s, &p, now, cost));
         prop_assert_eq!(worst_interval(&admitted, two_windows_bound(&p)), None);
@@ -464,10 +458,6 @@ proptest! {
     ) {
         let p2 = nested_policy(&p1, l2, divisor);
         let admitted = run_switch(&p1, &p2, &first, &second, sliding_counter::check, sliding_counter::rescale);
-        let late: Vec<_> = admitted.iter().filter(|a| a.2).map(|a| p2.window_start(a.0)).collect();
-        for start in late {
-            let total: u64 = admitted.iter().filter(|a| p2.window_start(a.0) == start).map(|a| a.1).sum();
-            prop_assert!(total <= p2.limit(), "{} in the window at {}", total, start);
-        }
+        new_windows_hold_at_most_l(&p2, &admitted)?;
     }
 }

@@ -301,7 +301,8 @@ mod tests {
     use super::*;
 
     const MS: u64 = 1_000_000;
-    const T0: u64 = 1_800_000_000_000 * MS;
+    /// 1.8e18 ns: the instant `props::run_at` offsets count from.
+    const T0: u64 = super::super::props::T0;
 
     fn policy(l: u64, w: u64) -> Policy {
         Policy::new(l, w, l).unwrap()
@@ -309,18 +310,7 @@ mod tests {
 
     /// Runs requests at the given offsets from T0; returns the decisions and the final log.
     fn run(p: &Policy, reqs: &[(u64, u64)]) -> (Vec<Decision>, Option<SlidingLog>) {
-        let mut state = None;
-        let decisions = reqs
-            .iter()
-            .map(|&(at, cost)| {
-                let out = check(state.as_ref(), p, T0 + at, cost);
-                if out.next.is_some() {
-                    state = out.next;
-                }
-                out.decision
-            })
-            .collect();
-        (decisions, state)
+        super::super::props::run_at(reqs, |s, now, cost| check(s, p, now, cost))
     }
 
     fn entries(log: &SlidingLog, p: &Policy) -> Vec<(u64, u64)> {

@@ -218,6 +218,71 @@ pub fn err(c: &mut Connection, words: &[&str]) -> String {
     }
 }
 
+/// `base` followed by `extra`: a limiter command with options added.
+pub fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+    base.iter().chain(extra).copied().collect()
+}
+
+/// The peek `words` (COST 0) answers `expected` three times over, and changes neither the key's
+/// DUMP nor its expiry.
+pub fn assert_peeks_change_nothing(c: &mut Connection, words: &[&str], expected: [i64; 5]) {
+    let key = words[1];
+    let (before, at) = (dump(c, key), pexpiretime(c, key));
+    for _ in 0..3 {
+        assert_eq!(rl(c, words), expected, "{words:?}");
+    }
+    assert_eq!(dump(c, key), before, "{words:?} changed the key");
+    assert_eq!(pexpiretime(c, key), at, "{words:?} changed the expiry");
+}
+
+/// The limiter command `words`, whose key (`words[1]`) the caller has filled, is denied now and
+/// after each of five 10 ms steps, and those denials change neither the key's DUMP nor its
+/// expiry.
+pub fn assert_denial_writes_nothing(c: &mut Connection, words: &[&str]) {
+    let key = words[1];
+    let (before, at) = (dump(c, key), pexpiretime(c, key));
+    assert_eq!(rl(c, words)[0], 0, "{words:?}");
+    for _ in 0..5 {
+        clock_advance(c, 10);
+        assert_eq!(rl(c, words)[0], 0, "{words:?}");
+    }
+    assert_eq!(dump(c, key), before, "{words:?} changed the key");
+    assert_eq!(pexpiretime(c, key), at, "{words:?} changed the expiry");
+}
+
+/// The limiter command `words` fails on a key that holds something else, with exactly the
+/// WRONGTYPE text naming both (`holds`: "a GCRA limiter", "a string"; `wanted`: "GCRA").
+pub fn assert_wrongtype(c: &mut Connection, words: &[&str], holds: &str, wanted: &str) {
+    assert_eq!(
+        err(c, words),
+        format!(
+            "WRONGTYPE the key holds {holds}, not a {wanted} limiter; use another key or DEL it"
+        ),
+        "{words:?}"
+    );
+}
+
+/// Every command fails with an error containing its expected text, and none of them changes
+/// any key (names, DUMPs and expiries are compared after each).
+pub fn assert_errors_change_nothing<'a, W, E>(
+    c: &mut Connection,
+    cases: impl IntoIterator<Item = (W, E)>,
+) where
+    W: AsRef<[&'a str]>,
+    E: AsRef<str>,
+{
+    let before = snapshot(c);
+    for (words, expected) in cases {
+        let (words, expected) = (words.as_ref(), expected.as_ref());
+        let e = err(c, words);
+        assert!(
+            e.contains(expected),
+            "{words:?}: got {e:?}, expected {expected:?}"
+        );
+        assert_eq!(snapshot(c), before, "{words:?} changed a key");
+    }
+}
+
 pub fn clock_set(c: &mut Connection, ms: u64) {
     let _: i64 = redis::cmd("RL.DEBUG")
         .arg("CLOCK")
