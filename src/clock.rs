@@ -42,6 +42,9 @@ fn server_now_ns() -> u64 {
     0
 }
 
+/// The latest instant the debug clock can be moved to: 10^13 ms since the epoch (year 2286).
+pub const MAX_DEBUG_MS: u64 = 10_000_000_000_000;
+
 /// `RL.DEBUG CLOCK …` actions.
 pub enum DebugClock {
     Set { ms: u64 },
@@ -54,11 +57,14 @@ pub fn debug(action: DebugClock) -> Result<u64, Error> {
     if !DEBUG_ENABLED.load(Ordering::Relaxed) {
         return Err(Error::DebugClockDisabled);
     }
+    // Repeated ADVANCEs could otherwise walk the clock towards u64::MAX ns, where instants the
+    // algorithms add a window to would no longer fit; a real clock is centuries from that. 0 is
+    // kept for "follow the server clock", so a pinned clock is at least 1 ns.
+    let bounded = |ns: u64| ns.clamp(1, ms_to_ns(MAX_DEBUG_MS));
     let pinned = match action {
-        DebugClock::Set { ms } => ms_to_ns(ms).max(1),
+        DebugClock::Set { ms } => bounded(ms_to_ns(ms)),
         DebugClock::Advance { ms } => {
-            let delta = ms.saturating_mul(1_000_000);
-            now_ns().saturating_add_signed(delta).max(1)
+            bounded(now_ns().saturating_add_signed(ms.saturating_mul(1_000_000)))
         }
         DebugClock::Real => 0,
     };

@@ -299,6 +299,49 @@ fn limits_at_the_bounds_keep_exact_arithmetic() {
 }
 
 #[test]
+fn the_debug_clock_stays_within_its_bounds_and_limiters_keep_working() {
+    let (_s, mut c) = server();
+    let max = "10000000000000";
+    for _ in 0..3 {
+        let at: i64 = redis::cmd("RL.DEBUG")
+            .arg("CLOCK")
+            .arg("ADVANCE")
+            .arg(max)
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(at, 10_000_000_000_000);
+    }
+    for command in [
+        "RL.GCRA",
+        "RL.TOKENBUCKET",
+        "RL.SLIDINGLOG",
+        "RL.SLIDINGCOUNTER",
+        "RL.FIXEDWINDOW",
+    ] {
+        assert_eq!(
+            rl(&mut c, &[command, command, "1", "1000000000000"])[0],
+            1,
+            "{command}"
+        );
+        assert_eq!(
+            rl(&mut c, &[command, command, "1", "1000000000000"])[0],
+            0,
+            "{command}"
+        );
+    }
+    let mut at = 1;
+    for _ in 0..2 {
+        at = redis::cmd("RL.DEBUG")
+            .arg("CLOCK")
+            .arg("ADVANCE")
+            .arg(format!("-{max}"))
+            .query(&mut c)
+            .unwrap();
+    }
+    assert_eq!(at, 0, "pinned at the epoch, not back to the real clock");
+}
+
+#[test]
 fn debug_clock_is_refused_without_the_load_argument() {
     let s = Server::start();
     let mut c = s.connect();

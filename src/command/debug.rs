@@ -7,8 +7,8 @@ use super::{Command, Ctx, KeyAccess, Reply};
 use crate::clock::{self, DebugClock};
 use crate::error::{echo, Error};
 
-/// Bound on SET and ADVANCE: keeps every instant inside a u64 of nanoseconds.
-const MAX_MS: u64 = 10_000_000_000_000;
+/// Bound on SET and on one ADVANCE step; the clock itself stays at or below it too.
+const MAX_MS: u64 = clock::MAX_DEBUG_MS;
 
 pub struct RlDebug;
 
