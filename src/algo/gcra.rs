@@ -33,18 +33,16 @@ pub fn check(state: Option<&Gcra>, policy: &Policy, now_ns: u64, cost: u64) -> O
     // is a larger debt, never a smaller one.
     let debt = state.map_or(0, |s| s.tat.saturating_sub(now));
     let asked = u128::from(cost.max(1)) * emission_interval;
-    let admitted = debt + asked <= capacity;
+    // Saturating: a debt near u128::MAX (a state carried from a far finer policy) stays a debt.
+    let needed = debt.saturating_add(asked);
+    let admitted = needed <= capacity;
 
-    let debt_after = if admitted && cost > 0 {
-        debt + asked
-    } else {
-        debt
-    };
+    let debt_after = if admitted && cost > 0 { needed } else { debt };
     let decision = Decision {
         allowed: u64::from(admitted),
         limit: policy.burst(),
         remaining: whole_tokens(capacity.saturating_sub(debt_after), emission_interval),
-        retry_after_ns: (!admitted).then(|| policy.ns_ceil(debt + asked - capacity)),
+        retry_after_ns: (!admitted).then(|| policy.ns_ceil(needed - capacity)),
         reset_after_ns: policy.ns_ceil(debt_after),
     };
     let next = (admitted && cost > 0).then_some(Gcra {
@@ -57,7 +55,9 @@ pub fn check(state: Option<&Gcra>, policy: &Policy, now_ns: u64, cost: u64) -> O
 pub fn rescale(state: &Gcra, from: &Policy, to: &Policy, now_ns: u64) -> Gcra {
     let debt = state.tat.saturating_sub(from.units_at(now_ns));
     Gcra {
-        tat: to.units_at(now_ns) + rescale_units(debt, from, to, true),
+        tat: to
+            .units_at(now_ns)
+            .saturating_add(rescale_units(debt, from, to, true)),
     }
 }
 

@@ -23,6 +23,9 @@ use crate::error::Error;
 
 pub mod rdb;
 
+#[cfg(test)]
+mod adversarial;
+
 /// The data type's encoding version handed to Redis (`RedisModule_CreateDataType`).
 pub const ENCVER: i32 = 1;
 /// Version byte at the start of every encoded state.
