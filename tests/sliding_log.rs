@@ -156,10 +156,11 @@ fn new_policy_applies_at_once_and_carries_the_entries() {
         rl(&mut c, &["RL.SLIDINGLOG", "p", "5", "1000"]),
         [0, 5, 0, 600, 900]
     );
-    // 20 per 500 ms: the 7 from T0 + 300 and T0 + 600 are in the new window.
+    // That denial stored L = 5 and its log, the newest 5 (a tightening that is denied must
+    // hold). 20 per 500 ms: those 5, all in the new window, carry over.
     assert_eq!(
         rl(&mut c, &["RL.SLIDINGLOG", "p", "20", "500"]),
-        [1, 20, 12, -1, 500]
+        [1, 20, 14, -1, 500]
     );
 }
 

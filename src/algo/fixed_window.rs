@@ -12,7 +12,7 @@
 //! window keeps the stored window and its count: a window never restarts because time ran
 //! backwards.
 
-use super::{Decision, Outcome, Policy};
+use super::{Algorithm, Decision, Outcome, Policy};
 
 /// Stored state: the window the count belongs to, and the count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,7 +66,7 @@ pub fn check(
     let until_end = until(window.end(policy), now_ns);
     let decision = Decision {
         allowed: u64::from(admitted),
-        limit,
+        capacity: limit,
         remaining: limit.saturating_sub(count),
         retry_after_ns: (!admitted).then_some(until_end),
         reset_after_ns: if count == 0 { 0 } else { until_end },
@@ -96,6 +96,24 @@ pub fn refund(state: &FixedWindow, policy: &Policy, now_ns: u64, n: u64) -> Fixe
     }
 }
 
+impl Algorithm for FixedWindow {
+    const NAME: &'static str = "fixed window";
+    const TAG: u8 = 5;
+    const BURST: bool = false;
+
+    fn check(state: Option<&Self>, policy: &Policy, now_ns: u64, cost: u64) -> Outcome<Self> {
+        check(state, policy, now_ns, cost)
+    }
+
+    fn rescale(&self, from: &Policy, to: &Policy, now_ns: u64) -> Self {
+        rescale(self, from, to, now_ns)
+    }
+
+    fn refund(&self, policy: &Policy, now_ns: u64, n: u64) -> Self {
+        refund(self, policy, now_ns, n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,7 +140,7 @@ mod tests {
             d[0],
             Decision {
                 allowed: 1,
-                limit: 10,
+                capacity: 10,
                 remaining: 9,
                 retry_after_ns: None,
                 reset_after_ns: 750 * MS
@@ -144,7 +162,7 @@ mod tests {
             d[2],
             Decision {
                 allowed: 0,
-                limit: 10,
+                capacity: 10,
                 remaining: 0,
                 retry_after_ns: Some(800 * MS),
                 reset_after_ns: 800 * MS

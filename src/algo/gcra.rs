@@ -10,7 +10,7 @@
 //!
 //! Admits exactly what a token bucket with the same L, W, B admits (see `token_bucket`).
 
-use super::{rescale_units, Decision, Outcome, Policy};
+use super::{rescale_units, Algorithm, Decision, Outcome, Policy};
 
 /// Stored state: the theoretical arrival time, in units of the policy it was decided under.
 ///
@@ -24,10 +24,10 @@ pub struct Gcra {
 }
 
 /// Decides a request of `cost` tokens at `now_ns`. `cost` 0 is a peek: answered as a cost-1
-/// request would be, with nothing spent. The caller guarantees `cost <= policy.burst()`.
+/// request would be, with nothing spent. The caller guarantees `cost <= policy.capacity()`.
 pub fn check(state: Option<&Gcra>, policy: &Policy, now_ns: u64, cost: u64) -> Outcome<Gcra> {
     let emission_interval = policy.units_per_token();
-    let capacity = u128::from(policy.burst()) * emission_interval;
+    let capacity = u128::from(policy.capacity()) * emission_interval;
     let now = policy.units_at(now_ns);
     // A tat in the past means the key is full: debt 0. A tat far ahead (the clock went back)
     // is a larger debt, never a smaller one.
@@ -40,7 +40,7 @@ pub fn check(state: Option<&Gcra>, policy: &Policy, now_ns: u64, cost: u64) -> O
     let debt_after = if admitted && cost > 0 { needed } else { debt };
     let decision = Decision {
         allowed: u64::from(admitted),
-        limit: policy.burst(),
+        capacity: policy.capacity(),
         remaining: whole_tokens(capacity.saturating_sub(debt_after), emission_interval),
         retry_after_ns: (!admitted).then(|| policy.ns_ceil(needed - capacity)),
         reset_after_ns: policy.ns_ceil(debt_after),
@@ -75,6 +75,24 @@ fn whole_tokens(units: u128, per_token: u128) -> u64 {
     u64::try_from(units / per_token).unwrap_or(u64::MAX)
 }
 
+impl Algorithm for Gcra {
+    const NAME: &'static str = "GCRA";
+    const TAG: u8 = 1;
+    const BURST: bool = true;
+
+    fn check(state: Option<&Self>, policy: &Policy, now_ns: u64, cost: u64) -> Outcome<Self> {
+        check(state, policy, now_ns, cost)
+    }
+
+    fn rescale(&self, from: &Policy, to: &Policy, now_ns: u64) -> Self {
+        rescale(self, from, to, now_ns)
+    }
+
+    fn refund(&self, policy: &Policy, now_ns: u64, n: u64) -> Self {
+        refund(self, policy, now_ns, n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,7 +119,7 @@ mod tests {
             d[0],
             Decision {
                 allowed: 1,
-                limit: 10,
+                capacity: 10,
                 remaining: 9,
                 retry_after_ns: None,
                 reset_after_ns: 100 * MS
@@ -117,7 +135,7 @@ mod tests {
             d[1],
             Decision {
                 allowed: 0,
-                limit: 10,
+                capacity: 10,
                 remaining: 0,
                 retry_after_ns: Some(100 * MS),
                 reset_after_ns: 1000 * MS

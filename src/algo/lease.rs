@@ -62,7 +62,7 @@ mod tests {
             first.decision,
             Decision {
                 allowed: 4,
-                limit: 10,
+                capacity: 10,
                 remaining: 6,
                 retry_after_ns: None,
                 reset_after_ns: 400 * MS
@@ -82,7 +82,7 @@ mod tests {
             denied.decision,
             Decision {
                 allowed: 0,
-                limit: 10,
+                capacity: 10,
                 remaining: 0,
                 retry_after_ns: Some(70 * MS),
                 reset_after_ns: 970 * MS
@@ -121,7 +121,7 @@ mod tests {
             for Step { now, before, cost: want, decision } in log {
                 let there = token_bucket::check(before.as_ref(), &p, now, 0).decision.remaining;
                 prop_assert_eq!(decision.allowed, want.min(there));
-                prop_assert!(decision.allowed <= p.burst());
+                prop_assert!(decision.allowed <= p.capacity());
             }
         }
 
@@ -192,10 +192,10 @@ mod tests {
                 let out = if i % 2 == 0 {
                     lease(state.as_ref(), &p, now, want)
                 } else {
-                    token_bucket::check(state.as_ref(), &p, now, want.min(p.burst()))
+                    token_bucket::check(state.as_ref(), &p, now, want.min(p.capacity()))
                 };
                 if let Some(next) = out.next {
-                    let n = if i % 2 == 0 { out.decision.allowed } else { want.min(p.burst()) };
+                    let n = if i % 2 == 0 { out.decision.allowed } else { want.min(p.capacity()) };
                     spent.push((now, n));
                     state = Some(next);
                 }

@@ -13,6 +13,7 @@ pub mod gcra;
 pub mod lease;
 pub mod sliding_counter;
 pub mod sliding_log;
+pub mod step;
 pub mod token_bucket;
 
 /// Largest accepted L, BURST and COST.
@@ -26,7 +27,8 @@ pub const MAX_REFILL_MS: u64 = MAX_WINDOW_MS;
 const NS_PER_MS: u64 = 1_000_000;
 
 /// The promise a limiter keeps: no key gets more than `limit` requests in any window of
-/// `window_ms` milliseconds, plus a burst of `burst` (the capacity after idle).
+/// `window_ms` milliseconds, plus a burst: the `capacity` (B, the `BURST` option) is how many may
+/// pass at once after idle. The window algorithms have capacity L.
 ///
 /// Fields are private so that a `Policy` always holds values within the bounds above.
 ///
@@ -37,7 +39,7 @@ const NS_PER_MS: u64 = 1_000_000;
 pub struct Policy {
     limit_low: u32,
     window_ms_low: u32,
-    burst_low: u32,
+    capacity_low: u32,
     /// Bits 32..40 of L (bits 0..8 here), of W (8..16) and of B (16..24).
     high: u32,
 }
@@ -60,7 +62,7 @@ impl std::fmt::Debug for Policy {
         f.debug_struct("Policy")
             .field("limit", &self.limit())
             .field("window_ms", &self.window_ms())
-            .field("burst", &self.burst())
+            .field("capacity", &self.capacity())
             .finish()
     }
 }
@@ -70,33 +72,34 @@ impl std::fmt::Debug for Policy {
 pub enum PolicyError {
     Limit,
     Window,
-    Burst,
+    Capacity,
     /// BURST × W / L is longer than [`MAX_REFILL_MS`].
     RefillTooSlow,
 }
 
 impl Policy {
-    pub fn new(limit: u64, window_ms: u64, burst: u64) -> Result<Policy, PolicyError> {
+    pub fn new(limit: u64, window_ms: u64, capacity: u64) -> Result<Policy, PolicyError> {
         if !(1..=MAX_LIMIT).contains(&limit) {
             return Err(PolicyError::Limit);
         }
         if !(1..=MAX_WINDOW_MS).contains(&window_ms) {
             return Err(PolicyError::Window);
         }
-        if !(1..=MAX_LIMIT).contains(&burst) {
-            return Err(PolicyError::Burst);
+        if !(1..=MAX_LIMIT).contains(&capacity) {
+            return Err(PolicyError::Capacity);
         }
-        // burst * window / limit <= MAX_REFILL_MS, compared without division.
-        if u128::from(burst) * u128::from(window_ms) > u128::from(MAX_REFILL_MS) * u128::from(limit)
+        // capacity * window / limit <= MAX_REFILL_MS, compared without division.
+        if u128::from(capacity) * u128::from(window_ms)
+            > u128::from(MAX_REFILL_MS) * u128::from(limit)
         {
             return Err(PolicyError::RefillTooSlow);
         }
-        let ((limit_low, l), (window_ms_low, w), (burst_low, b)) =
-            (split(limit), split(window_ms), split(burst));
+        let ((limit_low, l), (window_ms_low, w), (capacity_low, b)) =
+            (split(limit), split(window_ms), split(capacity));
         Ok(Policy {
             limit_low,
             window_ms_low,
-            burst_low,
+            capacity_low,
             high: l | w << 8 | b << 16,
         })
     }
@@ -109,9 +112,9 @@ impl Policy {
         join(self.window_ms_low, self.high, 8)
     }
 
-    /// Capacity of the bucket algorithms; the window algorithms store `limit` here.
-    pub fn burst(&self) -> u64 {
-        join(self.burst_low, self.high, 16)
+    /// B: how many may pass at once after idle. The window algorithms store `limit` here.
+    pub fn capacity(&self) -> u64 {
+        join(self.capacity_low, self.high, 16)
     }
 
     pub fn window_ns(&self) -> u64 {
@@ -166,7 +169,7 @@ mod policy_tests {
             for w in edges {
                 for b in edges {
                     if let Ok(p) = Policy::new(l, w, b) {
-                        assert_eq!((p.limit(), p.window_ms(), p.burst()), (l, w, b));
+                        assert_eq!((p.limit(), p.window_ms(), p.capacity()), (l, w, b));
                     }
                 }
             }
@@ -178,7 +181,7 @@ mod policy_tests {
         #[test]
         fn policy_round_trips(l in 1..=MAX_LIMIT, w in 1..=MAX_WINDOW_MS, b in 1..=MAX_LIMIT) {
             if let Ok(p) = Policy::new(l, w, b) {
-                prop_assert_eq!((p.limit(), p.window_ms(), p.burst()), (l, w, b));
+                prop_assert_eq!((p.limit(), p.window_ms(), p.capacity()), (l, w, b));
                 prop_assert_eq!(Policy::new(l, w, b), Ok(p));
             }
         }
@@ -186,12 +189,15 @@ mod policy_tests {
 }
 
 /// What a limiter answers for one request. Durations are exact nanoseconds, rounded up.
+/// The command layer turns it into the five-integer reply (`capacity` is the reply's `limit`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Decision {
-    /// 1 admitted, 0 denied; for a lease, the number of tokens granted.
+    /// How much was admitted: 1 or 0 for a request (admitted or denied). A lease sets it to the
+    /// tokens granted and a refund to the tokens given back: the reply's first field is always
+    /// "how much this call moved".
     pub allowed: u64,
     /// The capacity: BURST for the bucket algorithms, L for the window algorithms.
-    pub limit: u64,
+    pub capacity: u64,
     /// How many more cost-1 requests would be admitted right now.
     pub remaining: u64,
     /// None when admitted; else the time until this request would be admitted.
@@ -205,6 +211,34 @@ pub struct Decision {
 pub struct Outcome<S> {
     pub decision: Decision,
     pub next: Option<S>,
+}
+
+/// One rate-limiting algorithm, implemented on the state it stores: its name, its tag in the
+/// stored encoding, and its pure functions. The command layer and the stored format reach every
+/// algorithm through this trait.
+pub trait Algorithm: Sized + Clone + PartialEq + std::fmt::Debug {
+    /// How errors, `RL.INSPECT` and `INFO` name it: "GCRA", "token bucket", …
+    const NAME: &'static str;
+    /// Its tag in the stored encoding; never reused.
+    const TAG: u8;
+    /// Whether it takes `BURST` (a capacity other than L). The window algorithms do not.
+    const BURST: bool;
+
+    /// Decides a request of `cost` at `now_ns`; `cost` 0 peeks (answered as cost 1 would be,
+    /// nothing spent, `next` None). The caller guarantees `cost <= policy.capacity()`.
+    fn check(state: Option<&Self>, policy: &Policy, now_ns: u64, cost: u64) -> Outcome<Self>;
+
+    /// This state carried over to a new policy: what was already spent stays spent.
+    fn rescale(&self, from: &Policy, to: &Policy, now_ns: u64) -> Self;
+
+    /// Gives back `n` unspent tokens, never above the capacity.
+    fn refund(&self, policy: &Policy, now_ns: u64, n: u64) -> Self;
+
+    /// How many entries a state may hold under `policy`, when its memory grows with them (the
+    /// sliding log: L); 0 for the fixed-size states.
+    fn entries(_policy: &Policy) -> u64 {
+        0
+    }
 }
 
 /// Nanoseconds rounded up to whole milliseconds, so a client that waits this long is not early.

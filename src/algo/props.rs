@@ -34,7 +34,7 @@ pub fn worst_interval(
 /// B + L·d/W as an exact comparison: admitted·W_ns <= B·W_ns + d·L, i.e. admitted <= that / W_ns.
 pub fn bucket_bound(p: &Policy) -> impl Fn(u64) -> u128 + '_ {
     move |d| {
-        (u128::from(p.burst()) * p.units_per_token() + u128::from(d) * p.units_per_ns())
+        (u128::from(p.capacity()) * p.units_per_token() + u128::from(d) * p.units_per_ns())
             / p.units_per_token()
     }
 }
@@ -157,7 +157,7 @@ proptest! {
 
     #[test]
     fn gcra_never_exceeds_burst_plus_rate(p in policy_strategy(), trace in trace_strategy(30)) {
-        let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.burst()))).collect();
+        let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.capacity()))).collect();
         let (admitted, _) = run_gcra(&p, &trace);
         prop_assert_eq!(worst_interval(&admitted, bucket_bound(&p)), None);
     }
@@ -165,7 +165,7 @@ proptest! {
     /// retry_after is exact, and a peek changes nothing and answers like cost 1.
     #[test]
     fn gcra_retry_after_is_exact_and_peeks_answer_like_cost_one(p in policy_strategy(), trace in trace_strategy(30)) {
-        let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.burst()))).collect();
+        let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.capacity()))).collect();
         let (_, log) = run_gcra(&p, &trace);
         answers_are_exact(&log, |s, now, cost| gcra::check(s, &p, now, cost))?;
     }
@@ -175,14 +175,14 @@ proptest! {
     /// placed at their true instants, still keep the promise.
     #[test]
     fn gcra_backwards_clock_admits_nothing_extra(p in policy_strategy(), steps in backwards_strategy(30)) {
-        let steps: Vec<_> = steps.into_iter().map(|(g, b, c)| (g, b, c.min(p.burst()))).collect();
+        let steps: Vec<_> = steps.into_iter().map(|(g, b, c)| (g, b, c.min(p.capacity()))).collect();
         let admitted = run_backwards(&steps, |s, now, cost| gcra::check(s, &p, now, cost));
         prop_assert_eq!(worst_interval(&admitted, bucket_bound(&p)), None);
     }
 
     #[test]
     fn token_bucket_never_exceeds_burst_plus_rate(p in policy_strategy(), trace in trace_strategy(30)) {
-        let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.burst()))).collect();
+        let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.capacity()))).collect();
         let (admitted, _) = run(&trace, |s, now, cost| token_bucket::check(s, &p, now, cost));
         prop_assert_eq!(worst_interval(&admitted, bucket_bound(&p)), None);
     }
@@ -191,7 +191,7 @@ proptest! {
     /// answer to every request, field for field.
     #[test]
     fn token_bucket_decides_exactly_like_gcra(p in policy_strategy(), trace in trace_strategy(30)) {
-        let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.burst()))).collect();
+        let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.capacity()))).collect();
         let (_, tb) = run(&trace, |s, now, cost| token_bucket::check(s, &p, now, cost));
         let (_, gc) = run_gcra(&p, &trace);
         for (a, b) in tb.iter().zip(&gc) {
@@ -202,14 +202,14 @@ proptest! {
     /// retry_after is exact, and a peek changes nothing (and answers like cost 1).
     #[test]
     fn token_bucket_retry_after_is_exact(p in policy_strategy(), trace in trace_strategy(30)) {
-        let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.burst()))).collect();
+        let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.capacity()))).collect();
         let (_, log) = run(&trace, |s, now, cost| token_bucket::check(s, &p, now, cost));
         answers_are_exact(&log, |s, now, cost| token_bucket::check(s, &p, now, cost))?;
     }
 
     #[test]
     fn token_bucket_backwards_clock_admits_nothing_extra(p in policy_strategy(), steps in backwards_strategy(30)) {
-        let steps: Vec<_> = steps.into_iter().map(|(g, b, c)| (g, b, c.min(p.burst()))).collect();
+        let steps: Vec<_> = steps.into_iter().map(|(g, b, c)| (g, b, c.min(p.capacity()))).collect();
         let admitted = run_backwards(&steps, |s, now, cost| token_bucket::check(s, &p, now, cost));
         prop_assert_eq!(worst_interval(&admitted, bucket_bound(&p)), None);
     }

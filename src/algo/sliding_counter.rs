@@ -17,7 +17,7 @@
 //! but only when the previous window's requests were bunched at its end; an interval that starts
 //! at a boundary, or follows a quiet window, gets at most L.
 
-use super::{Decision, Outcome, Policy};
+use super::{Algorithm, Decision, Outcome, Policy};
 
 /// Stored state: the current window's start and the two counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,7 +133,7 @@ pub fn check(
     };
     let decision = Decision {
         allowed: u64::from(admitted),
-        limit: policy.limit(),
+        capacity: policy.limit(),
         remaining: u64::try_from(room.div_ceil(window)).unwrap_or(u64::MAX),
         retry_after_ns: (!admitted).then(|| until(counter.admissible_at(policy, asked), now_ns)),
         reset_after_ns: until(fresh_at, now_ns),
@@ -173,6 +173,24 @@ pub fn refund(state: &SlidingCounter, policy: &Policy, now_ns: u64, n: u64) -> S
     }
 }
 
+impl Algorithm for SlidingCounter {
+    const NAME: &'static str = "sliding counter";
+    const TAG: u8 = 4;
+    const BURST: bool = false;
+
+    fn check(state: Option<&Self>, policy: &Policy, now_ns: u64, cost: u64) -> Outcome<Self> {
+        check(state, policy, now_ns, cost)
+    }
+
+    fn rescale(&self, from: &Policy, to: &Policy, now_ns: u64) -> Self {
+        rescale(self, from, to, now_ns)
+    }
+
+    fn refund(&self, policy: &Policy, now_ns: u64, n: u64) -> Self {
+        refund(self, policy, now_ns, n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,7 +219,7 @@ mod tests {
             first.decision,
             Decision {
                 allowed: 1,
-                limit: 10,
+                capacity: 10,
                 remaining: 9,
                 retry_after_ns: None,
                 reset_after_ns: 1700 * MS
@@ -218,7 +236,7 @@ mod tests {
             d,
             Decision {
                 allowed: 0,
-                limit: 10,
+                capacity: 10,
                 remaining: 0,
                 retry_after_ns: Some(1),
                 reset_after_ns: 1000 * MS

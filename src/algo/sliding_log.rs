@@ -18,7 +18,7 @@
 //! denial stores nothing, so the trimmed log is stored by the next admitted request). The log holds
 //! at most L entries: 8 bytes each.
 
-use super::{Decision, Outcome, Policy};
+use super::{Algorithm, Decision, Outcome, Policy};
 
 const COUNT_BITS: u32 = 20;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
@@ -203,7 +203,7 @@ pub fn check(
     if !admitted || cost == 0 {
         let decision = Decision {
             allowed: u64::from(admitted),
-            limit,
+            capacity: limit,
             remaining: limit.saturating_sub(total),
             retry_after_ns,
             reset_after_ns: newest.map_or(0, |at| until_gone(at, window, now_ns)),
@@ -231,7 +231,7 @@ pub fn check(
     }
     let decision = Decision {
         allowed: 1,
-        limit,
+        capacity: limit,
         remaining: limit - (total + cost),
         retry_after_ns: None,
         reset_after_ns: until_gone(at, window, now_ns),
@@ -296,6 +296,28 @@ pub fn refund(state: &SlidingLog, policy: &Policy, now_ns: u64, n: u64) -> Slidi
     SlidingLog::pack(tick_shift(policy), &entries)
 }
 
+impl Algorithm for SlidingLog {
+    const NAME: &'static str = "sliding log";
+    const TAG: u8 = 3;
+    const BURST: bool = false;
+
+    fn check(state: Option<&Self>, policy: &Policy, now_ns: u64, cost: u64) -> Outcome<Self> {
+        check(state, policy, now_ns, cost)
+    }
+
+    fn rescale(&self, from: &Policy, to: &Policy, now_ns: u64) -> Self {
+        rescale(self, from, to, now_ns)
+    }
+
+    fn refund(&self, policy: &Policy, now_ns: u64, n: u64) -> Self {
+        refund(self, policy, now_ns, n)
+    }
+
+    fn entries(policy: &Policy) -> u64 {
+        policy.limit()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,7 +360,7 @@ mod tests {
             d[0],
             Decision {
                 allowed: 1,
-                limit: 10,
+                capacity: 10,
                 remaining: 7,
                 retry_after_ns: None,
                 reset_after_ns: 1000 * MS
@@ -350,7 +372,7 @@ mod tests {
             d[3],
             Decision {
                 allowed: 0,
-                limit: 10,
+                capacity: 10,
                 remaining: 1,
                 retry_after_ns: Some(800 * MS),
                 reset_after_ns: 900 * MS

@@ -5,7 +5,7 @@
 //! added, and a token is `window_ns` units. With the same L, W, B it admits exactly what GCRA
 //! admits (a property test checks it); it stores a balance and an instant instead of one instant.
 
-use super::{rescale_units, Decision, Outcome, Policy};
+use super::{rescale_units, Algorithm, Decision, Outcome, Policy};
 
 /// Stored state: the balance at the last refill, and when that was.
 ///
@@ -42,11 +42,11 @@ impl TokenBucket {
 
 /// The capacity in units: B tokens.
 pub fn capacity(policy: &Policy) -> u128 {
-    u128::from(policy.burst()) * policy.units_per_token()
+    u128::from(policy.capacity()) * policy.units_per_token()
 }
 
 /// Decides a request of `cost` tokens at `now_ns`; `cost` 0 peeks (answered as cost 1, nothing
-/// spent). The caller guarantees `cost <= policy.burst()`.
+/// spent). The caller guarantees `cost <= policy.capacity()`.
 pub fn check(
     state: Option<&TokenBucket>,
     policy: &Policy,
@@ -67,7 +67,7 @@ pub fn check(
     };
     let decision = Decision {
         allowed: u64::from(admitted),
-        limit: policy.burst(),
+        capacity: policy.capacity(),
         remaining: u64::try_from(after / token).unwrap_or(u64::MAX),
         retry_after_ns: (!admitted).then(|| policy.ns_ceil(asked - bucket.tokens)),
         reset_after_ns: policy.ns_ceil(capacity(policy) - after),
@@ -105,6 +105,24 @@ pub fn refund(state: &TokenBucket, policy: &Policy, now_ns: u64, n: u64) -> Toke
     }
 }
 
+impl Algorithm for TokenBucket {
+    const NAME: &'static str = "token bucket";
+    const TAG: u8 = 2;
+    const BURST: bool = true;
+
+    fn check(state: Option<&Self>, policy: &Policy, now_ns: u64, cost: u64) -> Outcome<Self> {
+        check(state, policy, now_ns, cost)
+    }
+
+    fn rescale(&self, from: &Policy, to: &Policy, now_ns: u64) -> Self {
+        rescale(self, from, to, now_ns)
+    }
+
+    fn refund(&self, policy: &Policy, now_ns: u64, n: u64) -> Self {
+        refund(self, policy, now_ns, n)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::gcra;
@@ -123,7 +141,7 @@ mod tests {
             first.decision,
             Decision {
                 allowed: 1,
-                limit: 10,
+                capacity: 10,
                 remaining: 9,
                 retry_after_ns: None,
                 reset_after_ns: 100 * MS
@@ -135,7 +153,7 @@ mod tests {
             denied.decision,
             Decision {
                 allowed: 0,
-                limit: 10,
+                capacity: 10,
                 remaining: 0,
                 retry_after_ns: Some(100 * MS),
                 reset_after_ns: 1000 * MS
@@ -194,7 +212,7 @@ mod tests {
             trace in trace_strategy(30),
             n in prop_oneof![1u64..=40, Just(1_000_000_000_000u64)],
         ) {
-            let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.burst()))).collect();
+            let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.capacity()))).collect();
             let (_, tb) = run(&trace, |s, now, cost| check(s, &p, now, cost));
             let (_, gc) = run(&trace, |s, now, cost| gcra::check(s, &p, now, cost));
             for (Step { now, before, .. }, g) in tb.iter().zip(&gc) {
@@ -203,7 +221,7 @@ mod tests {
                 let t2 = refund(t, &p, *now, n);
                 prop_assert!(t2.tokens <= capacity(&p));
                 let after = check(Some(&t2), &p, *now, 0).decision;
-                prop_assert_eq!(after.remaining, was.saturating_add(n).min(p.burst()));
+                prop_assert_eq!(after.remaining, was.saturating_add(n).min(p.capacity()));
                 let c2 = gcra::refund(c, &p, *now, n);
                 prop_assert_eq!(gcra::check(Some(&c2), &p, *now, 0).decision, after);
             }

@@ -140,7 +140,7 @@ proptest! {
     ) {
         let Ok(limiter) = Limiter::decode(&bytes) else { return Ok(()) };
         let p = limiter.policy;
-        let cost = amount.min(p.burst());
+        let cost = amount.min(p.capacity());
         let window_cost = amount.min(p.limit());
         let n = amount.clamp(1, crate::algo::MAX_LIMIT);
         let to = Policy::new(other.0, other.1, other.2).unwrap_or(p);

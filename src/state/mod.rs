@@ -6,19 +6,14 @@
 //!
 //! Layout, version 1, integers little-endian:
 //! `[format u8][algorithm u8][L u64][W ms u64][B u64][algorithm state]`
-//! - 1 GCRA: `tat u128` (units of the stored policy).
-//! - 2 token bucket: `tokens u128` (units, at most the capacity), `last_ns u64`.
-//! - 3 sliding log: `base_ns u64`, `entries u32` (at most L), then `entries` packed words
-//!   `u64` (see `algo::sliding_log`: ordered, counts 1..=L summing to at most L, L <= 10^6).
-//! - 4 sliding counter: `start_ns u64` (a multiple of W), `prev u64`, `curr u64` (each <= L).
-//! - 5 fixed window: `start_ns u64` (a multiple of W), `count u64` (<= L).
+//! then the algorithm's own fields: see each `Stored` impl below.
 //!
 //! The window algorithms (3–5) store B = L.
 
 use crate::algo::fixed_window::FixedWindow;
 use crate::algo::sliding_counter::SlidingCounter;
 use crate::algo::sliding_log::SlidingLog;
-use crate::algo::{gcra::Gcra, token_bucket, token_bucket::TokenBucket, Policy};
+use crate::algo::{gcra::Gcra, token_bucket, token_bucket::TokenBucket, Algorithm, Policy};
 use crate::error::Error;
 
 pub mod rdb;
@@ -43,49 +38,241 @@ pub struct Limiter {
 // An algorithm state larger than 24 bytes inline would push it to the next class, 64.
 const _: () = assert!(std::mem::size_of::<Limiter>() <= 48);
 
-/// The algorithm's state, tagged by algorithm. A key keeps its algorithm for life.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AlgoState {
-    Gcra(Gcra),
-    TokenBucket(TokenBucket),
-    SlidingLog(SlidingLog),
-    SlidingCounter(SlidingCounter),
-    FixedWindow(FixedWindow),
+/// How one algorithm's state is stored: its fields after the common header, validated against
+/// the policy on the way in. Every stored byte sequence has exactly one meaning: decoding then
+/// encoding gives the same bytes (replicas compare digests).
+pub trait Stored: Algorithm {
+    fn encode(&self, out: &mut Vec<u8>);
+    fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error>;
+    /// Heap bytes held beyond the `Limiter` itself, for `MEMORY USAGE`.
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+    /// This algorithm's state inside a stored limiter, or None if it holds another one.
+    fn of(state: &AlgoState) -> Option<&Self>;
+    fn of_mut(state: &mut AlgoState) -> Option<&mut Self>;
+    fn wrap(self) -> AlgoState;
 }
 
-impl AlgoState {
-    fn tag(&self) -> u8 {
-        match self {
-            AlgoState::Gcra(_) => 1,
-            AlgoState::TokenBucket(_) => 2,
-            AlgoState::SlidingLog(_) => 3,
-            AlgoState::SlidingCounter(_) => 4,
-            AlgoState::FixedWindow(_) => 5,
+/// Work done on a stored state of any algorithm (see [`AlgoState::visit`]).
+pub trait Visit {
+    type Out;
+    fn visit<A: Stored>(self, state: &mut A) -> Self::Out;
+}
+
+/// Declares the stored algorithms: the `AlgoState` enum and everything that dispatches on it.
+/// A new algorithm is one line here (plus its `Algorithm` and `Stored` impls).
+macro_rules! algorithms {
+    ($($variant:ident),* $(,)?) => {
+        /// The algorithm's state, tagged by algorithm. A key keeps its algorithm for life.
+        #[derive(Clone, Debug, PartialEq, Eq)]
+        pub enum AlgoState {
+            $($variant($variant),)*
+        }
+
+        impl AlgoState {
+            fn tag(&self) -> u8 {
+                match self {
+                    $(AlgoState::$variant(_) => $variant::TAG,)*
+                }
+            }
+
+            /// How the algorithm is named in errors (`WRONGTYPE the key holds a GCRA limiter …`).
+            pub fn name(&self) -> &'static str {
+                match self {
+                    $(AlgoState::$variant(_) => $variant::NAME,)*
+                }
+            }
+
+            fn encode(&self, out: &mut Vec<u8>) {
+                match self {
+                    $(AlgoState::$variant(s) => s.encode(out),)*
+                }
+            }
+
+            fn heap_bytes(&self) -> usize {
+                match self {
+                    $(AlgoState::$variant(s) => s.heap_bytes(),)*
+                }
+            }
+
+            /// Runs `v` on the state, whichever algorithm it is.
+            pub fn visit<V: Visit>(&mut self, v: V) -> V::Out {
+                match self {
+                    $(AlgoState::$variant(s) => v.visit(s),)*
+                }
+            }
+
+            fn decode(tag: u8, r: &mut Reader<'_>, policy: &Policy) -> Result<AlgoState, Error> {
+                $(
+                    if tag == $variant::TAG {
+                        if !$variant::BURST && policy.capacity() != policy.limit() {
+                            return Err(Error::BadState("window limiter with a burst"));
+                        }
+                        return $variant::decode(r, policy).map(AlgoState::$variant);
+                    }
+                )*
+                Err(Error::BadState("unknown algorithm"))
+            }
+        }
+
+        $(
+            impl From<$variant> for AlgoState {
+                fn from(s: $variant) -> AlgoState {
+                    AlgoState::$variant(s)
+                }
+            }
+        )*
+    };
+}
+
+algorithms!(Gcra, TokenBucket, SlidingLog, SlidingCounter, FixedWindow);
+
+/// The `Stored` methods that only name the enum variant.
+macro_rules! variant_access {
+    ($variant:ident) => {
+        fn of(state: &AlgoState) -> Option<&Self> {
+            match state {
+                AlgoState::$variant(s) => Some(s),
+                #[allow(unreachable_patterns)]
+                _ => None,
+            }
+        }
+        fn of_mut(state: &mut AlgoState) -> Option<&mut Self> {
+            match state {
+                AlgoState::$variant(s) => Some(s),
+                #[allow(unreachable_patterns)]
+                _ => None,
+            }
+        }
+        fn wrap(self) -> AlgoState {
+            AlgoState::$variant(self)
+        }
+    };
+}
+
+/// 1 GCRA: `tat u128` (units of the stored policy).
+impl Stored for Gcra {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&{ self.tat }.to_le_bytes());
+    }
+
+    fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error> {
+        let tat = r.u128()?;
+        // Any instant a u64 of nanoseconds can hold, plus a full bucket of debt.
+        let max =
+            policy.units_at(u64::MAX) + u128::from(policy.capacity()) * policy.units_per_token();
+        if tat > max {
+            return Err(Error::BadState("GCRA arrival time out of range"));
+        }
+        Ok(Gcra { tat })
+    }
+
+    variant_access!(Gcra);
+}
+
+/// 2 token bucket: `tokens u128` (units, at most the capacity), `last_ns u64`.
+impl Stored for TokenBucket {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&{ self.tokens }.to_le_bytes());
+        out.extend_from_slice(&{ self.last_ns }.to_le_bytes());
+    }
+
+    fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error> {
+        let (tokens, last_ns) = (r.u128()?, r.u64()?);
+        if tokens > token_bucket::capacity(policy) {
+            return Err(Error::BadState("token bucket balance above its capacity"));
+        }
+        Ok(TokenBucket { tokens, last_ns })
+    }
+
+    variant_access!(TokenBucket);
+}
+
+/// 3 sliding log: `base_ns u64`, `entries u32` (at most L), then `entries` packed words `u64`
+/// (see `algo::sliding_log`: ordered, counts 1..=L summing to at most L, L <= 10^6).
+impl Stored for SlidingLog {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.base_ns().to_le_bytes());
+        // At most L <= 10^6 entries: always fits.
+        let entries = u32::try_from(self.words().len()).unwrap_or(u32::MAX);
+        out.extend_from_slice(&entries.to_le_bytes());
+        for word in self.words() {
+            out.extend_from_slice(&word.to_le_bytes());
         }
     }
 
-    /// How the algorithm is named in errors (`WRONGTYPE the key holds a GCRA limiter …`).
-    pub fn name(&self) -> &'static str {
-        match self {
-            AlgoState::Gcra(_) => "GCRA",
-            AlgoState::TokenBucket(_) => "token bucket",
-            AlgoState::SlidingLog(_) => "sliding log",
-            AlgoState::SlidingCounter(_) => "sliding counter",
-            AlgoState::FixedWindow(_) => "fixed window",
+    fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error> {
+        let base_ns = r.u64()?;
+        let entries = u64::from(r.u32()?);
+        // Bounded before anything is allocated: at most L entries, all present.
+        if entries > policy.limit() || entries.saturating_mul(8) > r.0.len() as u64 {
+            return Err(Error::BadState("sliding log entry count out of range"));
+        }
+        let words = (0..entries)
+            .map(|_| r.u64())
+            .collect::<Result<Vec<_>, _>>()?;
+        SlidingLog::from_parts(policy, base_ns, words).map_err(Error::BadState)
+    }
+
+    fn heap_bytes(&self) -> usize {
+        SlidingLog::heap_bytes(self)
+    }
+
+    variant_access!(SlidingLog);
+}
+
+/// 4 sliding counter: `start_ns u64` (a multiple of W), `prev u64`, `curr u64` (each <= L).
+impl Stored for SlidingCounter {
+    fn encode(&self, out: &mut Vec<u8>) {
+        for n in [self.start_ns, self.prev, self.curr] {
+            out.extend_from_slice(&n.to_le_bytes());
         }
     }
+
+    fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error> {
+        let (start_ns, prev, curr) = (r.u64()?, r.u64()?, r.u64()?);
+        if !start_ns.is_multiple_of(policy.window_ns()) {
+            return Err(Error::BadState("sliding counter window not aligned"));
+        }
+        if prev > policy.limit() || curr > policy.limit() {
+            return Err(Error::BadState("sliding counter count above its limit"));
+        }
+        Ok(SlidingCounter {
+            start_ns,
+            prev,
+            curr,
+        })
+    }
+
+    variant_access!(SlidingCounter);
+}
+
+/// 5 fixed window: `start_ns u64` (a multiple of W), `count u64` (<= L).
+impl Stored for FixedWindow {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.start_ns.to_le_bytes());
+        out.extend_from_slice(&self.count.to_le_bytes());
+    }
+
+    fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error> {
+        let (start_ns, count) = (r.u64()?, r.u64()?);
+        if !start_ns.is_multiple_of(policy.window_ns()) {
+            return Err(Error::BadState("fixed window not aligned"));
+        }
+        if count > policy.limit() {
+            return Err(Error::BadState("fixed window count above its limit"));
+        }
+        Ok(FixedWindow { start_ns, count })
+    }
+
+    variant_access!(FixedWindow);
 }
 
 impl Limiter {
     /// Heap bytes this limiter holds beyond its own struct, for `MEMORY USAGE`.
     pub fn heap_bytes(&self) -> usize {
-        match &self.state {
-            AlgoState::SlidingLog(log) => log.heap_bytes(),
-            AlgoState::Gcra(_)
-            | AlgoState::TokenBucket(_)
-            | AlgoState::SlidingCounter(_)
-            | AlgoState::FixedWindow(_) => 0,
-        }
+        self.state.heap_bytes()
     }
 
     /// Appends the encoding to `out`.
@@ -95,35 +282,11 @@ impl Limiter {
         for n in [
             self.policy.limit(),
             self.policy.window_ms(),
-            self.policy.burst(),
+            self.policy.capacity(),
         ] {
             out.extend_from_slice(&n.to_le_bytes());
         }
-        match &self.state {
-            AlgoState::Gcra(g) => out.extend_from_slice(&g.tat.to_le_bytes()),
-            AlgoState::TokenBucket(t) => {
-                out.extend_from_slice(&t.tokens.to_le_bytes());
-                out.extend_from_slice(&t.last_ns.to_le_bytes());
-            }
-            AlgoState::SlidingLog(log) => {
-                out.extend_from_slice(&log.base_ns().to_le_bytes());
-                // At most L <= 10^6 entries: always fits.
-                let entries = u32::try_from(log.words().len()).unwrap_or(u32::MAX);
-                out.extend_from_slice(&entries.to_le_bytes());
-                for word in log.words() {
-                    out.extend_from_slice(&word.to_le_bytes());
-                }
-            }
-            AlgoState::SlidingCounter(c) => {
-                for n in [c.start_ns, c.prev, c.curr] {
-                    out.extend_from_slice(&n.to_le_bytes());
-                }
-            }
-            AlgoState::FixedWindow(f) => {
-                out.extend_from_slice(&f.start_ns.to_le_bytes());
-                out.extend_from_slice(&f.count.to_le_bytes());
-            }
-        }
+        self.state.encode(out);
     }
 
     /// Decodes and validates; any malformed, truncated, trailing or out-of-range byte is an error.
@@ -133,69 +296,10 @@ impl Limiter {
             return Err(Error::BadState("unknown format version"));
         }
         let tag = r.u8()?;
-        let (limit, window_ms, burst) = (r.u64()?, r.u64()?, r.u64()?);
-        let policy = Policy::new(limit, window_ms, burst)
+        let (limit, window_ms, capacity) = (r.u64()?, r.u64()?, r.u64()?);
+        let policy = Policy::new(limit, window_ms, capacity)
             .map_err(|_| Error::BadState("policy out of range"))?;
-        let state = match tag {
-            1 => {
-                let tat = r.u128()?;
-                // Any instant a u64 of nanoseconds can hold, plus a full bucket of debt.
-                let max = policy.units_at(u64::MAX) + u128::from(burst) * policy.units_per_token();
-                if tat > max {
-                    return Err(Error::BadState("GCRA arrival time out of range"));
-                }
-                AlgoState::Gcra(Gcra { tat })
-            }
-            2 => {
-                let (tokens, last_ns) = (r.u128()?, r.u64()?);
-                if tokens > token_bucket::capacity(&policy) {
-                    return Err(Error::BadState("token bucket balance above its capacity"));
-                }
-                AlgoState::TokenBucket(TokenBucket { tokens, last_ns })
-            }
-            3..=5 if burst != limit => {
-                return Err(Error::BadState("window limiter with a burst"));
-            }
-            3 => {
-                let base_ns = r.u64()?;
-                let entries = u64::from(r.u32()?);
-                // Bounded before anything is allocated: at most L entries, all present.
-                if entries > limit || entries.saturating_mul(8) > r.0.len() as u64 {
-                    return Err(Error::BadState("sliding log entry count out of range"));
-                }
-                let words = (0..entries)
-                    .map(|_| r.u64())
-                    .collect::<Result<Vec<_>, _>>()?;
-                AlgoState::SlidingLog(
-                    SlidingLog::from_parts(&policy, base_ns, words).map_err(Error::BadState)?,
-                )
-            }
-            4 => {
-                let (start_ns, prev, curr) = (r.u64()?, r.u64()?, r.u64()?);
-                if !start_ns.is_multiple_of(policy.window_ns()) {
-                    return Err(Error::BadState("sliding counter window not aligned"));
-                }
-                if prev > limit || curr > limit {
-                    return Err(Error::BadState("sliding counter count above its limit"));
-                }
-                AlgoState::SlidingCounter(SlidingCounter {
-                    start_ns,
-                    prev,
-                    curr,
-                })
-            }
-            5 => {
-                let (start_ns, count) = (r.u64()?, r.u64()?);
-                if !start_ns.is_multiple_of(policy.window_ns()) {
-                    return Err(Error::BadState("fixed window not aligned"));
-                }
-                if count > limit {
-                    return Err(Error::BadState("fixed window count above its limit"));
-                }
-                AlgoState::FixedWindow(FixedWindow { start_ns, count })
-            }
-            _ => return Err(Error::BadState("unknown algorithm")),
-        };
+        let state = AlgoState::decode(tag, &mut r, &policy)?;
         if !r.0.is_empty() {
             return Err(Error::BadState("trailing bytes"));
         }
@@ -204,7 +308,7 @@ impl Limiter {
 }
 
 /// A bounds-checked cursor over encoded bytes.
-struct Reader<'a>(&'a [u8]);
+pub struct Reader<'a>(&'a [u8]);
 
 impl Reader<'_> {
     fn take<const N: usize>(&mut self) -> Result<[u8; N], Error> {
@@ -216,19 +320,19 @@ impl Reader<'_> {
         Ok(*head)
     }
 
-    fn u8(&mut self) -> Result<u8, Error> {
+    pub fn u8(&mut self) -> Result<u8, Error> {
         Ok(self.take::<1>()?[0])
     }
 
-    fn u32(&mut self) -> Result<u32, Error> {
+    pub fn u32(&mut self) -> Result<u32, Error> {
         Ok(u32::from_le_bytes(self.take()?))
     }
 
-    fn u64(&mut self) -> Result<u64, Error> {
+    pub fn u64(&mut self) -> Result<u64, Error> {
         Ok(u64::from_le_bytes(self.take()?))
     }
 
-    fn u128(&mut self) -> Result<u128, Error> {
+    pub fn u128(&mut self) -> Result<u128, Error> {
         Ok(u128::from_le_bytes(self.take()?))
     }
 }
