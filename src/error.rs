@@ -23,16 +23,19 @@ pub enum Error {
     CostExceedsCapacity { cost: u64, capacity: u64 },
     /// BURST × W / L above the supported refill horizon.
     RefillTooSlow {
-        burst: u64,
+        capacity: u64,
         limit: u64,
         window_ms: u64,
     },
     /// A sliding log's L above `ratelimit.max-log-entries` (memory grows with L).
     LogTooLong { limit: u64, max: u64 },
-    /// The key holds something else: another Redis type, or a limiter of another algorithm.
+    /// The key holds something else: another Redis type, or a limiter of another algorithm
+    /// (`wanted` names the algorithm the command needs; empty: any limiter).
     WrongType { holds: String, wanted: &'static str },
     /// A stored or replicated state that fails validation.
     BadState(&'static str),
+    /// A write sent to a replica by a client: replicas never decide.
+    Replica { command: &'static str },
     /// The debug clock was asked for but the module was loaded without it.
     DebugClockDisabled,
     /// A panic was caught, or arithmetic that the bounds should rule out overflowed.
@@ -60,23 +63,34 @@ impl fmt::Display for Error {
                 "ERR COST {cost} can never be admitted: it exceeds the capacity {capacity}"
             ),
             Error::RefillTooSlow {
-                burst,
+                capacity,
                 limit,
                 window_ms,
             } => write!(
                 f,
-                "ERR a capacity of {burst} refilled at {limit} per {window_ms} ms takes longer than {} ms to refill",
+                "ERR a capacity of {capacity} refilled at {limit} per {window_ms} ms takes longer than {} ms to refill",
                 crate::algo::MAX_REFILL_MS
             ),
             Error::LogTooLong { limit, max } => write!(
                 f,
                 "ERR L {limit} is above ratelimit.max-log-entries ({max}): a sliding log stores an entry per request; use RL.SLIDINGCOUNTER for large limits, or raise the config"
             ),
-            Error::WrongType { holds, wanted } => write!(
-                f,
-                "WRONGTYPE the key holds {holds}, not a {wanted} limiter; use another key or DEL it"
-            ),
+            Error::WrongType { holds, wanted } => {
+                let wanted = if wanted.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {wanted}")
+                };
+                write!(
+                    f,
+                    "WRONGTYPE the key holds {holds}, not a{wanted} limiter; use another key or DEL it"
+                )
+            }
             Error::BadState(why) => write!(f, "ERR invalid limiter state: {why}"),
+            Error::Replica { command } => write!(
+                f,
+                "READONLY {command} decides on the master only: this server is a replica; send it to the master"
+            ),
             Error::DebugClockDisabled => write!(
                 f,
                 "ERR the debug clock is off: load the module with DEBUG-CLOCK yes (tests only)"

@@ -1,6 +1,6 @@
 //! redis-ratelimit: rate limiters as native Redis commands, decided atomically on the server's
-//! clock and replicated as effects. This file is the module's table: its commands, data type
-//! and configuration. Everything else lives in `algo` (pure), `command` (glue), `state`
+//! clock and replicated as effects. This file registers the module: its data type, configuration
+//! and load arguments; the commands are the table in `command`. Everything else lives in `algo` (pure), `command` (glue), `state`
 //! (stored format) and `clock`.
 
 pub mod algo;
@@ -12,14 +12,9 @@ pub mod state;
 use std::sync::atomic::AtomicI64;
 
 use redis_module::configuration::ConfigurationFlags;
-use redis_module::{raw, redis_module, Context, RedisString, Status};
+use redis_module::{redis_module, Context, RedisString, Status};
 
-use command::token_bucket::RlTokenBucket;
-use command::{debug::RlDebug, gcra::RlGcra, register, setstate::RlSetState, Ctx};
-use command::{
-    fixed_window::RlFixedWindow, sliding_counter::RlSlidingCounter, sliding_log::RlSlidingLog,
-};
-use command::{lease::RlLease, refund::RlRefund};
+use command::ffi;
 use state::rdb::LIMITER_TYPE;
 
 // Rust's allocations go through Redis's allocator (counted in `used_memory`, `MEMORY USAGE`);
@@ -36,23 +31,10 @@ const ALLOCATOR: Allocator = std::alloc::System;
 /// `ratelimit.max-log-entries`: the largest L a sliding log accepts (memory is per entry).
 pub static MAX_LOG_ENTRIES: AtomicI64 = AtomicI64::new(10_000);
 
-fn register_commands(ctx: Ctx) -> Result<(), String> {
-    register::<RlGcra>(ctx)?;
-    register::<RlTokenBucket>(ctx)?;
-    register::<RlLease>(ctx)?;
-    register::<RlRefund>(ctx)?;
-    register::<RlSlidingLog>(ctx)?;
-    register::<RlSlidingCounter>(ctx)?;
-    register::<RlFixedWindow>(ctx)?;
-    register::<RlSetState>(ctx)?;
-    register::<RlDebug>(ctx)?;
-    Ok(())
-}
-
 /// Module arguments: `DEBUG-CLOCK yes|no` and `max-log-entries <n>` (the latter read by the
 /// configuration table). Anything else fails the load, so a typo is never silently ignored.
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
-    if !command::api_present() {
+    if !ffi::api_present() {
         ctx.log_warning(
             "this Redis lacks module API functions the module needs (Redis 7.0+ required)",
         );
@@ -84,14 +66,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         clock::enable_debug_clock();
         ctx.log_warning("DEBUG-CLOCK is on: RL.DEBUG can move this server's limiter clock. Never in production.");
     }
-    // SAFETY: called at load with the load context; the function exists since Redis 6.
-    unsafe {
-        if let Some(set_options) = raw::RedisModule_SetModuleOptions {
-            // Loading garbage must fail the load (RESTORE says "Bad data format"), not exit.
-            set_options(ctx.ctx, raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS as i32);
-        }
-    }
-    match register_commands(Ctx(ctx.ctx)) {
+    ffi::set_module_options(ctx);
+    match ffi::register_all(ctx) {
         Ok(()) => Status::Ok,
         Err(e) => {
             ctx.log_warning(&e);

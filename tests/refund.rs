@@ -122,7 +122,7 @@ fn hostile_inputs() {
     cmd(&mut c, &["LPUSH", "l", "x"]).unwrap();
     assert_eq!(
         err(&mut c, &["RL.REFUND", "s", "1"]),
-        "WRONGTYPE the key holds a string, not a rate limiter; use another key or DEL it"
+        "WRONGTYPE the key holds a string, not a limiter; use another key or DEL it"
     );
     assert!(err(&mut c, &["RL.REFUND", "l", "1"]).starts_with("WRONGTYPE the key holds a list"));
 }

@@ -1,89 +1,23 @@
 //! Reading a command's arguments. Every hostile argument is stopped here with an error that
 //! names it; what comes out are values that cannot hold nonsense.
 
-use std::ffi::c_int;
-use std::marker::PhantomData;
-
-use redis_module::raw;
-
-use super::RString;
+use super::{Args, RString};
 use crate::algo::{Policy, PolicyError, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::error::{echo, Error};
 
-/// A cursor over argv, the command name already skipped. `'a` is the command's run: the
-/// argument strings live that long.
-pub struct Args<'a> {
-    argv: *mut *mut raw::RedisModuleString,
-    argc: usize,
-    pos: usize,
-    run: PhantomData<&'a ()>,
-}
-
-impl<'a> Args<'a> {
-    pub fn new(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> Args<'a> {
-        let argc = if argv.is_null() {
-            0
-        } else {
-            usize::try_from(argc).unwrap_or(0)
-        };
-        Args {
-            argv,
-            argc,
-            pos: 1,
-            run: PhantomData,
-        }
-    }
-
-    /// Arguments left to read.
-    pub fn remaining(&self) -> usize {
-        self.argc.saturating_sub(self.pos)
-    }
-
-    /// The next argument as Redis's own string (to name a key or replicate it).
-    pub fn next_string(&mut self) -> Result<RString, Error> {
-        if self.pos >= self.argc {
-            return Err(Error::WrongArity);
-        }
-        // SAFETY: pos < argc, and Redis hands argc valid pointers.
-        let s = unsafe { *self.argv.add(self.pos) };
-        self.pos += 1;
-        Ok(RString(s))
-    }
-
-    /// The next argument's bytes, valid while the command runs.
-    pub fn next_bytes(&mut self) -> Result<&'a [u8], Error> {
-        let s = self.next_string()?;
-        Ok(bytes_of(s))
-    }
-
+impl Args<'_> {
     /// The next argument as an integer within `min..=max`, named `name` in the error.
     pub fn next_u64(&mut self, name: &'static str, min: u64, max: u64) -> Result<u64, Error> {
         let bytes = self.next_bytes()?;
         parse_u64(name, bytes, min, max)
     }
 
-    /// Fails with arity-like error text if anything is left unread.
+    /// Fails if anything is left unread.
     pub fn done(&self) -> Result<(), Error> {
         if self.remaining() > 0 {
             return Err(Error::Syntax("too many arguments".into()));
         }
         Ok(())
-    }
-}
-
-/// The bytes of a Redis string.
-pub fn bytes_of<'a>(s: RString) -> &'a [u8] {
-    let mut len = 0usize;
-    // SAFETY: `s` is a live argument; StringPtrLen returns its buffer and length.
-    unsafe {
-        let Some(ptr_len) = raw::RedisModule_StringPtrLen else {
-            return &[];
-        };
-        let ptr = ptr_len(s.0, &mut len);
-        if ptr.is_null() {
-            return &[];
-        }
-        std::slice::from_raw_parts(ptr.cast::<u8>(), len)
     }
 }
 
@@ -135,8 +69,8 @@ pub enum Amount {
 }
 
 /// A parsed limiter request: `key L W [BURST B] [COST n]`.
-pub struct Request {
-    pub key: RString,
+pub struct Request<'a> {
+    pub key: RString<'a>,
     pub policy: Policy,
     /// Tokens asked for: COST (default 1, 0 peeks) or WANT.
     pub amount: u64,
@@ -144,11 +78,22 @@ pub struct Request {
 
 /// Parses `key L W` and the options. BURST defaults to L; for the window algorithms (no BURST
 /// option) the capacity is L.
-pub fn parse_request(mut args: Args<'_>, options: Options) -> Result<Request, Error> {
+pub fn parse_request<'a>(mut args: Args<'a>, options: Options) -> Result<Request<'a>, Error> {
     if args.remaining() < 3 {
         return Err(Error::WrongArity);
     }
     let key = args.next_string()?;
+    parse_limiter(key, &mut args, options, |_| false)
+}
+
+/// Parses `L W` and the options of one limiter for `key`; `stop` tells where its options end
+/// (the next limiter of `RL.ALL`), else they run to the end of the arguments.
+pub fn parse_limiter<'a>(
+    key: RString<'a>,
+    args: &mut Args<'a>,
+    options: Options,
+    stop: impl Fn(&[u8]) -> bool,
+) -> Result<Request<'a>, Error> {
     let limit = args.next_u64("L", 1, MAX_LIMIT)?;
     let window_ms = args.next_u64("W", 1, MAX_WINDOW_MS)?;
     let (mut burst, mut amount) = (None, None);
@@ -156,8 +101,8 @@ pub fn parse_request(mut args: Args<'_>, options: Options) -> Result<Request, Er
         Amount::Cost => "COST",
         Amount::Want => "WANT",
     };
-    while args.remaining() > 0 {
-        let name = args.next_bytes()?;
+    while let Some(name) = args.peek_bytes().filter(|n| !stop(n)) {
+        args.next_bytes()?;
         let (slot, label, min) = if options.burst && name.eq_ignore_ascii_case(b"BURST") {
             (&mut burst, "BURST", 1)
         } else if name.eq_ignore_ascii_case(amount_name.as_bytes()) {
@@ -185,25 +130,25 @@ pub fn parse_request(mut args: Args<'_>, options: Options) -> Result<Request, Er
         }
         *slot = Some(args.next_u64(label, min, MAX_LIMIT)?);
     }
-    let burst = burst.unwrap_or(limit);
-    let policy = Policy::new(limit, window_ms, burst).map_err(|e| match e {
+    let capacity = burst.unwrap_or(limit);
+    let policy = Policy::new(limit, window_ms, capacity).map_err(|e| match e {
         PolicyError::RefillTooSlow => Error::RefillTooSlow {
-            burst,
+            capacity,
             limit,
             window_ms,
         },
         // Each field was range-checked above.
-        PolicyError::Limit | PolicyError::Window | PolicyError::Burst => Error::Internal,
+        PolicyError::Limit | PolicyError::Window | PolicyError::Capacity => Error::Internal,
     })?;
     let amount = match (options.amount, amount) {
         (_, Some(n)) => n,
         (Amount::Cost, None) => 1,
         (Amount::Want, None) => return Err(Error::Syntax("WANT n is required".into())),
     };
-    if options.amount == Amount::Cost && amount > burst {
+    if options.amount == Amount::Cost && amount > capacity {
         return Err(Error::CostExceedsCapacity {
             cost: amount,
-            capacity: burst,
+            capacity,
         });
     }
     Ok(Request {

@@ -2,61 +2,50 @@
 //! `RL.DEBUG PANIC` — panics inside the handler, to test the panic guard.
 //! Refused unless the module was loaded with `DEBUG-CLOCK yes`. Replies with the clock in ms.
 
-use super::args::{parse_i64, parse_u64, Args};
-use super::{Command, Ctx, KeyAccess, Reply};
+use super::args::{parse_i64, parse_u64};
+use super::{Args, Ctx, Reply};
 use crate::clock::{self, DebugClock};
 use crate::error::{echo, Error};
 
 /// Bound on SET and on one ADVANCE step; the clock itself stays at or below it too.
 const MAX_MS: u64 = clock::MAX_DEBUG_MS;
 
-pub struct RlDebug;
-
-impl Command for RlDebug {
-    const NAME: &'static str = "RL.DEBUG";
-    const FLAGS: &'static str = "admin fast";
-    const ARITY: i32 = -2;
-    const KEY: KeyAccess = KeyAccess::None;
-    const SUMMARY: &'static str =
-        "Test support: pins or moves the module's clock (needs DEBUG-CLOCK yes)";
-
-    fn run(_ctx: Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
-        let subcommand = args.next_bytes()?;
-        if subcommand.eq_ignore_ascii_case(b"PANIC") {
-            // Proves the panic guard end to end: the server must answer an error and live on.
-            clock::debug_reading()?;
-            panic!("RL.DEBUG PANIC");
-        }
-        if !subcommand.eq_ignore_ascii_case(b"CLOCK") {
-            return Err(Error::Syntax(format!(
-                "unknown subcommand '{}'; expected CLOCK or PANIC",
-                echo(subcommand)
-            )));
-        }
-        let action = args.next_bytes()?;
-        let action = if action.eq_ignore_ascii_case(b"SET") {
-            Some(DebugClock::Set {
-                ms: parse_u64("ms", args.next_bytes()?, 1, MAX_MS)?,
-            })
-        } else if action.eq_ignore_ascii_case(b"ADVANCE") {
-            Some(DebugClock::Advance {
-                ms: parse_i64("ms", args.next_bytes()?, MAX_MS)?,
-            })
-        } else if action.eq_ignore_ascii_case(b"REAL") {
-            Some(DebugClock::Real)
-        } else if action.eq_ignore_ascii_case(b"GET") {
-            None
-        } else {
-            return Err(Error::Syntax(format!(
-                "unknown CLOCK action '{}'; expected SET, ADVANCE, REAL or GET",
-                echo(action)
-            )));
-        };
-        args.done()?;
-        let ms = match action {
-            Some(action) => clock::debug(action)?,
-            None => clock::debug_reading()?,
-        };
-        Ok(Reply::Integer(i64::try_from(ms).unwrap_or(i64::MAX)))
+pub fn debug(_ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
+    let subcommand = args.next_bytes()?;
+    if subcommand.eq_ignore_ascii_case(b"PANIC") {
+        // Proves the panic guard end to end: the server must answer an error and live on.
+        clock::debug_reading()?;
+        panic!("RL.DEBUG PANIC");
     }
+    if !subcommand.eq_ignore_ascii_case(b"CLOCK") {
+        return Err(Error::Syntax(format!(
+            "unknown subcommand '{}'; expected CLOCK or PANIC",
+            echo(subcommand)
+        )));
+    }
+    let action = args.next_bytes()?;
+    let action = if action.eq_ignore_ascii_case(b"SET") {
+        Some(DebugClock::Set {
+            ms: parse_u64("ms", args.next_bytes()?, 1, MAX_MS)?,
+        })
+    } else if action.eq_ignore_ascii_case(b"ADVANCE") {
+        Some(DebugClock::Advance {
+            ms: parse_i64("ms", args.next_bytes()?, MAX_MS)?,
+        })
+    } else if action.eq_ignore_ascii_case(b"REAL") {
+        Some(DebugClock::Real)
+    } else if action.eq_ignore_ascii_case(b"GET") {
+        None
+    } else {
+        return Err(Error::Syntax(format!(
+            "unknown CLOCK action '{}'; expected SET, ADVANCE, REAL or GET",
+            echo(action)
+        )));
+    };
+    args.done()?;
+    let ms = match action {
+        Some(action) => clock::debug(action)?,
+        None => clock::debug_reading()?,
+    };
+    Ok(Reply::Integer(i64::try_from(ms).unwrap_or(i64::MAX)))
 }

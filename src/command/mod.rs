@@ -1,271 +1,220 @@
-//! Redis glue: one file per command family. Each handler reads as parse → load → decide →
-//! persist and propagate the effect → reply. This file holds what they share: the dispatch
-//! trampoline with its panic guard, the reply type and command registration.
+//! Redis glue: the table of commands, and what the handlers share. A handler reads as STYLE.md's
+//! five steps: parse, load, decide, persist and propagate the effect, reply. Every call into
+//! Redis's C API goes through [`ffi`].
 
 pub mod args;
 pub mod debug;
-pub mod decide;
-pub mod fixed_window;
-pub mod gcra;
-pub mod key;
-pub mod lease;
+pub mod effect;
+pub mod ffi;
+pub mod limit;
 pub mod refund;
-pub mod sliding_counter;
-pub mod sliding_log;
-pub mod token_bucket;
-
 pub mod setstate;
 
-use std::ffi::{c_int, CString};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ffi::{c_int, CStr};
 
-use redis_module::commands::{get_redis_key_spec, BeginSearch, FindKeys, KeySpec, KeySpecFlags};
-use redis_module::raw;
+use redis_module::commands::{BeginSearch, FindKeys, KeySpec, KeySpecFlags};
 
-use crate::algo::{ms_ceil, Decision};
+use crate::algo::{
+    fixed_window::FixedWindow, gcra::Gcra, ms_ceil, sliding_counter::SlidingCounter,
+    sliding_log::SlidingLog, token_bucket::TokenBucket, Decision,
+};
 use crate::error::Error;
-use args::Args;
-
-/// The context of the command being run.
-#[derive(Clone, Copy)]
-pub struct Ctx(pub *mut raw::RedisModuleCtx);
-
-/// A Redis string owned by Redis (an argument), valid while the command runs.
-#[derive(Clone, Copy)]
-pub struct RString(pub *mut raw::RedisModuleString);
+pub use ffi::{Args, Ctx, RString};
 
 /// What a command answers.
 pub enum Reply {
-    /// The five-integer decision reply of every limiter command.
+    /// The five-integer reply of every limiter command.
     Decision([i64; 5]),
+    /// A flat array of integers (`RL.SHAPE`: the five and a delay).
+    Integers(Vec<i64>),
+    /// The combined decision, then one decision per limiter (`RL.ALL`).
+    Nested([i64; 5], Vec<[i64; 5]>),
+    /// Named fields: a map in RESP3, a flat name-value array in RESP2 (`RL.INSPECT`).
+    Map(Vec<(&'static str, ffi::Field)>),
     Ok,
     Integer(i64),
-    /// Nil: `RL.REFUND` on a key that does not exist.
+    /// Nil: the key does not exist.
     Null,
 }
 
+/// A decision as the five reply fields: milliseconds rounded up, -1 for "admitted"; the
+/// algorithm's capacity is the reply's `limit`.
+pub fn fields(d: &Decision) -> [i64; 5] {
+    let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    [
+        int(d.allowed),
+        int(d.capacity),
+        int(d.remaining),
+        d.retry_after_ns.map_or(-1, |ns| int(ms_ceil(ns))),
+        int(ms_ceil(d.reset_after_ns)),
+    ]
+}
+
 impl Reply {
-    /// The decision reply: milliseconds rounded up, -1 for "admitted".
     pub fn decision(d: &Decision) -> Reply {
-        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-        Reply::Decision([
-            int(d.allowed),
-            int(d.limit),
-            int(d.remaining),
-            d.retry_after_ns.map_or(-1, |ns| int(ms_ceil(ns))),
-            int(ms_ceil(d.reset_after_ns)),
-        ])
+        Reply::Decision(fields(d))
     }
 }
 
-/// How a command touches its key (the first argument), for key specs and cluster routing.
+/// Which arguments are keys, and how the command uses them: for key specs, `COMMAND GETKEYS`,
+/// ACL key patterns and cluster routing.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum KeyAccess {
+pub enum Keys {
     None,
-    /// Reads, updates and returns data from the key.
+    /// The first argument: read, updated, and data from it returned.
     ReadWrite,
-    /// Replaces the key's value.
+    /// The first argument, only read.
+    ReadOnly,
+    /// The first argument, replaced.
     Overwrite,
+    /// `numkeys key [key ...]`: read and updated, like `ReadWrite`.
+    NumKeys,
 }
 
-/// One command of the module. Implemented by a unit struct per command.
-pub trait Command {
-    const NAME: &'static str;
-    /// Redis command flags, e.g. `write deny-oom fast`.
-    const FLAGS: &'static str;
+impl Keys {
+    /// (first, last, step) for `RedisModule_CreateCommand`; a numkeys command has none (its key
+    /// spec makes Redis mark it movablekeys).
+    fn legacy_range(self) -> (c_int, c_int, c_int) {
+        match self {
+            Keys::None | Keys::NumKeys => (0, 0, 0),
+            Keys::ReadWrite | Keys::ReadOnly | Keys::Overwrite => (1, 1, 1),
+        }
+    }
+
+    fn key_spec(self) -> Option<KeySpec> {
+        let read_write = KeySpecFlags::READ_WRITE | KeySpecFlags::UPDATE | KeySpecFlags::ACCESS;
+        let first = |flags| {
+            KeySpec::new(
+                None,
+                flags,
+                BeginSearch::new_index(1),
+                FindKeys::new_range(0, 1, 0),
+            )
+        };
+        match self {
+            Keys::None => None,
+            Keys::ReadWrite => Some(first(read_write)),
+            Keys::ReadOnly => Some(first(KeySpecFlags::READ_ONLY | KeySpecFlags::ACCESS)),
+            Keys::Overwrite => Some(first(KeySpecFlags::OVERWRITE | KeySpecFlags::UPDATE)),
+            Keys::NumKeys => Some(KeySpec::new(
+                None,
+                read_write,
+                BeginSearch::new_index(1),
+                FindKeys::new_keys_num(0, 1, 1),
+            )),
+        }
+    }
+}
+
+/// A command's handler: parses its arguments, does its work, and says what to answer.
+pub type Handler = fn(&Ctx, Args<'_>) -> Result<Reply, Error>;
+
+/// One row of the command table.
+pub struct Spec {
+    pub name: &'static str,
+    /// Redis command flags, e.g. `write deny-oom fast`. A `write` command never runs on a
+    /// replica except from its master's stream or a load.
+    pub flags: &'static str,
     /// Redis arity: positive exact, negative minimum (command name included).
-    const ARITY: i32;
-    const KEY: KeyAccess;
-    const SUMMARY: &'static str;
-    fn run(ctx: Ctx, args: Args<'_>) -> Result<Reply, Error>;
+    pub arity: i32,
+    pub keys: Keys,
+    pub summary: &'static str,
+    /// The keyspace event sent when it changes a key: the name in lower case.
+    pub event: &'static CStr,
+    pub handler: Handler,
 }
 
-/// The function Redis calls. A panic never crosses it: it becomes `ERR internal error` and a
-/// log line, and the server keeps running.
-extern "C" fn dispatch<C: Command>(
-    ctx: *mut raw::RedisModuleCtx,
-    argv: *mut *mut raw::RedisModuleString,
-    argc: c_int,
-) -> c_int {
-    let result = catch_unwind(AssertUnwindSafe(|| C::run(Ctx(ctx), Args::new(argv, argc))));
-    let reply = result.unwrap_or_else(|panic| {
-        let why = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        log_warning(Ctx(ctx), &format!("panic caught in {}: {why}", C::NAME));
-        Err(Error::Internal)
-    });
-    send(ctx, reply);
-    raw::Status::Ok as c_int
-}
+const WRITE: &str = "write deny-oom fast";
 
-fn send(ctx: *mut raw::RedisModuleCtx, reply: Result<Reply, Error>) {
-    // SAFETY: ctx is the live context of this command; the API pointers used here exist in
-    // every Redis version the module loads on (checked at load by `api_present`).
-    unsafe {
-        match reply {
-            Ok(Reply::Decision(fields)) => {
-                if let (Some(array), Some(int)) = (
-                    raw::RedisModule_ReplyWithArray,
-                    raw::RedisModule_ReplyWithLongLong,
-                ) {
-                    array(ctx, 5);
-                    for f in fields {
-                        int(ctx, f);
-                    }
-                }
-            }
-            Ok(Reply::Integer(n)) => {
-                if let Some(int) = raw::RedisModule_ReplyWithLongLong {
-                    int(ctx, n);
-                }
-            }
-            Ok(Reply::Ok) => {
-                if let Some(simple) = raw::RedisModule_ReplyWithSimpleString {
-                    simple(ctx, c"OK".as_ptr());
-                }
-            }
-            Ok(Reply::Null) => {
-                if let Some(null) = raw::RedisModule_ReplyWithNull {
-                    null(ctx);
-                }
-            }
-            Err(Error::WrongArity) => {
-                if let Some(wrong_arity) = raw::RedisModule_WrongArity {
-                    wrong_arity(ctx);
-                }
-            }
-            Err(e) => {
-                let text = CString::new(e.to_string()).unwrap_or_default();
-                if let Some(error) = raw::RedisModule_ReplyWithError {
-                    error(ctx, text.as_ptr());
-                }
-            }
-        }
+/// Every command of the module.
+pub const COMMANDS: &[Spec] = &[
+    Spec {
+        name: "RL.GCRA",
+        flags: WRITE,
+        arity: -4,
+        keys: Keys::ReadWrite,
+        summary: "Decides one request with GCRA: at most L per W ms plus a burst of B",
+        event: c"rl.gcra",
+        handler: limit::request::<Gcra>,
+    },
+    Spec {
+        name: "RL.TOKENBUCKET",
+        flags: WRITE,
+        arity: -4,
+        keys: Keys::ReadWrite,
+        summary: "Decides one request with a token bucket: at most L per W ms plus a burst of B",
+        event: c"rl.tokenbucket",
+        handler: limit::request::<TokenBucket>,
+    },
+    Spec {
+        name: "RL.LEASE",
+        flags: WRITE,
+        arity: -6,
+        keys: Keys::ReadWrite,
+        summary: "Takes up to n tokens at once from a token bucket, for a gateway to spend locally",
+        event: c"rl.lease",
+        handler: limit::lease,
+    },
+    Spec {
+        name: "RL.REFUND",
+        flags: WRITE,
+        arity: 3,
+        keys: Keys::ReadWrite,
+        summary: "Gives back n unspent tokens to the limiter at key, never above its capacity",
+        event: c"rl.refund",
+        handler: refund::refund,
+    },
+    Spec {
+        name: "RL.SLIDINGLOG",
+        flags: WRITE,
+        arity: -4,
+        keys: Keys::ReadWrite,
+        summary: "Decides one request with a sliding log: never more than L in any W ms",
+        event: c"rl.slidinglog",
+        handler: limit::request::<SlidingLog>,
+    },
+    Spec {
+        name: "RL.SLIDINGCOUNTER",
+        flags: WRITE,
+        arity: -4,
+        keys: Keys::ReadWrite,
+        summary: "Decides one request with a sliding window counter (two weighted windows)",
+        event: c"rl.slidingcounter",
+        handler: limit::request::<SlidingCounter>,
+    },
+    Spec {
+        name: "RL.FIXEDWINDOW",
+        flags: WRITE,
+        arity: -4,
+        keys: Keys::ReadWrite,
+        summary: "Decides one request with a fixed window counter: at most L per aligned W ms",
+        event: c"rl.fixedwindow",
+        handler: limit::request::<FixedWindow>,
+    },
+    Spec {
+        name: "RL.SETSTATE",
+        flags: "write deny-oom",
+        arity: -3,
+        keys: Keys::Overwrite,
+        summary: "Internal: stores a limiter state (replication and AOF effects)",
+        event: c"rl.setstate",
+        handler: setstate::set_state,
+    },
+    Spec {
+        name: "RL.DEBUG",
+        flags: "admin fast",
+        arity: -2,
+        keys: Keys::None,
+        summary: "Test support: pins or moves the module's clock (needs DEBUG-CLOCK yes)",
+        event: c"rl.debug",
+        handler: debug::debug,
+    },
+];
+
+/// Runs one command of the table (behind the panic guard of `ffi::dispatch`).
+fn run(spec: &Spec, ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
+    if spec.flags.starts_with("write") {
+        ctx.refuse_on_replica()?;
     }
-}
-
-pub fn log_warning(ctx: Ctx, msg: &str) {
-    let msg = CString::new(msg.replace('\0', "?")).unwrap_or_default();
-    // SAFETY: "%s" with one C string argument matches the variadic call.
-    unsafe {
-        if let Some(log) = raw::RedisModule_Log {
-            log(ctx.0, c"warning".as_ptr(), c"%s".as_ptr(), msg.as_ptr());
-        }
-    }
-}
-
-/// The API functions the module calls without a fallback; all exist since Redis 7.0.
-pub fn api_present() -> bool {
-    // Copies each pointer out (they are `Option<fn>`) rather than referencing the statics.
-    macro_rules! all_present {
-        ($($f:ident),*) => {
-            // SAFETY: reading function pointers that Redis filled in at load.
-            unsafe { true $(&& { let f = raw::$f; f.is_some() })* }
-        };
-    }
-    all_present!(
-        RedisModule_ReplyWithArray,
-        RedisModule_ReplyWithLongLong,
-        RedisModule_ReplyWithError,
-        RedisModule_ReplyWithSimpleString,
-        RedisModule_ReplyWithNull,
-        RedisModule_WrongArity,
-        RedisModule_StringPtrLen,
-        RedisModule_OpenKey,
-        RedisModule_CloseKey,
-        RedisModule_KeyType,
-        RedisModule_ModuleTypeGetType,
-        RedisModule_ModuleTypeGetValue,
-        RedisModule_ModuleTypeSetValue,
-        RedisModule_SetAbsExpire,
-        RedisModule_SetExpire,
-        RedisModule_Replicate,
-        RedisModule_ReplicateVerbatim,
-        RedisModule_Milliseconds,
-        RedisModule_CreateCommand,
-        RedisModule_GetCommand,
-        RedisModule_SetCommandInfo
-    )
-}
-
-/// Registers command `C`: the command itself, then its arity, summary and key spec so that
-/// `COMMAND INFO`, `COMMAND GETKEYSANDFLAGS` and cluster clients see it right.
-pub fn register<C: Command>(ctx: Ctx) -> Result<(), String> {
-    let ctx = ctx.0;
-    let name = CString::new(C::NAME).map_err(|e| e.to_string())?;
-    let flags = CString::new(C::FLAGS).map_err(|e| e.to_string())?;
-    let first_key = if C::KEY == KeyAccess::None { 0 } else { 1 };
-    let fail = || format!("cannot register {}", C::NAME);
-    // SAFETY: called from OnLoad with its context; the pointers were checked by `api_present`.
-    unsafe {
-        let create = raw::RedisModule_CreateCommand.ok_or_else(fail)?;
-        let created = create(
-            ctx,
-            name.as_ptr(),
-            Some(dispatch::<C>),
-            flags.as_ptr(),
-            first_key,
-            first_key,
-            first_key,
-        );
-        if created != raw::Status::Ok as c_int {
-            return Err(fail());
-        }
-        let command = raw::RedisModule_GetCommand.ok_or_else(fail)?(ctx, name.as_ptr());
-        if command.is_null() {
-            return Err(fail());
-        }
-        let key_flags = match C::KEY {
-            KeyAccess::None => None,
-            KeyAccess::ReadWrite => {
-                Some(KeySpecFlags::READ_WRITE | KeySpecFlags::UPDATE | KeySpecFlags::ACCESS)
-            }
-            KeyAccess::Overwrite => Some(KeySpecFlags::OVERWRITE | KeySpecFlags::UPDATE),
-        };
-        let has_key = key_flags.is_some();
-        let mut key_specs = get_redis_key_spec(
-            key_flags
-                .map(|f| {
-                    KeySpec::new(
-                        None,
-                        f,
-                        BeginSearch::new_index(1),
-                        FindKeys::new_range(0, 1, 0),
-                    )
-                })
-                .into_iter()
-                .collect(),
-        );
-        let summary = CString::new(C::SUMMARY).map_err(|e| e.to_string())?;
-        let version = raw::RedisModuleCommandInfoVersion {
-            version: 1,
-            sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
-            sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
-            sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
-        };
-        let info = raw::RedisModuleCommandInfo {
-            version: &version,
-            summary: summary.as_ptr(),
-            complexity: std::ptr::null(),
-            since: c"0.1.0".as_ptr(),
-            history: std::ptr::null_mut(),
-            tips: std::ptr::null(),
-            arity: C::ARITY,
-            key_specs: if has_key {
-                key_specs.as_mut_ptr()
-            } else {
-                std::ptr::null_mut()
-            },
-            args: std::ptr::null_mut(),
-        };
-        if raw::RedisModule_SetCommandInfo.ok_or_else(fail)?(command, &info)
-            != raw::Status::Ok as c_int
-        {
-            return Err(format!("cannot set the command info of {}", C::NAME));
-        }
-    }
-    Ok(())
+    (spec.handler)(ctx, args)
 }

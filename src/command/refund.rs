@@ -7,65 +7,31 @@
 //! refund. A refund that changes the state propagates it as an effect with its absolute expiry;
 //! one that changes nothing (the limiter was already full) writes and propagates nothing.
 
-use super::args::Args;
-use super::decide::{persist_effect, Algorithm};
-use super::fixed_window::RlFixedWindow;
-use super::gcra::RlGcra;
-use super::key::Key;
-use super::sliding_counter::RlSlidingCounter;
-use super::sliding_log::RlSlidingLog;
-use super::token_bucket::RlTokenBucket;
-use super::{Command, Ctx, KeyAccess, Reply};
-use crate::algo::{
-    fixed_window, gcra, sliding_counter, sliding_log, token_bucket, Decision, Policy, MAX_LIMIT,
-};
+use super::{effect, Args, Ctx, Reply};
+use crate::algo::{Decision, Policy, MAX_LIMIT};
 use crate::clock;
 use crate::error::Error;
-use crate::state::AlgoState;
+use crate::state::{Stored, Visit};
 
-pub struct RlRefund;
-
-impl Command for RlRefund {
-    const NAME: &'static str = "RL.REFUND";
-    const FLAGS: &'static str = "write deny-oom fast";
-    const ARITY: i32 = 3;
-    const KEY: KeyAccess = KeyAccess::ReadWrite;
-    const SUMMARY: &'static str =
-        "Gives back n unspent tokens to the limiter at key, never above its capacity";
-
-    fn run(ctx: Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
-        let name = args.next_string()?;
-        let n = args.next_u64("n", 1, MAX_LIMIT)?;
-        args.done()?;
-        let now_ns = clock::now_ns();
-        let mut key = Key::open(ctx, name, true);
-        let Some(limiter) = key.limiter("rate")? else {
-            return Ok(Reply::Null);
-        };
-        let policy = limiter.policy;
-        let refunded = match &mut limiter.state {
-            AlgoState::Gcra(s) => settle::<RlGcra>(s, &policy, now_ns, n, gcra::refund),
-            AlgoState::TokenBucket(s) => {
-                settle::<RlTokenBucket>(s, &policy, now_ns, n, token_bucket::refund)
-            }
-            AlgoState::FixedWindow(s) => {
-                settle::<RlFixedWindow>(s, &policy, now_ns, n, fixed_window::refund)
-            }
-            AlgoState::SlidingCounter(s) => {
-                settle::<RlSlidingCounter>(s, &policy, now_ns, n, sliding_counter::refund)
-            }
-            AlgoState::SlidingLog(s) => {
-                settle::<RlSlidingLog>(s, &policy, now_ns, n, sliding_log::refund)
-            }
-        };
-        if refunded.changed {
-            persist_effect(ctx, &mut key, name, now_ns, &refunded.after)?;
-        }
-        Ok(Reply::decision(&Decision {
-            allowed: refunded.given,
-            ..refunded.after
-        }))
+pub fn refund(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
+    let name = args.next_string()?;
+    let n = args.next_u64("n", 1, MAX_LIMIT)?;
+    args.done()?;
+    let now_ns = clock::now_ns();
+    let mut key = ctx.open(name, true);
+    let Some(limiter) = key.limiter("")? else {
+        return Ok(Reply::Null);
+    };
+    let policy = limiter.policy;
+    let refunded = limiter.state.visit(Settle { policy, now_ns, n });
+    if refunded.changed {
+        let expire_at_ms = effect::propagate(ctx, name, limiter, now_ns, &refunded.after);
+        key.expire_at(Some(expire_at_ms));
     }
+    Ok(Reply::decision(&Decision {
+        allowed: refunded.given,
+        ..refunded.after
+    }))
 }
 
 /// What a refund did.
@@ -77,28 +43,30 @@ struct Refunded {
     changed: bool,
 }
 
-/// Applies one algorithm's pure `refund` to the stored state, judged by the algorithm's own
+/// Applies the algorithm's pure `refund` to the stored state, judged by the algorithm's own
 /// peek before and after, so every algorithm reports "given back" the same way.
-fn settle<A: Algorithm>(
-    state: &mut A::State,
-    policy: &Policy,
+struct Settle {
+    policy: Policy,
     now_ns: u64,
     n: u64,
-    refund: fn(&A::State, &Policy, u64, u64) -> A::State,
-) -> Refunded
-where
-    A::State: PartialEq,
-{
-    let before = A::check(Some(state), policy, now_ns, 0).decision.remaining;
-    let next = refund(state, policy, now_ns, n);
-    let after = A::check(Some(&next), policy, now_ns, 0).decision;
-    let changed = next != *state;
-    if changed {
-        *state = next;
-    }
-    Refunded {
-        given: after.remaining.saturating_sub(before).min(n),
-        after,
-        changed,
+}
+
+impl Visit for Settle {
+    type Out = Refunded;
+
+    fn visit<A: Stored>(self, state: &mut A) -> Refunded {
+        let Settle { policy, now_ns, n } = self;
+        let before = A::check(Some(state), &policy, now_ns, 0).decision.remaining;
+        let next = state.refund(&policy, now_ns, n);
+        let after = A::check(Some(&next), &policy, now_ns, 0).decision;
+        let changed = next != *state;
+        if changed {
+            *state = next;
+        }
+        Refunded {
+            given: after.remaining.saturating_sub(before).min(n),
+            after,
+            changed,
+        }
     }
 }

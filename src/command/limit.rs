@@ -1,0 +1,114 @@
+//! The limiter commands. `RL.<ALGORITHM> key L W [BURST B] [COST n]` decides one request with
+//! that algorithm; `RL.LEASE key L W [BURST B] WANT n` is the token bucket with another
+//! decision: it grants `min(n, available)` tokens for a gateway to spend locally (0 and the time
+//! until one token is there when the bucket is empty).
+
+use std::sync::atomic::Ordering;
+
+use super::args::{parse_request, Amount, Options, Request};
+use super::ffi::Key;
+use super::{effect, Args, Ctx, Reply};
+use crate::algo::step::{step, Step};
+use crate::algo::{lease, sliding_log::MAX_LOG_LIMIT, token_bucket::TokenBucket, Outcome, Policy};
+use crate::clock;
+use crate::error::Error;
+use crate::state::{Limiter, Stored};
+
+/// `RL.GCRA`, `RL.TOKENBUCKET`, `RL.SLIDINGLOG`, `RL.SLIDINGCOUNTER`, `RL.FIXEDWINDOW`.
+pub fn request<A: Stored>(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
+    let options = Options {
+        burst: A::BURST,
+        amount: Amount::Cost,
+    };
+    let request = parse_request(args, options)?;
+    let (policy, cost) = (request.policy, request.amount);
+    let decided = decide::<A>(ctx, &request, |state, now_ns| {
+        A::check(state, &policy, now_ns, cost)
+    })?;
+    Ok(Reply::decision(&decided.decision))
+}
+
+/// `RL.LEASE key L W [BURST B] WANT n`: field 1 of the reply is the number of tokens granted.
+pub fn lease(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
+    let options = Options {
+        burst: true,
+        amount: Amount::Want,
+    };
+    let request = parse_request(args, options)?;
+    let (policy, want) = (request.policy, request.amount);
+    let decided = decide::<TokenBucket>(ctx, &request, |state, now_ns| {
+        lease::lease(state, &policy, now_ns, want)
+    })?;
+    Ok(Reply::decision(&decided.decision))
+}
+
+/// Load, decide, persist and propagate: the steps every limiter command shares. `decision` is
+/// the algorithm's decision on the state the request starts from (see `algo::step` for which
+/// state that is, and when a denied request still stores a new policy).
+pub fn decide<A: Stored>(
+    ctx: &Ctx,
+    request: &Request<'_>,
+    decision: impl FnOnce(Option<&A>, u64) -> Outcome<A>,
+) -> Result<Step<A>, Error> {
+    accepts::<A>(&request.policy)?;
+    let now_ns = clock::now_ns();
+    let peek = request.amount == 0;
+    // A peek opens read-only: it can neither create nor change the key.
+    let mut key = ctx.open(request.key, !peek);
+    let stored = key.limiter(A::NAME)?;
+    let held = match &stored {
+        Some(limiter) => Some((limiter.policy, of::<A>(limiter)?)),
+        None => None,
+    };
+    let decided = step(
+        held.as_ref().map(|(p, s)| (p, *s)),
+        &request.policy,
+        now_ns,
+        peek,
+        |state| decision(state, now_ns),
+    );
+    if let Some(next) = &decided.store {
+        let limiter = store(&mut key, request.policy, next.clone())?;
+        let expire_at_ms = effect::propagate(ctx, request.key, limiter, now_ns, &decided.decision);
+        key.expire_at(Some(expire_at_ms));
+    }
+    Ok(decided)
+}
+
+/// The state of algorithm `A` in a stored limiter; WRONGTYPE naming what it holds otherwise.
+pub fn of<A: Stored>(limiter: &Limiter) -> Result<&A, Error> {
+    A::of(&limiter.state).ok_or_else(|| Error::WrongType {
+        holds: format!("a {} limiter", limiter.state.name()),
+        wanted: A::NAME,
+    })
+}
+
+/// Stores `state` with `policy` in the key.
+pub fn store<'k, A: Stored>(
+    key: &'k mut Key<'_>,
+    policy: Policy,
+    state: A,
+) -> Result<&'k mut Limiter, Error> {
+    key.store(Limiter {
+        policy,
+        state: state.wrap(),
+    })
+}
+
+/// Refuses a policy whose stored state would hold more entries than `ratelimit.max-log-entries`
+/// (read at each call, so `CONFIG SET` applies at once). Checked before the key is opened.
+fn accepts<A: Stored>(policy: &Policy) -> Result<(), Error> {
+    let entries = A::entries(policy);
+    if entries == 0 {
+        return Ok(());
+    }
+    let config = crate::MAX_LOG_ENTRIES.load(Ordering::Relaxed);
+    let max = u64::try_from(config).unwrap_or(0).min(MAX_LOG_LIMIT);
+    if entries > max {
+        return Err(Error::LogTooLong {
+            limit: policy.limit(),
+            max,
+        });
+    }
+    Ok(())
+}
