@@ -31,7 +31,12 @@ pub enum Error {
     LogTooLong { limit: u64, max: u64 },
     /// The key holds something else: another Redis type, or a limiter of another algorithm
     /// (`wanted` names the algorithm the command needs; empty: any limiter).
-    WrongType { holds: String, wanted: &'static str },
+    WrongType {
+        holds: String,
+        wanted: &'static str,
+        /// The key's name, where a command has several (`RL.ALL`).
+        key: Option<String>,
+    },
     /// A stored or replicated state that fails validation.
     BadState(&'static str),
     /// A write sent to a replica by a client: replicas never decide.
@@ -75,15 +80,16 @@ impl fmt::Display for Error {
                 f,
                 "ERR L {limit} is above ratelimit.max-log-entries ({max}): a sliding log stores an entry per request; use RL.SLIDINGCOUNTER for large limits, or raise the config"
             ),
-            Error::WrongType { holds, wanted } => {
+            Error::WrongType { holds, wanted, key } => {
                 let wanted = if wanted.is_empty() {
                     String::new()
                 } else {
                     format!(" {wanted}")
                 };
+                let key = key.as_ref().map_or(String::new(), |k| format!(" '{k}'"));
                 write!(
                     f,
-                    "WRONGTYPE the key holds {holds}, not a{wanted} limiter; use another key or DEL it"
+                    "WRONGTYPE the key{key} holds {holds}, not a{wanted} limiter; use another key or DEL it"
                 )
             }
             Error::BadState(why) => write!(f, "ERR invalid limiter state: {why}"),

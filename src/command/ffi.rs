@@ -399,6 +399,7 @@ impl Key<'_> {
             Held::Other(holds) => Err(Error::WrongType {
                 holds: holds.into(),
                 wanted,
+                key: None,
             }),
         }
     }

@@ -80,6 +80,7 @@ pub fn of<A: Stored>(limiter: &Limiter) -> Result<&A, Error> {
     A::of(&limiter.state).ok_or_else(|| Error::WrongType {
         holds: format!("a {} limiter", limiter.state.name()),
         wanted: A::NAME,
+        key: None,
     })
 }
 
@@ -97,7 +98,7 @@ pub fn store<'k, A: Stored>(
 
 /// Refuses a policy whose stored state would hold more entries than `ratelimit.max-log-entries`
 /// (read at each call, so `CONFIG SET` applies at once). Checked before the key is opened.
-fn accepts<A: Stored>(policy: &Policy) -> Result<(), Error> {
+pub fn accepts<A: Stored>(policy: &Policy) -> Result<(), Error> {
     let entries = A::entries(policy);
     if entries == 0 {
         return Ok(());

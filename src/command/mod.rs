@@ -2,6 +2,7 @@
 //! five steps: parse, load, decide, persist and propagate the effect, reply. Every call into
 //! Redis's C API goes through [`ffi`].
 
+pub mod all;
 pub mod args;
 pub mod debug;
 pub mod effect;
@@ -190,6 +191,15 @@ pub const COMMANDS: &[Spec] = &[
         summary: "Decides one request with a fixed window counter: at most L per aligned W ms",
         event: c"rl.fixedwindow",
         handler: limit::request::<FixedWindow>,
+    },
+    Spec {
+        name: "RL.ALL",
+        flags: WRITE,
+        arity: -6,
+        keys: Keys::NumKeys,
+        summary: "Decides one request over several limiters at once: admitted only if all admit, then all charged",
+        event: c"rl.all",
+        handler: all::all,
     },
     Spec {
         name: "RL.SETSTATE",

@@ -1,0 +1,233 @@
+//! `RL.ALL numkeys key [key ...] <limiter> [<limiter> ...]` — one atomic decision over several
+//! limiters, one per key, in the same order; each `<limiter>` is `ALGORITHM L W [BURST B]
+//! [COST n]` with ALGORITHM one of GCRA, TOKENBUCKET, SLIDINGLOG, SLIDINGCOUNTER, FIXEDWINDOW
+//! and the same rules as that algorithm's own command.
+//!
+//! All or nothing: at one `now`, the request is admitted only if every limiter would admit it;
+//! then every limiter is charged its cost. If any denies, none is charged (a new policy is still
+//! stored, as for one key). A limiter with COST 0 is only looked at: it is reported, never
+//! charged, and does not hold the others back; a call whose limiters all have COST 0 is a peek
+//! over all of them and writes nothing.
+//!
+//! Reply: the combined decision (the five fields: allowed = all admitted; limit and remaining of
+//! the limiter with the fewest remaining; retry_after_ms = when every limiter would admit, -1 if
+//! admitted; reset_after_ms = the largest), then one five-field array per limiter in argument
+//! order, describing it after the call (field 1: whether it would admit this request).
+
+use super::args::{parse_limiter, Amount, Options, Request};
+use super::ffi::Key;
+use super::limit::{accepts, of};
+use super::{effect, fields, Args, Ctx, RString, Reply};
+use crate::algo::{
+    fixed_window::FixedWindow, gcra::Gcra, sliding_counter::SlidingCounter,
+    sliding_log::SlidingLog, token_bucket::TokenBucket, Algorithm, Decision, Policy,
+};
+use crate::clock;
+use crate::error::{echo, Error};
+use crate::state::{AlgoState, Limiter, Stored};
+
+/// The most limiters one call may name.
+pub const MAX_LIMITERS: u64 = 32;
+
+/// What one limiter would do with the request, before anything is written.
+struct Plan {
+    /// Its decision on the request (charged, when admitted).
+    decision: Decision,
+    /// The decision when it is not charged: as the key stands after the call.
+    uncharged: Decision,
+    /// The state to store when the whole request is admitted.
+    charged: Option<AlgoState>,
+    /// The state carried to a new policy: stored whatever the outcome.
+    carried: Option<AlgoState>,
+}
+
+type Planner = fn(Option<&Limiter>, &Policy, u64, u64) -> Result<Plan, Error>;
+
+/// The algorithms `RL.ALL` takes, by the name of their own command without `RL.`.
+const ALGORITHMS: [(&str, bool, Planner); 5] = [
+    ("GCRA", Gcra::BURST, plan::<Gcra>),
+    ("TOKENBUCKET", TokenBucket::BURST, plan::<TokenBucket>),
+    ("SLIDINGLOG", SlidingLog::BURST, plan::<SlidingLog>),
+    (
+        "SLIDINGCOUNTER",
+        SlidingCounter::BURST,
+        plan::<SlidingCounter>,
+    ),
+    ("FIXEDWINDOW", FixedWindow::BURST, plan::<FixedWindow>),
+];
+
+fn algorithm(name: &[u8]) -> Option<&'static (&'static str, bool, Planner)> {
+    ALGORITHMS
+        .iter()
+        .find(|(n, _, _)| n.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// One limiter of the call: its key, policy, cost and algorithm.
+struct Part<'a> {
+    request: Request<'a>,
+    plan: Planner,
+}
+
+pub fn all(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
+    let parts = parse(&mut args)?;
+    let now_ns = clock::now_ns();
+    let peek = parts.iter().all(|p| p.request.amount == 0);
+    let mut keys: Vec<Key<'_>> = parts
+        .iter()
+        .map(|p| ctx.open(p.request.key, !peek))
+        .collect();
+    let mut plans = Vec::with_capacity(parts.len());
+    for (part, key) in parts.iter().zip(keys.iter_mut()) {
+        let name = part.request.key;
+        let stored = key.limiter("").map_err(|e| at_key(e, name))?;
+        let plan = (part.plan)(
+            stored.map(|l| &*l),
+            &part.request.policy,
+            now_ns,
+            part.request.amount,
+        )
+        .map_err(|e| at_key(e, name))?;
+        plans.push(plan);
+    }
+    let admitted = if peek {
+        plans.iter().all(|p| p.decision.allowed == 1)
+    } else {
+        parts
+            .iter()
+            .zip(&plans)
+            .all(|(part, plan)| part.request.amount == 0 || plan.decision.allowed == 1)
+    };
+    let mut each = Vec::with_capacity(parts.len());
+    for ((part, key), plan) in parts.iter().zip(keys.iter_mut()).zip(plans) {
+        let (store, decision) = match (admitted, plan.charged) {
+            (true, Some(charged)) => (Some(charged), plan.decision),
+            (true, None) => (plan.carried, plan.decision),
+            (false, _) => (plan.carried, plan.uncharged),
+        };
+        if let Some(state) = store {
+            let limiter = key.store(Limiter {
+                policy: part.request.policy,
+                state,
+            })?;
+            let at = effect::propagate(ctx, part.request.key, limiter, now_ns, &decision);
+            key.expire_at(Some(at));
+        }
+        each.push(decision);
+    }
+    Ok(Reply::Nested(
+        fields(&combine(admitted, &each)),
+        each.iter().map(fields).collect(),
+    ))
+}
+
+/// The combined decision: allowed when all admitted; the capacity and remaining of the limiter
+/// with the fewest remaining; the latest retry (every limiter only refills as time passes, so
+/// at the latest of their retry times all admit, if nothing else spends meanwhile); the latest
+/// reset.
+fn combine(admitted: bool, each: &[Decision]) -> Decision {
+    let tightest = each.iter().min_by_key(|d| d.remaining);
+    Decision {
+        allowed: u64::from(admitted),
+        capacity: tightest.map_or(0, |d| d.capacity),
+        remaining: tightest.map_or(0, |d| d.remaining),
+        retry_after_ns: if admitted {
+            None
+        } else {
+            Some(
+                each.iter()
+                    .filter_map(|d| d.retry_after_ns)
+                    .max()
+                    .unwrap_or(0),
+            )
+        },
+        reset_after_ns: each.iter().map(|d| d.reset_after_ns).max().unwrap_or(0),
+    }
+}
+
+/// `numkeys key… limiter…`: every key distinct, one limiter per key.
+fn parse<'a>(args: &mut Args<'a>) -> Result<Vec<Part<'a>>, Error> {
+    let n = args.next_u64("numkeys", 1, MAX_LIMITERS)?;
+    let mut keys: Vec<RString<'a>> = Vec::new();
+    for _ in 0..n {
+        let key = args.next_string()?;
+        if keys.iter().any(|k| k.bytes() == key.bytes()) {
+            return Err(Error::Syntax(format!(
+                "key '{}' is named twice; each key has one limiter",
+                echo(key.bytes())
+            )));
+        }
+        keys.push(key);
+    }
+    let is_algorithm = |word: &[u8]| algorithm(word).is_some();
+    let mut parts = Vec::with_capacity(keys.len());
+    for key in keys {
+        let Some(word) = args.peek_bytes() else {
+            return Err(Error::Syntax(format!(
+                "no limiter for key '{}': expected {n} limiters, one per key",
+                echo(key.bytes())
+            )));
+        };
+        let Some(&(_, burst, plan)) = algorithm(word) else {
+            return Err(Error::Syntax(format!(
+                "unknown algorithm '{}'; expected GCRA, TOKENBUCKET, SLIDINGLOG, SLIDINGCOUNTER or FIXEDWINDOW",
+                echo(word)
+            )));
+        };
+        args.next_bytes()?;
+        let options = Options {
+            burst,
+            amount: Amount::Cost,
+        };
+        let request = parse_limiter(key, args, options, is_algorithm)?;
+        parts.push(Part { request, plan });
+    }
+    if args.remaining() > 0 {
+        return Err(Error::Syntax(format!(
+            "more limiters than keys: numkeys is {n}"
+        )));
+    }
+    Ok(parts)
+}
+
+/// What limiter `A` would do with a request of `cost` under `policy` (see [`Plan`]).
+fn plan<A: Stored>(
+    stored: Option<&Limiter>,
+    policy: &Policy,
+    now_ns: u64,
+    cost: u64,
+) -> Result<Plan, Error> {
+    accepts::<A>(policy)?;
+    let held = match stored {
+        Some(limiter) => Some((limiter.policy, of::<A>(limiter)?)),
+        None => None,
+    };
+    let carried = match held {
+        Some((from, state)) if from != *policy => Some(state.rescale(&from, policy, now_ns)),
+        _ => None,
+    };
+    let start = carried.as_ref().or(held.map(|(_, s)| s));
+    let outcome = A::check(start, policy, now_ns, cost);
+    // Admitted but not charged (another limiter denied): the key as it stands, which admits.
+    let uncharged = match outcome.next {
+        Some(_) => A::check(start, policy, now_ns, 0).decision,
+        None => outcome.decision,
+    };
+    Ok(Plan {
+        decision: outcome.decision,
+        uncharged,
+        charged: outcome.next.map(A::wrap),
+        carried: carried.filter(|_| cost > 0).map(A::wrap),
+    })
+}
+
+/// Names the key in a WRONGTYPE error: a call has several.
+fn at_key(e: Error, key: RString<'_>) -> Error {
+    match e {
+        Error::WrongType { holds, wanted, .. } => Error::WrongType {
+            holds,
+            wanted,
+            key: Some(echo(key.bytes())),
+        },
+        other => other,
+    }
+}
