@@ -12,6 +12,8 @@
 //! runs all of them one after another on one server, as a reader pasting them in order would:
 //! sessions that shared a key would then disagree.
 //!
+//! Each command goes to its own `redis-cli` process, in order, on the session's server (as
+//! `echo CMD | redis-cli`): a drift is then reported against the command that caused it.
 //! `redis-cli` prints replies this way on a terminal; with its output piped it would print raw
 //! values, so the test passes `--no-raw`, which keeps the terminal format.
 
@@ -28,10 +30,8 @@ const PROMPT: &str = "127.0.0.1:6379> ";
 struct Session {
     /// Where it is: `README.md:123` (the line of the opening fence).
     at: String,
-    /// The commands, in order.
-    commands: Vec<String>,
-    /// What redis-cli prints for all of them, line by line.
-    expected: Vec<String>,
+    /// The commands in order, each with what redis-cli prints for it, line by line.
+    steps: Vec<(String, Vec<String>)>,
 }
 
 /// README.md, then docs/*.md in name order.
@@ -63,15 +63,14 @@ fn sessions_in(path: &Path) -> Vec<Session> {
             None if line.trim_end() == "```console" => {
                 current = Some(Session {
                     at: format!("{name}:{}", i + 1),
-                    commands: Vec::new(),
-                    expected: Vec::new(),
+                    steps: Vec::new(),
                 });
             }
             None => {}
             Some(_) if line.starts_with("```") => {
                 let session = current.take().expect("inside a block");
                 assert!(
-                    !session.commands.is_empty(),
+                    !session.steps.is_empty(),
                     "{}: a console block without a `{PROMPT}` line",
                     session.at
                 );
@@ -79,14 +78,15 @@ fn sessions_in(path: &Path) -> Vec<Session> {
             }
             Some(session) => {
                 if let Some(command) = line.strip_prefix(PROMPT) {
-                    session.commands.push(command.to_string());
+                    session.steps.push((command.to_string(), Vec::new()));
                 } else {
-                    assert!(
-                        !session.commands.is_empty(),
-                        "{}: a console block must start with a `{PROMPT}` line, not {line:?}",
-                        session.at
-                    );
-                    session.expected.push(line.to_string());
+                    let at = &session.at;
+                    let (_, output) = session.steps.last_mut().unwrap_or_else(|| {
+                        panic!(
+                            "{at}: a console block must start with a `{PROMPT}` line, not {line:?}"
+                        )
+                    });
+                    output.push(line.to_string());
                 }
             }
         }
@@ -106,8 +106,8 @@ fn all_sessions() -> Vec<Session> {
     sessions
 }
 
-/// What `redis-cli` prints when the commands are typed into it, one per line.
-fn redis_cli(port: u16, commands: &[String]) -> Vec<String> {
+/// What `redis-cli` prints when the command is typed into it.
+fn redis_cli(port: u16, command: &str) -> Vec<String> {
     let mut child = Command::new("redis-cli")
         .args(["-h", "127.0.0.1", "-p", &port.to_string(), "--no-raw"])
         .stdin(Stdio::piped())
@@ -115,8 +115,7 @@ fn redis_cli(port: u16, commands: &[String]) -> Vec<String> {
         .stderr(Stdio::piped())
         .spawn()
         .expect("redis-cli not found: run scripts/install-deps (apt-get install redis-tools)");
-    let mut input = commands.join("\n");
-    input.push('\n');
+    let input = format!("{command}\n");
     child
         .stdin
         .take()
@@ -166,15 +165,31 @@ fn diff(expected: &[String], actual: &[String]) -> String {
     out
 }
 
-/// Runs a session on the server and returns a description of the drift, if any.
+/// The session as the document prints it: each prompt and command, then its output.
+fn transcript<'a>(steps: impl IntoIterator<Item = (&'a String, &'a Vec<String>)>) -> Vec<String> {
+    let mut lines = Vec::new();
+    for (command, output) in steps {
+        lines.push(format!("{PROMPT}{command}"));
+        lines.extend(output.iter().cloned());
+    }
+    lines
+}
+
+/// Runs a session on the server, one `redis-cli` per command in order, and returns a
+/// description of the drift, if any.
 fn check(server: &Server, session: &Session) -> Option<String> {
-    let actual = redis_cli(server.port, &session.commands);
-    (actual != session.expected).then(|| {
+    let outputs: Vec<Vec<String>> = session
+        .steps
+        .iter()
+        .map(|(command, _)| redis_cli(server.port, command))
+        .collect();
+    let expected = transcript(session.steps.iter().map(|(c, o)| (c, o)));
+    let actual = transcript(session.steps.iter().map(|(c, _)| c).zip(&outputs));
+    (actual != expected).then(|| {
         format!(
-            "{}: the session's output drifted (- document, + redis-cli):\n{}\ncommands:\n{}\n",
+            "{}: the session drifted (- document, + redis-cli):\n{}",
             session.at,
-            diff(&session.expected, &actual),
-            session.commands.join("\n")
+            diff(&expected, &actual)
         )
     })
 }
