@@ -1,4 +1,5 @@
-//! RL.GCRA against a real server: exact replies at pinned times, every hostile input.
+//! RL.GCRA against a real server: exact replies at pinned times, TTLs, peeks,
+//! policy changes, a clock stepped back, key specs. Argument errors: tests/arguments.rs.
 
 mod support;
 use support::*;
@@ -139,146 +140,6 @@ fn clock_backwards_admits_nothing_extra() {
 }
 
 #[test]
-fn hostile_inputs_are_clear_errors_and_change_nothing() {
-    let (mut s, mut c) = server();
-    rl(&mut c, &["RL.GCRA", "k", "10", "1000"]);
-    cmd(&mut c, &["SET", "str", "x"]).unwrap();
-    cmd(&mut c, &["LPUSH", "list", "x"]).unwrap();
-    let huge = "9".repeat(5000);
-    let cases: Vec<(Vec<&str>, &str)> = vec![
-        (
-            vec!["RL.GCRA", "k", "abc", "1000"],
-            "ERR invalid L 'abc': expected an integer from 1 to 1000000000000",
-        ),
-        (vec!["RL.GCRA", "k", "0", "1000"], "invalid L '0'"),
-        (vec!["RL.GCRA", "k", "-1", "1000"], "invalid L '-1'"),
-        (vec!["RL.GCRA", "k", "1.5", "1000"], "invalid L '1.5'"),
-        (vec!["RL.GCRA", "k", " 1", "1000"], "invalid L ' 1'"),
-        (vec!["RL.GCRA", "k", "+1", "1000"], "invalid L '+1'"),
-        (vec!["RL.GCRA", "k", "1e3", "1000"], "invalid L '1e3'"),
-        (vec!["RL.GCRA", "k", "", "1000"], "invalid L ''"),
-        (
-            vec!["RL.GCRA", "k", "18446744073709551616", "1000"],
-            "invalid L",
-        ),
-        (vec!["RL.GCRA", "k", "1000000000001", "1000"], "invalid L"),
-        (
-            vec!["RL.GCRA", "k", &huge, "1000"],
-            "invalid L '99999999999999999999999999999999...'",
-        ),
-        (vec!["RL.GCRA", "k", "10", "0"], "invalid W '0'"),
-        (vec!["RL.GCRA", "k", "10", "-1000"], "invalid W"),
-        (vec!["RL.GCRA", "k", "10", "1000000000001"], "invalid W"),
-        (
-            vec!["RL.GCRA", "k", "10", "9223372036854775808"],
-            "invalid W",
-        ),
-        (
-            vec!["RL.GCRA", "k", "10", "1000", "BURST"],
-            "ERR option BURST needs a value",
-        ),
-        (
-            vec!["RL.GCRA", "k", "10", "1000", "COST"],
-            "ERR option COST needs a value",
-        ),
-        (
-            vec!["RL.GCRA", "k", "10", "1000", "BURST", "0"],
-            "invalid BURST '0'",
-        ),
-        (
-            vec!["RL.GCRA", "k", "10", "1000", "BURST", "x"],
-            "invalid BURST 'x'",
-        ),
-        (
-            vec!["RL.GCRA", "k", "10", "1000", "COST", "-1"],
-            "invalid COST '-1'",
-        ),
-        (
-            vec!["RL.GCRA", "k", "10", "1000", "COST", "11"],
-            "ERR COST 11 can never be admitted: it exceeds the capacity 10",
-        ),
-        (
-            vec!["RL.GCRA", "k", "10", "1000", "BURST", "3", "COST", "4"],
-            "exceeds the capacity 3",
-        ),
-        (
-            vec!["RL.GCRA", "k", "10", "1000", "COST", "1", "COST", "1"],
-            "ERR option COST given more than once",
-        ),
-        (
-            vec!["RL.GCRA", "k", "10", "1000", "BURST", "5", "burst", "5"],
-            "ERR option BURST given more than once",
-        ),
-        (
-            vec!["RL.GCRA", "k", "10", "1000", "FOO", "1"],
-            "ERR unknown option 'FOO'; expected BURST or COST",
-        ),
-        (
-            vec!["RL.GCRA", "k", "10", "1000", "WANT", "1"],
-            "unknown option 'WANT'",
-        ),
-        (
-            vec!["RL.GCRA", "k", "10", "1000", "\r\nSET", "1"],
-            "unknown option '??SET'",
-        ),
-        (
-            vec!["RL.GCRA", "k", "1", "1000000000000", "BURST", "2"],
-            "takes longer than",
-        ),
-        (vec!["RL.GCRA", "k", "10"], "wrong number of arguments"),
-        (vec!["RL.GCRA", "k"], "wrong number of arguments"),
-        (vec!["RL.GCRA"], "wrong number of arguments"),
-        (
-            vec!["RL.GCRA", "str", "10", "1000"],
-            "WRONGTYPE the key holds a string, not a GCRA limiter",
-        ),
-        (
-            vec!["RL.GCRA", "list", "10", "1000", "COST", "0"],
-            "WRONGTYPE the key holds a list",
-        ),
-        (
-            vec!["RL.SETSTATE", "k", "garbage"],
-            "ERR invalid limiter state",
-        ),
-        (
-            vec!["RL.SETSTATE", "k", ""],
-            "ERR invalid limiter state: truncated",
-        ),
-        (vec!["RL.DEBUG", "CLOCK", "SET", "x"], "invalid ms 'x'"),
-        (
-            vec!["RL.DEBUG", "CLOCK", "JUMP"],
-            "unknown CLOCK action 'JUMP'",
-        ),
-        (vec!["RL.DEBUG", "NOPE", "x"], "unknown subcommand 'NOPE'"),
-        (vec!["RL.DEBUG", "CLOCK"], "wrong number of arguments"),
-    ];
-    assert_errors_change_nothing(&mut c, cases);
-    assert_eq!(
-        cmd(&mut c, &["GET", "str"]).unwrap(),
-        Value::BulkString(b"x".to_vec())
-    );
-    assert_eq!(
-        cmd(&mut c, &["PING"]).unwrap(),
-        Value::SimpleString("PONG".into())
-    );
-    assert!(s.alive());
-    let _ = &mut s;
-}
-
-#[test]
-fn a_panic_in_a_handler_is_an_error_not_a_crash() {
-    let (mut s, mut c) = server();
-    rl(&mut c, &["RL.GCRA", "k", "10", "1000"]);
-    assert_eq!(err(&mut c, &["RL.DEBUG", "PANIC"]), "ERR internal error");
-    assert!(s.alive());
-    assert_eq!(
-        rl(&mut c, &["RL.GCRA", "k", "10", "1000"]),
-        [1, 10, 8, -1, 200]
-    );
-    assert!(s.log().contains("panic caught in RL.DEBUG"));
-}
-
-#[test]
 fn limits_at_the_bounds_keep_exact_arithmetic() {
     let (_s, mut c) = server();
     let max = "1000000000000";
@@ -296,62 +157,6 @@ fn limits_at_the_bounds_keep_exact_arithmetic() {
         rl(&mut c, &["RL.GCRA", "slow", "1", max]),
         [0, 1, 0, 1_000_000_000_000, 1_000_000_000_000]
     );
-}
-
-#[test]
-fn the_debug_clock_stays_within_its_bounds_and_limiters_keep_working() {
-    let (_s, mut c) = server();
-    let max = "10000000000000";
-    for _ in 0..3 {
-        let at: i64 = redis::cmd("RL.DEBUG")
-            .arg("CLOCK")
-            .arg("ADVANCE")
-            .arg(max)
-            .query(&mut c)
-            .unwrap();
-        assert_eq!(at, 10_000_000_000_000);
-    }
-    for command in [
-        "RL.GCRA",
-        "RL.TOKENBUCKET",
-        "RL.SLIDINGLOG",
-        "RL.SLIDINGCOUNTER",
-        "RL.FIXEDWINDOW",
-    ] {
-        assert_eq!(
-            rl(&mut c, &[command, command, "1", "1000000000000"])[0],
-            1,
-            "{command}"
-        );
-        assert_eq!(
-            rl(&mut c, &[command, command, "1", "1000000000000"])[0],
-            0,
-            "{command}"
-        );
-    }
-    let mut at = 1;
-    for _ in 0..2 {
-        at = redis::cmd("RL.DEBUG")
-            .arg("CLOCK")
-            .arg("ADVANCE")
-            .arg(format!("-{max}"))
-            .query(&mut c)
-            .unwrap();
-    }
-    assert_eq!(at, 0, "pinned at the epoch, not back to the real clock");
-}
-
-#[test]
-fn debug_clock_is_refused_without_the_load_argument() {
-    let s = Server::start();
-    let mut c = s.connect();
-    let _ = &s;
-    // This server has it; a server loaded without it refuses.
-    assert!(cmd(&mut c, &["RL.DEBUG", "CLOCK", "GET"]).is_ok());
-    let plain = PlainServer::start();
-    let mut p = plain.0.connect();
-    let e = err(&mut p, &["RL.DEBUG", "CLOCK", "SET", "1000"]);
-    assert!(e.contains("the debug clock is off"), "{e}");
 }
 
 #[test]
@@ -378,37 +183,5 @@ fn key_spec_and_flags_route_the_key() {
     );
     for flag in ["write", "denyoom", "fast"] {
         assert!(info.contains(flag), "{info}");
-    }
-}
-
-#[test]
-fn unknown_module_arguments_fail_the_load() {
-    let dir = tempdir::Dir::new();
-    let status = std::process::Command::new("redis-server")
-        .args([
-            "--port",
-            &free_port().to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--dir",
-        ])
-        .arg(dir.path())
-        .arg("--loadmodule")
-        .arg(module_path())
-        .args(["DEBUG-CLOK", "yes"])
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(!status.success());
-}
-
-/// A server whose module was loaded without DEBUG-CLOCK.
-struct PlainServer(Server);
-
-impl PlainServer {
-    fn start() -> PlainServer {
-        PlainServer(Server::with(&[], &["DEBUG-CLOCK", "no"]))
     }
 }

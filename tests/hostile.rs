@@ -67,22 +67,6 @@ const COMMANDS: &[&str] = &[
     "RL.SETSTATE",
 ];
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*: deterministic, so a failure reproduces.
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
-        from[(self.next() % from.len() as u64) as usize]
-    }
-}
-
 /// A valid encoded GCRA state, then mangled: random bytes, truncations and edits.
 fn state_blob(rng: &mut Rng) -> Vec<u8> {
     let mut blob = vec![1u8, 1];

@@ -283,6 +283,29 @@ pub fn assert_errors_change_nothing<'a, W, E>(
     }
 }
 
+/// A deterministic pseudo-random generator for test traces (xorshift64*): a fixed seed gives the
+/// same trace on every run, so a failure reproduces. The seed must not be 0.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number from 0 to `n` − 1.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// One of `from`, which must not be empty.
+    pub fn pick<T: Copy>(&mut self, from: &[T]) -> T {
+        from[self.below(from.len() as u64) as usize]
+    }
+}
+
 pub fn clock_set(c: &mut Connection, ms: u64) {
     let _: i64 = redis::cmd("RL.DEBUG")
         .arg("CLOCK")

@@ -1,0 +1,128 @@
+//! From a limiter's reply to the HTTP response a gateway sends: status, `Retry-After` (RFC 9110)
+//! and the `RateLimit-Policy` / `RateLimit` fields of draft-ietf-httpapi-ratelimit-headers (draft
+//! 11). The README's "From the reply to HTTP" explains the mapping; `tests/http_headers.rs`
+//! includes this file and checks the README's worked table against it.
+//!
+//! `cargo run --example http_headers -- KEY L W [B] [HOST PORT]` calls `RL.GCRA KEY L W BURST B`
+//! once (default 127.0.0.1 6379) and prints the response head a gateway would send.
+
+/// `RateLimit-Policy` has no burst parameter: B goes in an implementation-specific one, which the
+/// draft asks to prefix with a vendor name (its own example is `acme-burst`). Use yours.
+pub const BURST_PARAMETER: &str = "acme-burst";
+
+/// The largest Integer a structured field can carry (15 digits).
+const SF_INTEGER_MAX: u64 = 999_999_999_999_999;
+
+/// A limiter's policy as the command takes it: L requests per W ms, a burst of B.
+#[derive(Clone, Copy, Debug)]
+pub struct Policy {
+    pub limit: u64,
+    pub window_ms: u64,
+    pub burst: u64,
+}
+
+/// What a gateway sends: the status and the rate-limit headers, in order.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(&'static str, String)>,
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// The quota as the draft states it, q units per w whole seconds, with q/w = 1000·L/W: the real
+/// rate per second. L and W are scaled by the smallest k that makes w = W·k/1000 whole, that is
+/// k = 1000/gcd(W, 1000); then q = L·k. As w covers k whole windows, "q per w" also holds for the
+/// window algorithms (k windows of L). A rate whose q would not fit a structured-field Integer
+/// (L near 10^12 with an awkward W) is cut to the largest one.
+pub fn quota(policy: Policy) -> (u64, u64) {
+    let g = gcd(policy.window_ms, 1000).max(1);
+    let k = 1000 / g;
+    let q = policy.limit.saturating_mul(k).min(SF_INTEGER_MAX);
+    (q, policy.window_ms / g)
+}
+
+/// `ceil(ms / 1000)`, for a duration the reply gives in ms (never negative when used).
+fn seconds_up(ms: i64) -> u64 {
+    u64::try_from(ms).unwrap_or(0).div_ceil(1000)
+}
+
+/// The response for the five-integer reply of a decision (`RL.GCRA`, `RL.TOKENBUCKET`, the window
+/// commands). `jitter_s` is added to `Retry-After` on a denial: pick it at random per response
+/// (0 or 1 s is enough to stop clients denied in the same second from coming back together).
+pub fn response(name: &str, policy: Policy, reply: [i64; 5], jitter_s: u64) -> Response {
+    let [allowed, _limit, remaining, retry_after_ms, reset_after_ms] = reply;
+    let (q, w) = quota(policy);
+    let mut policy_field = format!("\"{name}\";q={q};w={w}");
+    if policy.burst != policy.limit {
+        policy_field += &format!(";{BURST_PARAMETER}={}", policy.burst);
+    }
+    let mut headers = vec![("RateLimit-Policy", policy_field)];
+    if allowed > 0 {
+        // r never above q: the policy item announces q per w.
+        let r = u64::try_from(remaining).unwrap_or(0).min(q);
+        let t = seconds_up(reset_after_ms);
+        headers.push(("RateLimit", format!("\"{name}\";r={r};t={t}")));
+        Response {
+            status: 200,
+            headers,
+        }
+    } else {
+        // t equals Retry-After: the draft wants Retry-After no earlier than the end of t.
+        let s = seconds_up(retry_after_ms).saturating_add(jitter_s);
+        headers.push(("Retry-After", s.to_string()));
+        headers.push(("RateLimit", format!("\"{name}\";r=0;t={s}")));
+        Response {
+            status: 429,
+            headers,
+        }
+    }
+}
+
+#[allow(dead_code)]
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: http_headers KEY L W [B] [HOST PORT]";
+    let (key, numbers) = args.split_first().ok_or(usage)?;
+    let number = |i: usize| -> Result<u64, Box<dyn std::error::Error>> {
+        Ok(numbers.get(i).ok_or(usage)?.parse()?)
+    };
+    let (limit, window_ms) = (number(0)?, number(1)?);
+    let burst = number(2).unwrap_or(limit);
+    let host = numbers.get(3).map_or("127.0.0.1", String::as_str);
+    let port = numbers.get(4).map_or("6379", String::as_str);
+    let mut c = redis::Client::open(format!("redis://{host}:{port}/"))?.get_connection()?;
+    let reply: Vec<i64> = redis::cmd("RL.GCRA")
+        .arg(key)
+        .arg(limit)
+        .arg(window_ms)
+        .arg("BURST")
+        .arg(burst)
+        .query(&mut c)?;
+    let reply: [i64; 5] = reply.try_into().map_err(|_| "not a five-integer reply")?;
+    // A random whole second from the clock's nanoseconds: enough for an example.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .subsec_nanos();
+    let policy = Policy {
+        limit,
+        window_ms,
+        burst,
+    };
+    let response = response("default", policy, reply, u64::from(nanos % 2));
+    println!("reply: {reply:?}");
+    let reason = match response.status {
+        200 => "OK",
+        _ => "Too Many Requests",
+    };
+    println!("HTTP/1.1 {} {reason}", response.status);
+    for (name, value) in response.headers {
+        println!("{name}: {value}");
+    }
+    Ok(())
+}

@@ -1,0 +1,206 @@
+//! One table of argument errors over every command: each row fails with a clear error that names
+//! the argument, and no row changes any key (names, DUMPs and expiries are compared after each).
+//! A new command adds its rows here.
+
+mod support;
+use support::*;
+
+/// How an error must read.
+enum Text {
+    /// Exactly this.
+    Is(&'static str),
+    /// Containing this.
+    Has(&'static str),
+}
+use Text::{Has, Is};
+
+/// Stands for an argument of 5000 nines, which the error echoes cut short.
+const HUGE: &str = "<5000 nines>";
+
+/// The keys the rows find: each command family has its own, in the state its rows expect; `tb`
+/// and `lease` stay missing.
+const SETUP: &[&[&str]] = &[
+    &["RL.GCRA", "gcra", "10", "1000"],
+    &["RL.SLIDINGLOG", "log", "10", "1000"],
+    &["RL.SLIDINGCOUNTER", "counter", "10", "1000"],
+    &["RL.FIXEDWINDOW", "window", "10", "1000"],
+    &["RL.TOKENBUCKET", "refund", "10", "1000"],
+    &["SET", "str", "x"],
+    &["LPUSH", "list", "x"],
+];
+
+#[rustfmt::skip]
+const CASES: &[(&[&str], Text)] = &[
+    // RL.GCRA: L, W, BURST, COST, the options, arity, other types.
+    (&["RL.GCRA", "gcra", "abc", "1000"], Has("ERR invalid L 'abc': expected an integer from 1 to 1000000000000")),
+    (&["RL.GCRA", "gcra", "0", "1000"], Has("invalid L '0'")),
+    (&["RL.GCRA", "gcra", "-1", "1000"], Has("invalid L '-1'")),
+    (&["RL.GCRA", "gcra", "1.5", "1000"], Has("invalid L '1.5'")),
+    (&["RL.GCRA", "gcra", " 1", "1000"], Has("invalid L ' 1'")),
+    (&["RL.GCRA", "gcra", "+1", "1000"], Has("invalid L '+1'")),
+    (&["RL.GCRA", "gcra", "1e3", "1000"], Has("invalid L '1e3'")),
+    (&["RL.GCRA", "gcra", "", "1000"], Has("invalid L ''")),
+    (&["RL.GCRA", "gcra", "18446744073709551616", "1000"], Has("invalid L")),
+    (&["RL.GCRA", "gcra", "1000000000001", "1000"], Has("invalid L")),
+    (&["RL.GCRA", "gcra", HUGE, "1000"], Has("invalid L '99999999999999999999999999999999...'")),
+    (&["RL.GCRA", "gcra", "10", "0"], Has("invalid W '0'")),
+    (&["RL.GCRA", "gcra", "10", "-1000"], Has("invalid W")),
+    (&["RL.GCRA", "gcra", "10", "1000000000001"], Has("invalid W")),
+    (&["RL.GCRA", "gcra", "10", "9223372036854775808"], Has("invalid W")),
+    (&["RL.GCRA", "gcra", "10", "1000", "BURST"], Has("ERR option BURST needs a value")),
+    (&["RL.GCRA", "gcra", "10", "1000", "COST"], Has("ERR option COST needs a value")),
+    (&["RL.GCRA", "gcra", "10", "1000", "BURST", "0"], Has("invalid BURST '0'")),
+    (&["RL.GCRA", "gcra", "10", "1000", "BURST", "x"], Has("invalid BURST 'x'")),
+    (&["RL.GCRA", "gcra", "10", "1000", "COST", "-1"], Has("invalid COST '-1'")),
+    (&["RL.GCRA", "gcra", "10", "1000", "COST", "11"], Has("ERR COST 11 can never be admitted: it exceeds the capacity 10")),
+    (&["RL.GCRA", "gcra", "10", "1000", "BURST", "3", "COST", "4"], Has("exceeds the capacity 3")),
+    (&["RL.GCRA", "gcra", "10", "1000", "COST", "1", "COST", "1"], Has("ERR option COST given more than once")),
+    (&["RL.GCRA", "gcra", "10", "1000", "BURST", "5", "burst", "5"], Has("ERR option BURST given more than once")),
+    (&["RL.GCRA", "gcra", "10", "1000", "FOO", "1"], Has("ERR unknown option 'FOO'; expected BURST or COST")),
+    (&["RL.GCRA", "gcra", "10", "1000", "WANT", "1"], Has("unknown option 'WANT'")),
+    (&["RL.GCRA", "gcra", "10", "1000", "\r\nSET", "1"], Has("unknown option '??SET'")),
+    (&["RL.GCRA", "gcra", "1", "1000000000000", "BURST", "2"], Has("takes longer than")),
+    (&["RL.GCRA", "gcra", "10"], Has("wrong number of arguments")),
+    (&["RL.GCRA", "gcra"], Has("wrong number of arguments")),
+    (&["RL.GCRA"], Has("wrong number of arguments")),
+    (&["RL.GCRA", "str", "10", "1000"], Has("WRONGTYPE the key holds a string, not a GCRA limiter")),
+    (&["RL.GCRA", "list", "10", "1000", "COST", "0"], Has("WRONGTYPE the key holds a list")),
+    // RL.TOKENBUCKET
+    (&["RL.TOKENBUCKET", "tb", "x", "1"], Has("ERR invalid L 'x'")),
+    (&["RL.TOKENBUCKET", "tb", "1", "1", "BURST", "1", "COST", "2"], Has("ERR COST 2 can never be admitted")),
+    (&["RL.TOKENBUCKET", "tb", "1", "1", "WANT", "2"], Has("ERR unknown option 'WANT'")),
+    (&["RL.TOKENBUCKET", "tb", "1"], Has("wrong number of arguments")),
+    // RL.SLIDINGLOG
+    (&["RL.SLIDINGLOG", "log", "10", "1000", "BURST", "10"], Has("ERR unknown option 'BURST'; expected COST")),
+    (&["RL.SLIDINGLOG", "log", "0", "1000"], Has("ERR invalid L '0'")),
+    (&["RL.SLIDINGLOG", "log", "1000000000000", "1000"], Has("is above ratelimit.max-log-entries")),
+    (&["RL.SLIDINGLOG", "log", "10", ""], Has("ERR invalid W ''")),
+    (&["RL.SLIDINGLOG", "log", "10", "1000", "COST", "11"], Has("ERR COST 11 can never be admitted: it exceeds the capacity 10")),
+    (&["RL.SLIDINGLOG", "log", "10", "1000", "COST", "1.5"], Has("ERR invalid COST '1.5'")),
+    (&["RL.SLIDINGLOG", "log", "10", "1000", "COST"], Has("ERR option COST needs a value")),
+    (&["RL.SLIDINGLOG"], Has("wrong number of arguments")),
+    // RL.SLIDINGCOUNTER
+    (&["RL.SLIDINGCOUNTER", "counter", "10", "1000", "BURST", "5"], Has("ERR unknown option 'BURST'; expected COST")),
+    (&["RL.SLIDINGCOUNTER", "counter", "abc", "1000"], Has("ERR invalid L 'abc'")),
+    (&["RL.SLIDINGCOUNTER", "counter", "10", "-5"], Has("ERR invalid W '-5'")),
+    (&["RL.SLIDINGCOUNTER", "counter", "10", "1000", "COST", "11"], Has("ERR COST 11 can never be admitted: it exceeds the capacity 10")),
+    (&["RL.SLIDINGCOUNTER", "counter", "10", "1000", "COST", "2", "COST", "1"], Has("ERR option COST given more than once")),
+    (&["RL.SLIDINGCOUNTER", "counter", "10", "1000", "COST"], Has("ERR option COST needs a value")),
+    (&["RL.SLIDINGCOUNTER", "counter"], Has("wrong number of arguments")),
+    // RL.FIXEDWINDOW
+    (&["RL.FIXEDWINDOW", "window", "10", "1000", "BURST", "5"], Has("ERR unknown option 'BURST'; expected COST")),
+    (&["RL.FIXEDWINDOW", "window", "10", "1000", "WANT", "1"], Has("ERR unknown option 'WANT'; expected COST")),
+    (&["RL.FIXEDWINDOW", "window", "0", "1000"], Has("ERR invalid L '0': expected an integer from 1 to 1000000000000")),
+    (&["RL.FIXEDWINDOW", "window", "-1", "1000"], Has("ERR invalid L '-1'")),
+    (&["RL.FIXEDWINDOW", "window", "1000000000001", "1000"], Has("ERR invalid L")),
+    (&["RL.FIXEDWINDOW", "window", "10", "0"], Has("ERR invalid W '0': expected an integer from 1 to 1000000000000")),
+    (&["RL.FIXEDWINDOW", "window", "10", "1e3"], Has("ERR invalid W '1e3'")),
+    (&["RL.FIXEDWINDOW", "window", "10", HUGE], Has("ERR invalid W '99999999999999999999999999999999...'")),
+    (&["RL.FIXEDWINDOW", "window", "10", "1000", "COST", "11"], Has("ERR COST 11 can never be admitted: it exceeds the capacity 10")),
+    (&["RL.FIXEDWINDOW", "window", "10", "1000", "COST", "-1"], Has("ERR invalid COST '-1'")),
+    (&["RL.FIXEDWINDOW", "window", "10", "1000", "COST", "1", "cost", "1"], Has("ERR option COST given more than once")),
+    (&["RL.FIXEDWINDOW", "window", "10", "1000", "COST"], Has("ERR option COST needs a value")),
+    (&["RL.FIXEDWINDOW", "window", "10"], Has("wrong number of arguments")),
+    // RL.LEASE
+    (&["RL.LEASE", "lease", "1", "1", "WANT", "0"], Has("ERR invalid WANT '0': expected an integer from 1 to 1000000000000")),
+    (&["RL.LEASE", "lease", "1", "1", "WANT", "-3"], Has("ERR invalid WANT '-3': expected an integer from 1 to 1000000000000")),
+    (&["RL.LEASE", "lease", "1", "1", "WANT", "1.5"], Has("ERR invalid WANT '1.5': expected an integer from 1 to 1000000000000")),
+    (&["RL.LEASE", "lease", "1", "1", "WANT", "1000000000001"], Has("ERR invalid WANT '1000000000001': expected an integer from 1 to 1000000000000")),
+    (&["RL.LEASE", "lease", "1", "1", "WANT", "99999999999999999999999"], Has("ERR invalid WANT")),
+    (&["RL.LEASE", "lease", "x", "1", "WANT", "1"], Has("ERR invalid L 'x'")),
+    (&["RL.LEASE", "lease", "1", "0", "WANT", "1"], Has("ERR invalid W '0'")),
+    (&["RL.LEASE", "lease", "1", "1", "BURST", "0", "WANT", "1"], Has("ERR invalid BURST '0'")),
+    (&["RL.LEASE", "lease", "1", "1", "BURST", "2"], Has("ERR WANT n is required")),
+    (&["RL.LEASE", "lease", "1", "1", "COST", "1"], Has("ERR unknown option 'COST'; expected BURST or WANT")),
+    (&["RL.LEASE", "lease", "1", "1", "WANT", "1", "WANT", "2"], Has("ERR option WANT given more than once")),
+    (&["RL.LEASE", "lease", "1", "1", "WANT", "1", "BURST"], Has("ERR option BURST needs a value")),
+    (&["RL.LEASE", "lease", "1", "1", "WANT"], Has("wrong number of arguments")),
+    (&["RL.LEASE", "lease", "1", "1000000000000", "BURST", "1000000000000", "WANT", "1"], Has("ERR a capacity of")),
+    // RL.REFUND: n, exactly.
+    (&["RL.REFUND", "refund", "0"], Is("ERR invalid n '0': expected an integer from 1 to 1000000000000")),
+    (&["RL.REFUND", "refund", "-1"], Is("ERR invalid n '-1': expected an integer from 1 to 1000000000000")),
+    (&["RL.REFUND", "refund", "abc"], Is("ERR invalid n 'abc': expected an integer from 1 to 1000000000000")),
+    (&["RL.REFUND", "refund", "1.5"], Is("ERR invalid n '1.5': expected an integer from 1 to 1000000000000")),
+    (&["RL.REFUND", "refund", ""], Is("ERR invalid n '': expected an integer from 1 to 1000000000000")),
+    (&["RL.REFUND", "refund", " 1"], Is("ERR invalid n ' 1': expected an integer from 1 to 1000000000000")),
+    (&["RL.REFUND", "refund", "1000000000001"], Is("ERR invalid n '1000000000001': expected an integer from 1 to 1000000000000")),
+    (&["RL.REFUND", "refund", "99999999999999999999999"], Is("ERR invalid n '99999999999999999999999': expected an integer from 1 to 1000000000000")),
+    (&["RL.REFUND", "refund"], Has("wrong number of arguments")),
+    (&["RL.REFUND", "refund", "1", "2"], Has("wrong number of arguments")),
+    (&["RL.REFUND"], Has("wrong number of arguments")),
+    // RL.SETSTATE and RL.DEBUG
+    (&["RL.SETSTATE", "gcra", "garbage"], Has("ERR invalid limiter state")),
+    (&["RL.SETSTATE", "gcra", ""], Has("ERR invalid limiter state: truncated")),
+    (&["RL.DEBUG", "CLOCK", "SET", "x"], Has("invalid ms 'x'")),
+    (&["RL.DEBUG", "CLOCK", "JUMP"], Has("unknown CLOCK action 'JUMP'")),
+    (&["RL.DEBUG", "NOPE", "x"], Has("unknown subcommand 'NOPE'")),
+    (&["RL.DEBUG", "CLOCK"], Has("wrong number of arguments")),
+];
+
+#[test]
+fn every_argument_error_is_clear_and_changes_nothing() {
+    let (mut s, mut c) = server();
+    for words in SETUP {
+        cmd(&mut c, words).unwrap_or_else(|e| panic!("{words:?}: {e}"));
+    }
+    let before = snapshot(&mut c);
+    let huge = "9".repeat(5000);
+    for (words, text) in CASES {
+        let words: Vec<&str> = words
+            .iter()
+            .map(|w| if *w == HUGE { huge.as_str() } else { w })
+            .collect();
+        let e = err(&mut c, &words);
+        match text {
+            Is(expected) => assert_eq!(e, *expected, "{words:?}"),
+            Has(expected) => assert!(
+                e.contains(expected),
+                "{words:?}: got {e:?}, expected {expected:?}"
+            ),
+        }
+        assert_eq!(snapshot(&mut c), before, "{words:?} changed a key");
+    }
+    // Nothing created, nothing lost; the other types are untouched and the server lives on.
+    assert_eq!(
+        cmd(&mut c, &["DBSIZE"]).unwrap(),
+        Value::Int(SETUP.len() as i64)
+    );
+    assert_eq!(
+        cmd(&mut c, &["GET", "str"]).unwrap(),
+        Value::BulkString(b"x".to_vec())
+    );
+    assert_eq!(
+        rl(
+            &mut c,
+            &["RL.TOKENBUCKET", "refund", "10", "1000", "COST", "0"]
+        )[2],
+        9
+    );
+    assert_eq!(
+        cmd(&mut c, &["PING"]).unwrap(),
+        Value::SimpleString("PONG".into())
+    );
+    assert!(s.alive());
+}
+
+/// Every command the module registers has rows: a new command cannot skip the table.
+#[test]
+fn the_table_covers_every_command() {
+    let (_s, mut c) = server();
+    let commands: Vec<String> = redis::cmd("COMMAND")
+        .arg("LIST")
+        .arg("FILTERBY")
+        .arg("PATTERN")
+        .arg("rl.*")
+        .query(&mut c)
+        .unwrap();
+    assert!(commands.len() >= 9, "{commands:?}");
+    for command in commands {
+        assert!(
+            CASES
+                .iter()
+                .any(|(words, _)| words[0].eq_ignore_ascii_case(&command)),
+            "no argument error for {command}"
+        );
+    }
+}

@@ -1,0 +1,157 @@
+//! The HTTP mapping of examples/http_headers.rs (included here): the README's worked table comes
+//! out of it for the replies a server gives, and it is right for any L, W and B.
+
+#[path = "../examples/http_headers.rs"]
+#[allow(dead_code)]
+mod http_headers;
+mod support;
+
+use http_headers::{quota, response, Policy, Response};
+use support::*;
+
+/// A README table row: its first cell, the commands run in order (the last one's reply is the
+/// row's), and the policy.
+struct Row {
+    label: &'static str,
+    commands: &'static [&'static [&'static str]],
+    policy: Policy,
+}
+
+const fn policy(limit: u64, window_ms: u64, burst: u64) -> Policy {
+    Policy {
+        limit,
+        window_ms,
+        burst,
+    }
+}
+
+const ROWS: &[Row] = &[
+    Row {
+        label: "`RL.GCRA http:a 10 100` (100/s)",
+        commands: &[&["RL.GCRA", "http:a", "10", "100"]],
+        policy: policy(10, 100, 10),
+    },
+    Row {
+        label: "`RL.GCRA http:b 30 1500` (20/s)",
+        commands: &[&["RL.GCRA", "http:b", "30", "1500"]],
+        policy: policy(30, 1500, 30),
+    },
+    Row {
+        label: "`RL.GCRA http:c 100 1000 BURST 200`",
+        commands: &[&["RL.GCRA", "http:c", "100", "1000", "BURST", "200"]],
+        policy: policy(100, 1000, 200),
+    },
+    Row {
+        label: "`RL.GCRA http:d 1 1500`, again",
+        commands: &[
+            &["RL.GCRA", "http:d", "1", "1500"],
+            &["RL.GCRA", "http:d", "1", "1500"],
+        ],
+        policy: policy(1, 1500, 1),
+    },
+];
+
+/// The row as the README prints it, up to the "was" column.
+fn row_text(row: &Row, reply: [i64; 5], r: &Response) -> String {
+    let header = |name: &str| {
+        r.headers
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let state = match r.status {
+        200 => format!("`{}`", header("RateLimit")),
+        status => format!(
+            "{status}, `Retry-After: {}`, `{}`",
+            header("Retry-After"),
+            header("RateLimit")
+        ),
+    };
+    let reply: Vec<String> = reply.iter().map(i64::to_string).collect();
+    format!(
+        "| {} | {} | `{}` | {state} |",
+        row.label,
+        reply.join(" "),
+        header("RateLimit-Policy")
+    )
+}
+
+#[test]
+fn the_readme_table_is_what_the_mapping_gives() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let (_s, mut c) = server();
+    for row in ROWS {
+        let mut reply = [0; 5];
+        for words in row.commands {
+            reply = rl(&mut c, words);
+        }
+        let text = row_text(row, reply, &response("default", row.policy, reply, 0));
+        assert!(
+            readme.contains(&text),
+            "README.md lacks the row, or it drifted:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn q_over_w_is_the_real_rate_in_whole_windows() {
+    let windows = [
+        1,
+        7,
+        100,
+        250,
+        999,
+        1000,
+        1001,
+        1500,
+        2500,
+        60_000,
+        86_400_000,
+        1_000_000_000_000,
+    ];
+    for window_ms in windows {
+        for limit in [1, 3, 10, 100, 999_999_999_999] {
+            let (q, w) = quota(policy(limit, window_ms, limit));
+            assert!(w >= 1, "L={limit} W={window_ms}");
+            // q/w = 1000·L/W, exactly.
+            assert_eq!(
+                u128::from(q) * u128::from(window_ms),
+                1000 * u128::from(limit) * u128::from(w),
+                "L={limit} W={window_ms}"
+            );
+            // w is a whole number of windows, and the fewest that make whole seconds.
+            let k = w * 1000 / window_ms;
+            assert_eq!(k * window_ms, w * 1000, "L={limit} W={window_ms}");
+            assert!(
+                (1..k).all(|j| j * window_ms % 1000 != 0),
+                "L={limit} W={window_ms}"
+            );
+        }
+    }
+    // W a multiple of a second: q = L, w = W/1000.
+    assert_eq!(quota(policy(100, 60_000, 100)), (100, 60));
+    // A q beyond a structured-field Integer (15 digits) is cut to the largest one.
+    let max = 1_000_000_000_000;
+    assert_eq!(quota(policy(max, 1001, max)), (999_999_999_999_999, 1001));
+}
+
+#[test]
+fn r_never_exceeds_q_and_a_denial_waits_as_long_as_t() {
+    let bursty = policy(100, 1000, 200);
+    // A full bucket of 200 announces at most the quota of 100.
+    let full = response("default", bursty, [1, 200, 199, -1, 10], 0);
+    assert_eq!(full.headers[1].1, "\"default\";r=100;t=1");
+    assert_eq!(full.headers[0].1, "\"default\";q=100;w=1;acme-burst=200");
+    // A denial: Retry-After rounds up, jitter adds whole seconds, and t follows it.
+    let denied = response("default", bursty, [0, 200, 0, 1001, 2000], 1);
+    assert_eq!(denied.status, 429);
+    assert_eq!(
+        denied.headers[1..],
+        [
+            ("Retry-After", "3".to_string()),
+            ("RateLimit", "\"default\";r=0;t=3".to_string())
+        ]
+    );
+}
