@@ -31,6 +31,18 @@ const SETUP: &[&[&str]] = &[
 
 #[rustfmt::skip]
 const CASES: &[(&[&str], Text)] = &[
+    // RL.ALL: numkeys, the keys, one limiter per key, each with its own command's rules.
+    (&["RL.ALL", "0", "gcra", "GCRA", "10", "1000"], Has("ERR invalid numkeys '0': expected an integer from 1 to 32")),
+    (&["RL.ALL", "33", "gcra", "GCRA", "10", "1000"], Has("invalid numkeys '33'")),
+    (&["RL.ALL", "2", "gcra", "gcra", "GCRA", "10", "1000", "GCRA", "10", "1000"], Is("ERR key 'gcra' is named twice; each key has one limiter")),
+    (&["RL.ALL", "2", "gcra", "log", "GCRA", "10", "1000"], Is("ERR no limiter for key 'log': expected 2 limiters, one per key")),
+    (&["RL.ALL", "1", "gcra", "GCRA", "10", "1000", "GCRA", "10", "1000"], Is("ERR more limiters than keys: numkeys is 1")),
+    (&["RL.ALL", "1", "gcra", "LEAKY", "10", "1000"], Has("ERR unknown algorithm 'LEAKY'")),
+    (&["RL.ALL", "1", "log", "SLIDINGLOG", "10", "1000", "BURST", "20"], Has("unknown option 'BURST'")),
+    (&["RL.ALL", "1", "gcra", "GCRA", "10", "1000", "COST", "11"], Has("COST 11 can never be admitted")),
+    (&["RL.ALL", "1", "log", "GCRA", "10", "1000"], Is("WRONGTYPE the key 'log' holds a sliding log limiter, not a GCRA limiter; use another key or DEL it")),
+    (&["RL.ALL", "1", "str", "GCRA", "10", "1000"], Has("WRONGTYPE the key 'str' holds a string")),
+    (&["RL.ALL", "1", "gcra", "GCRA", "10"], Has("wrong number of arguments")),
     // RL.GCRA: L, W, BURST, COST, the options, arity, other types.
     (&["RL.GCRA", "gcra", "abc", "1000"], Has("ERR invalid L 'abc': expected an integer from 1 to 1000000000000")),
     (&["RL.GCRA", "gcra", "0", "1000"], Has("invalid L '0'")),
