@@ -43,6 +43,9 @@ const CASES: &[(&[&str], Text)] = &[
     (&["RL.ALL", "1", "log", "GCRA", "10", "1000"], Is("WRONGTYPE the key 'log' holds a sliding log limiter, not a GCRA limiter; use another key or DEL it")),
     (&["RL.ALL", "1", "str", "GCRA", "10", "1000"], Has("WRONGTYPE the key 'str' holds a string")),
     (&["RL.ALL", "1", "gcra", "GCRA", "10"], Has("wrong number of arguments")),
+    (&["RL.ALL", "x", "gcra", "GCRA", "10", "1000"], Is("ERR invalid numkeys 'x': expected an integer from 1 to 32")),
+    (&["RL.ALL", "1", "gcra", "GCRA", "10", "1000", "WANT", "1"], Is("ERR unknown option 'WANT'; expected BURST or COST")),
+    (&["RL.ALL"], Has("wrong number of arguments")),
     // RL.GCRA: L, W, BURST, COST, the options, arity, other types.
     (&["RL.GCRA", "gcra", "abc", "1000"], Has("ERR invalid L 'abc': expected an integer from 1 to 1000000000000")),
     (&["RL.GCRA", "gcra", "0", "1000"], Has("invalid L '0'")),
