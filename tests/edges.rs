@@ -184,6 +184,86 @@ fn peek_with_a_new_policy_writes_nothing() {
     }
 }
 
+/// A small deterministic generator (xorshift64): the same sequence on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// The property, on the server: for calls that switch at random between policies, at
+/// random times, with random costs, the key's TTL is never shorter than the last reply's
+/// reset_after_ms — denied calls and zero grants included.
+#[test]
+fn ttl_never_shorter_than_the_last_reset_across_policy_switches() {
+    let (_s, mut c) = server();
+    let with_burst: &[&[&str]] = &[
+        &["10", "1000", "BURST", "10"],
+        &["10", "60000", "BURST", "10"],
+        &["5", "200", "BURST", "20"],
+        &["100", "10000", "BURST", "30"],
+    ];
+    let windows: &[&[&str]] = &[
+        &["10", "1000"],
+        &["10", "60000"],
+        &["3", "500"],
+        &["50", "10000"],
+    ];
+    let families: &[(&str, &[&[&str]], &str)] = &[
+        ("RL.GCRA", with_burst, "COST"),
+        ("RL.TOKENBUCKET", with_burst, "COST"),
+        ("RL.LEASE", with_burst, "WANT"),
+        ("RL.SLIDINGLOG", windows, "COST"),
+        ("RL.SLIDINGCOUNTER", windows, "COST"),
+        ("RL.FIXEDWINDOW", windows, "COST"),
+    ];
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut now = T0_MS as i64;
+    for &(command, policies, amount) in families {
+        let key = format!("prop:{command}");
+        // Two policies per run of calls, switching between them.
+        for _ in 0..8 {
+            let pair = [
+                policies[rng.below(4) as usize],
+                policies[rng.below(4) as usize],
+            ];
+            for _ in 0..40 {
+                let policy = pair[rng.below(2) as usize];
+                let capacity: u64 = policy[policy.len() - 1].parse().unwrap();
+                let n = if rng.below(5) == 0 {
+                    capacity
+                } else {
+                    1 + rng.below(capacity.min(4))
+                };
+                let n = n.to_string();
+                let call = call(command, &key, policy, &[amount, &n]);
+                let reply = rl(&mut c, &words(&call));
+                let at = pexpiretime(&mut c, &key);
+                if at != -2 {
+                    assert!(
+                        at >= now + reply[4],
+                        "{call:?} answered {reply:?} at T0+{} ms but the key expires at T0+{} ms",
+                        now - T0_MS as i64,
+                        at - T0_MS as i64
+                    );
+                }
+                let step = if rng.below(4) == 0 {
+                    0
+                } else {
+                    rng.below(2500) as i64
+                };
+                clock_advance(&mut c, step);
+                now += step;
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Replicas
 
