@@ -9,8 +9,7 @@ use std::time::Duration;
 use support::*;
 
 /// The five limiter commands that take `COST`, each with the tightening: policy A
-/// (10 per second, all spent at once) then policy B (10 per minute). `tag` is the algorithm's
-/// byte in the stored encoding.
+/// (10 per second, all spent at once) then policy B (10 per minute).
 const TIGHTENINGS: &[(&str, &[&str], &[&str])] = &[
     ("RL.GCRA", &["10", "1000"], &["10", "60000"]),
     (
