@@ -386,6 +386,23 @@ fn writable_replica_refuses_every_limiter_command() {
         "a key was created on the replica"
     );
     assert_replica_mirrors(&mut m, &mut r);
+    // Nor from a script or a transaction on the replica.
+    let script = "return redis.call('RL.GCRA', KEYS[1], 2, 60000)";
+    let scripted = cmd(&mut r, &["EVAL", script, "1", "rr:new"]);
+    assert!(
+        scripted
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("master")),
+        "{scripted:?}"
+    );
+    cmd(&mut r, &["MULTI"]).unwrap();
+    let _ = cmd(&mut r, &["RL.GCRA", "rr:new", "2", "60000"]);
+    let _ = cmd(&mut r, &["EXEC"]);
+    assert_eq!(
+        dump(&mut r, "rr:new"),
+        None,
+        "a key was created on the replica"
+    );
     // The split: the master admits 2 of 3, the replica decides nothing.
     for _ in 0..3 {
         rl(&mut m, &["RL.GCRA", "split", "2", "60000"]);
