@@ -164,6 +164,57 @@ fn lease_with_a_new_policy_and_nothing_granted_stores_the_policy() {
     assert_eq!(granted, 0, "{granted} granted 2 s after the tightening");
 }
 
+/// `RL.ALL`'s limiters, each a five-integer array, after the combined decision.
+fn rl_all(c: &mut Connection, words: &[&str]) -> Vec<[i64; 5]> {
+    let mut command = redis::cmd(words[0]);
+    for w in &words[1..] {
+        command.arg(*w);
+    }
+    let v: Vec<Vec<i64>> = command
+        .query(c)
+        .unwrap_or_else(|e| panic!("{words:?}: {e}"));
+    v.into_iter()
+        .map(|r| r.try_into().unwrap_or_else(|r| panic!("{words:?}: {r:?}")))
+        .collect()
+}
+
+/// `RL.ALL` denied because one key's tightened policy denies stores that policy too.
+#[test]
+fn denied_tightening_in_rl_all_is_never_forgotten() {
+    let (_s, mut c) = server();
+    rl(&mut c, &["RL.GCRA", "a", "10", "1000", "COST", "10"]);
+    rl(&mut c, &["RL.FIXEDWINDOW", "b", "5", "1000"]);
+    let before = dump(&mut c, "a");
+    let all = [
+        "RL.ALL",
+        "2",
+        "a",
+        "b",
+        "GCRA",
+        "10",
+        "60000",
+        "FIXEDWINDOW",
+        "5",
+        "1000",
+    ];
+    let replies = rl_all(&mut c, &all);
+    assert_eq!(replies[0][0], 0, "{replies:?}");
+    let reset_after = replies[1][4];
+    assert!(reset_after > 1000, "{replies:?}");
+    assert!(
+        pexpiretime(&mut c, "a") >= T0_MS as i64 + reset_after,
+        "a expires before its reset_after_ms {reset_after}"
+    );
+    assert_ne!(
+        dump(&mut c, "a"),
+        before,
+        "the new policy of a was not stored"
+    );
+    clock_advance(&mut c, 2000);
+    let got = admits(&mut c, &["RL.GCRA", "a", "10", "60000"], 10);
+    assert_eq!(got, 0, "{got} extra admitted 2 s after the tightening");
+}
+
 /// A peek (`COST 0`) with a new policy stays write-free: it stores nothing, moves no expiry
 /// and creates no key.
 #[test]
@@ -346,6 +397,18 @@ fn replica_calls(state: &str) -> Vec<Vec<&str>> {
         vec!["RL.SLIDINGCOUNTER", "rr:new", "2", "60000"],
         vec!["RL.FIXEDWINDOW", "rr:new", "2", "60000"],
         vec!["RL.SETSTATE", "rr:new", state],
+        vec![
+            "RL.ALL",
+            "2",
+            "rr:new",
+            "rr:lease",
+            "GCRA",
+            "2",
+            "60000",
+            "TOKENBUCKET",
+            "10",
+            "60000",
+        ],
     ]
 }
 
@@ -489,7 +552,26 @@ const NOT_WRITES: &[&[&str]] = &[
     &["RL.REFUND", "missing", "5"],
     &["RL.GCRA", "missing", "2", "1000", "COST", "0"],
     &["RL.LEASE", "z", "1", "60000", "WANT", "1"],
+    &[
+        "RL.ALL", "2", "w", "full", "GCRA", "2", "1000", "GCRA", "10", "1000",
+    ],
+    &[
+        "RL.ALL", "2", "full", "w", "GCRA", "10", "1000", "GCRA", "2", "1000",
+    ],
+    &[
+        "RL.ALL", "2", "full", "w", "GCRA", "10", "1000", "COST", "0", "GCRA", "2", "1000", "COST",
+        "0",
+    ],
 ];
+
+/// The key a call touches first: `RL.ALL numkeys key …` names it after numkeys.
+fn first_key<'a>(words: &[&'a str]) -> &'a str {
+    if words[0] == "RL.ALL" {
+        words[2]
+    } else {
+        words[1]
+    }
+}
 
 #[test]
 fn denials_peeks_and_errors_leave_a_watched_key_untouched() {
@@ -498,7 +580,7 @@ fn denials_peeks_and_errors_leave_a_watched_key_untouched() {
     watch_fixture(&mut c);
     for words in NOT_WRITES {
         assert!(
-            exec_survives(&mut watcher, &mut c, words[1], words),
+            exec_survives(&mut watcher, &mut c, first_key(words), words),
             "{words:?} made a watching EXEC fail"
         );
     }
@@ -517,9 +599,15 @@ fn real_changes_touch_a_watched_key() {
         &["RL.GCRA", "w", "2", "60000"],
         &["RL.REFUND", "a", "1"],
         &["RL.SETSTATE", "a", &gcra_full_state()],
+        &[
+            "RL.ALL", "2", "a", "full", "GCRA", "10", "100", "GCRA", "10", "1000",
+        ],
+        &[
+            "RL.ALL", "2", "full", "a", "GCRA", "10", "1000", "GCRA", "10", "100",
+        ],
     ] {
         assert!(
-            !exec_survives(&mut watcher, &mut c, words[1], words),
+            !exec_survives(&mut watcher, &mut c, first_key(words), words),
             "{words:?} did not signal the watched key"
         );
     }
@@ -610,12 +698,51 @@ fn keyspace_notifications_mark_real_changes_only() {
             Some("rl.setstate"),
         ),
         (&["RL.SETSTATE", "n:s", "garbage"], None),
+        (
+            &[
+                "RL.ALL",
+                "2",
+                "n:a",
+                "n:t",
+                "GCRA",
+                "5",
+                "1000",
+                "TOKENBUCKET",
+                "5",
+                "1000",
+            ],
+            Some("rl.all"),
+        ),
+        (
+            &[
+                "RL.ALL",
+                "2",
+                "n:a",
+                "n:t",
+                "GCRA",
+                "5",
+                "1000",
+                "COST",
+                "5",
+                "TOKENBUCKET",
+                "5",
+                "1000",
+            ],
+            None,
+        ),
     ];
     let mut expected = Vec::new();
     for (words, event) in steps {
         let _ = cmd(&mut c, words);
         if let Some(event) = event {
-            expected.push((words[1].to_string(), event.to_string()));
+            // RL.ALL: one event per changed key.
+            let keys = match words[0] {
+                "RL.ALL" => &words[2..4],
+                _ => &words[1..2],
+            };
+            for key in keys {
+                expected.push((key.to_string(), event.to_string()));
+            }
         }
     }
     cmd(&mut c, &["SET", "n:end", "x"]).unwrap();
@@ -634,6 +761,9 @@ fn keyspace_notifications_mark_real_changes_only() {
             got.push((key, event));
         }
     }
+    // Each command's events in order; RL.ALL's per-key events in any order among themselves.
+    got.sort();
+    expected.sort();
     assert_eq!(got, expected);
 }
 
