@@ -11,6 +11,7 @@
 pub mod fixed_window;
 pub mod gcra;
 pub mod lease;
+pub mod shape;
 pub mod sliding_counter;
 pub mod sliding_log;
 pub mod step;

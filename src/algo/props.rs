@@ -249,7 +249,7 @@ pub fn run_switch<S: Clone>(
 /// Checks what every algorithm promises of its answers, step by step: a denial's retry_after is
 /// exact (denied 1 ns before it, admitted at it), and a peek stores nothing and answers allowed
 /// and retry_after like a cost-1 request.
-fn answers_are_exact<S: Clone>(
+pub fn answers_are_exact<S: Clone>(
     log: &[Step<S>],
     check: impl Fn(Option<&S>, u64, u64) -> Outcome<S>,
 ) -> Result<(), TestCaseError> {
