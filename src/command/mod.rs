@@ -10,6 +10,7 @@ pub mod ffi;
 pub mod limit;
 pub mod refund;
 pub mod setstate;
+pub mod throttle;
 
 use std::ffi::{c_int, CStr};
 

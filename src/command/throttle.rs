@@ -1,0 +1,316 @@
+//! `RL.THROTTLE key max_burst count_per_period period [quantity]`: redis-cell's `CL.THROTTLE`,
+//! arguments and reply, decided by our GCRA. This file is the pure part: arguments → policy and
+//! cost, decision → redis-cell's reply, and the adoption of a key redis-cell wrote.
+//!
+//! The mapping: `RL.THROTTLE k MB N P [Q]` decides exactly as `RL.GCRA k N P·1000 BURST MB+1
+//! COST Q`, on the same key type (a GCRA limiter), and replies
+//! `[limited, limit, remaining, retry_after_s, reset_after_s]`: `limited` is 1 − allowed,
+//! `limit` is MB + 1, times are whole seconds rounded up, `retry_after_s` is −1 unless limited.
+//!
+//! redis-cell's edges, as redis-cell's source (`redis-cell/src/lib.rs`, `redis-cell-impl`)
+//! decides them, and what we do:
+//! - `quantity` 0: redis-cell peeks and is never limited (-1 retry). Same here: `limited` 0,
+//!   retry −1, remaining and reset from the peek, nothing written. (`RL.GCRA … COST 0` instead
+//!   answers whether a cost-1 request would pass.)
+//! - `quantity` > max_burst + 1: redis-cell answers limited with retry −1 ("never"). Same here
+//!   (`RL.GCRA` refuses such a COST with an error).
+//! - Negative quantity: redis-cell moves the arrival time back, handing out credit. Refused.
+//! - max_burst 0: a capacity of 1, no burst; the same. Negative: redis-cell computes a zero or
+//!   negative tolerance and limits every request (or worse). Refused: max_burst is 0..10^12−1.
+//! - count or period 0: redis-cell fails with "Zero rates are not supported". Refused here
+//!   too, with an error that names the argument; negative ones also (redis-cell's answers for
+//!   those are meaningless).
+//! - Fractional period ("1.5"): redis-cell fails to parse it as an integer; so do we.
+//!   `RL.GCRA` takes W in milliseconds for finer periods.
+//! - Huge rates: redis-cell computes the emission interval in f64 ns truncated to an integer, so
+//!   more than one request per ns becomes a zero rate (an error) and uneven intervals drift by
+//!   up to 1 ns per request. Ours is exact for any count ≤ 10^12 and period ≤ 10^9 s, with the
+//!   same bound as every command: (max_burst+1) × period / count ≤ 10^9 s.
+//! - Rounding: redis-cell (since 0.3.1) rounds a time up only when its sub-second part has at
+//!   least a whole millisecond (and older versions truncate), so `retry_after` 1.0004 s is 1 s
+//!   there: a client that waits it is early and denied again. Here every fraction rounds up.
+//! - Remaining: redis-cell divides microseconds in f64 and truncates; here it is exact whole
+//!   requests. They agree except when a float rounding lands on an integer boundary.
+
+use super::args::parse_u64;
+use crate::algo::gcra::Gcra;
+use crate::algo::{Decision, Policy, PolicyError, MAX_LIMIT, MAX_WINDOW_MS};
+use crate::error::Error;
+
+const NS_PER_SEC: u64 = 1_000_000_000;
+
+/// Largest period, in seconds: the longest window any command accepts.
+pub const MAX_PERIOD_S: u64 = MAX_WINDOW_MS / 1000;
+
+/// What a `quantity` asks of the GCRA.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Quantity {
+    /// Spend n (1 ≤ n ≤ max_burst + 1).
+    Spend(u64),
+    /// 0: look, never limited, write nothing.
+    Peek,
+    /// More than max_burst + 1: can never pass; answered limited with retry −1.
+    Never,
+}
+
+impl Quantity {
+    /// The COST handed to the GCRA: a peek for what spends nothing.
+    pub fn cost(self) -> u64 {
+        match self {
+            Quantity::Spend(n) => n,
+            Quantity::Peek | Quantity::Never => 0,
+        }
+    }
+}
+
+/// A parsed `RL.THROTTLE`: the GCRA policy (L = count, W = period s × 1000, B = max_burst + 1)
+/// and what the quantity asks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Throttle {
+    pub policy: Policy,
+    pub quantity: Quantity,
+}
+
+/// Parses redis-cell's arguments (after the key): `max_burst count_per_period period
+/// [quantity]`.
+pub fn parse(
+    max_burst: &[u8],
+    count: &[u8],
+    period: &[u8],
+    quantity: Option<&[u8]>,
+) -> Result<Throttle, Error> {
+    let max_burst = parse_u64("max_burst", max_burst, 0, MAX_LIMIT - 1)?;
+    let count = parse_u64("count_per_period", count, 1, MAX_LIMIT)?;
+    let period_s = parse_u64("period", period, 1, MAX_PERIOD_S)?;
+    let quantity = match quantity {
+        Some(q) => parse_u64("quantity", q, 0, MAX_LIMIT)?,
+        None => 1,
+    };
+    let (window_ms, capacity) = (period_s * 1000, max_burst + 1);
+    let policy = Policy::new(count, window_ms, capacity).map_err(|e| match e {
+        PolicyError::RefillTooSlow => Error::RefillTooSlow {
+            burst: capacity,
+            limit: count,
+            window_ms,
+        },
+        // Each field was range-checked above.
+        PolicyError::Limit | PolicyError::Window | PolicyError::Burst => Error::Internal,
+    })?;
+    let quantity = match quantity {
+        0 => Quantity::Peek,
+        n if n > capacity => Quantity::Never,
+        n => Quantity::Spend(n),
+    };
+    Ok(Throttle { policy, quantity })
+}
+
+/// Nanoseconds as whole seconds, rounded up: a client that waits this long is never early.
+pub fn secs_ceil(ns: u64) -> u64 {
+    ns.div_ceil(NS_PER_SEC)
+}
+
+/// redis-cell's reply, `[limited, limit, remaining, retry_after_s, reset_after_s]`, from the
+/// GCRA's decision on `quantity.cost()`.
+pub fn reply(quantity: Quantity, d: &Decision) -> [i64; 5] {
+    let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let limited = match quantity {
+        Quantity::Spend(_) => d.allowed == 0,
+        Quantity::Peek => false,
+        Quantity::Never => true,
+    };
+    let retry = match (quantity, d.retry_after_ns) {
+        (Quantity::Spend(_), Some(ns)) => int(secs_ceil(ns)),
+        _ => -1,
+    };
+    [
+        i64::from(limited),
+        int(d.limit),
+        int(d.remaining),
+        retry,
+        int(secs_ceil(d.reset_after_ns)),
+    ]
+}
+
+/// A redis-cell key's value — the theoretical arrival time as a decimal i64 of nanoseconds since
+/// the epoch, as `CL.THROTTLE` writes it — as our GCRA state under `policy` at `now_ns`. What
+/// was spent carries over as the same debt in time, at most a full bucket (a key written under
+/// a larger policy is empty, not deeper in debt). None: not such a value.
+pub fn adopt_cell_value(value: &[u8], policy: &Policy, now_ns: u64) -> Option<Gcra> {
+    let (negative, digits) = match value.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, value),
+    };
+    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let tat_ns = digits.iter().try_fold(0u64, |acc, &d| {
+        acc.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })?;
+    // redis-cell's value is an i64; a negative one is an arrival time long past.
+    if tat_ns > i64::MAX as u64 {
+        return None;
+    }
+    let debt_ns = if negative {
+        0
+    } else {
+        tat_ns.saturating_sub(now_ns)
+    };
+    let capacity = u128::from(policy.burst()) * policy.units_per_token();
+    let debt = (u128::from(debt_ns) * policy.units_per_ns()).min(capacity);
+    Some(Gcra {
+        tat: policy.units_at(now_ns) + debt,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::gcra;
+    use crate::algo::props::T0;
+
+    const SEC: u64 = NS_PER_SEC;
+
+    fn ok(mb: &str, n: &str, p: &str, q: Option<&str>) -> Throttle {
+        parse(
+            mb.as_bytes(),
+            n.as_bytes(),
+            p.as_bytes(),
+            q.map(str::as_bytes),
+        )
+        .unwrap()
+    }
+
+    fn err(mb: &str, n: &str, p: &str, q: Option<&str>) -> String {
+        parse(
+            mb.as_bytes(),
+            n.as_bytes(),
+            p.as_bytes(),
+            q.map(str::as_bytes),
+        )
+        .unwrap_err()
+        .to_string()
+    }
+
+    #[test]
+    fn maps_to_gcra_policy_and_cost() {
+        let t = ok("15", "30", "60", None);
+        assert_eq!(t.policy, Policy::new(30, 60_000, 16).unwrap());
+        assert_eq!(t.quantity, Quantity::Spend(1));
+        assert_eq!(ok("0", "1", "1", Some("1")).policy.burst(), 1);
+        assert_eq!(ok("15", "30", "60", Some("0")).quantity, Quantity::Peek);
+        assert_eq!(
+            ok("15", "30", "60", Some("16")).quantity,
+            Quantity::Spend(16)
+        );
+        assert_eq!(ok("15", "30", "60", Some("17")).quantity, Quantity::Never);
+        assert_eq!(Quantity::Never.cost(), 0);
+    }
+
+    #[test]
+    fn refuses_what_redis_cell_gets_wrong() {
+        for (args, name) in [
+            (("-1", "30", "60", None), "max_burst"),
+            (("15", "0", "60", None), "count_per_period"),
+            (("15", "-30", "60", None), "count_per_period"),
+            (("15", "30", "0", None), "period"),
+            (("15", "30", "1.5", None), "period"),
+            (("15", "30", "-60", None), "period"),
+            (("15", "30", "60", Some("-1")), "quantity"),
+            (("15", "30", "1000000001", None), "period"),
+            (("1000000000000", "30", "60", None), "max_burst"),
+        ] {
+            let e = err(args.0, args.1, args.2, args.3);
+            assert!(e.starts_with(&format!("ERR invalid {name} ")), "{e}");
+        }
+        // (max_burst+1) × period / count beyond 10^9 s.
+        assert!(err("999999", "1", "1000000000", None).starts_with("ERR"));
+    }
+
+    /// redis-cell's own table of cases (its `it_rate_limits` test: max_burst 4, 1 per second),
+    /// in seconds; where redis-cell's ms times are not whole seconds we round up.
+    #[test]
+    fn redis_cell_table_of_cases() {
+        let t = ok("4", "1", "1", None);
+        let p = t.policy;
+        let mut state: Option<Gcra> = None;
+        let mut call = |at: u64, q: &str| {
+            let t = ok("4", "1", "1", Some(q));
+            let out = gcra::check(state.as_ref(), &p, T0 + at, t.quantity.cost());
+            if let (Quantity::Spend(_), Some(next)) = (t.quantity, out.next) {
+                state = Some(next);
+            }
+            reply(t.quantity, &out.decision)
+        };
+        // (at ms, quantity) → [limited, limit, remaining, retry, reset]
+        let cases: [(u64, &str, [i64; 5]); 15] = [
+            (0, "6", [1, 5, 5, -1, 0]),
+            (0, "1", [0, 5, 4, -1, 1]),
+            (0, "1", [0, 5, 3, -1, 2]),
+            (0, "1", [0, 5, 2, -1, 3]),
+            (0, "1", [0, 5, 1, -1, 4]),
+            (0, "1", [0, 5, 0, -1, 5]),
+            (0, "1", [1, 5, 0, 1, 5]),
+            (3000, "1", [0, 5, 2, -1, 3]),
+            // redis-cell: reset 3.9 s, which 0.3.1+ rounds to 4 (older truncates to 3).
+            (3100, "1", [0, 5, 1, -1, 4]),
+            (4000, "1", [0, 5, 1, -1, 4]),
+            (8000, "1", [0, 5, 4, -1, 1]),
+            (9500, "1", [0, 5, 4, -1, 1]),
+            (9500, "0", [0, 5, 4, -1, 1]),
+            (9500, "2", [0, 5, 2, -1, 3]),
+            (9500, "5", [1, 5, 2, 3, 3]),
+        ];
+        for (i, (at, q, want)) in cases.into_iter().enumerate() {
+            assert_eq!(call(at * 1_000_000, q), want, "case {i}");
+        }
+    }
+
+    #[test]
+    fn peek_is_never_limited() {
+        let t = ok("0", "1", "10", Some("0"));
+        let spent = gcra::check(None, &t.policy, T0, 1).next.unwrap();
+        let d = gcra::check(Some(&spent), &t.policy, T0, 0).decision;
+        assert_eq!(d.allowed, 0);
+        assert_eq!(reply(t.quantity, &d), [0, 1, 0, -1, 10]);
+    }
+
+    #[test]
+    fn seconds_round_up() {
+        assert_eq!(secs_ceil(0), 0);
+        assert_eq!(secs_ceil(1), 1);
+        assert_eq!(secs_ceil(SEC), 1);
+        assert_eq!(secs_ceil(SEC + 400_000), 2);
+    }
+
+    #[test]
+    fn adopts_redis_cell_values() {
+        let p = Policy::new(1, 1000, 5).unwrap();
+        // 3 s of debt: 2 of 5 left, full again in 3 s.
+        let tat = (T0 + 3 * SEC).to_string();
+        let g = adopt_cell_value(tat.as_bytes(), &p, T0).unwrap();
+        let d = gcra::check(Some(&g), &p, T0, 0).decision;
+        assert_eq!((d.remaining, d.reset_after_ns), (2, 3 * SEC));
+        // Past or negative: full. Far future: empty, not deeper.
+        for past in [T0 - 1, 0] {
+            let g = adopt_cell_value(past.to_string().as_bytes(), &p, T0).unwrap();
+            assert_eq!(gcra::check(Some(&g), &p, T0, 0).decision.remaining, 5);
+        }
+        let g = adopt_cell_value(b"-5", &p, T0).unwrap();
+        assert_eq!(gcra::check(Some(&g), &p, T0, 0).decision.remaining, 5);
+        let g = adopt_cell_value(i64::MAX.to_string().as_bytes(), &p, T0).unwrap();
+        let d = gcra::check(Some(&g), &p, T0, 0).decision;
+        assert_eq!((d.remaining, d.reset_after_ns), (0, 5 * SEC));
+        for bad in [
+            &b""[..],
+            b"-",
+            b"abc",
+            b"1.5",
+            b" 1",
+            b"+1",
+            b"9223372036854775808",
+            b"99999999999999999999",
+        ] {
+            assert_eq!(adopt_cell_value(bad, &p, T0), None, "{bad:?}");
+        }
+    }
+}
