@@ -1,0 +1,244 @@
+//! RL.THROTTLE (redis-cell's CL.THROTTLE) against a real server: redis-cell's own table of cases
+//! on the debug clock, a differential test against RL.GCRA, the adoption of keys redis-cell
+//! wrote, and CL.THROTTLE registered only under `CELL-COMPAT yes`.
+
+mod support;
+use support::*;
+
+fn compat() -> (Server, Connection) {
+    let s = Server::with(&[], &["CELL-COMPAT", "yes"]);
+    let mut c = s.connect();
+    clock_set(&mut c, T0_MS);
+    (s, c)
+}
+
+/// redis-cell's `it_rate_limits` cases (max_burst 4, 1 per second), through the command.
+#[test]
+fn redis_cell_table_of_cases() {
+    let (_s, mut c) = server();
+    let cases: [(u64, &str, [i64; 5]); 15] = [
+        (0, "6", [1, 5, 5, -1, 0]),
+        (0, "1", [0, 5, 4, -1, 1]),
+        (0, "1", [0, 5, 3, -1, 2]),
+        (0, "1", [0, 5, 2, -1, 3]),
+        (0, "1", [0, 5, 1, -1, 4]),
+        (0, "1", [0, 5, 0, -1, 5]),
+        (0, "1", [1, 5, 0, 1, 5]),
+        (3000, "1", [0, 5, 2, -1, 3]),
+        (3100, "1", [0, 5, 1, -1, 4]),
+        (4000, "1", [0, 5, 1, -1, 4]),
+        (8000, "1", [0, 5, 4, -1, 1]),
+        (9500, "1", [0, 5, 4, -1, 1]),
+        (9500, "0", [0, 5, 4, -1, 1]),
+        (9500, "2", [0, 5, 2, -1, 3]),
+        (9500, "5", [1, 5, 2, 3, 3]),
+    ];
+    for (i, (at, q, want)) in cases.into_iter().enumerate() {
+        clock_set(&mut c, T0_MS + at);
+        assert_eq!(
+            rl(&mut c, &["RL.THROTTLE", "k", "4", "1", "1", q]),
+            want,
+            "case {i}"
+        );
+    }
+    // The default quantity is 1; the key is a GCRA limiter.
+    assert_eq!(rl(&mut c, &["RL.THROTTLE", "k2", "4", "1", "1"]), [0, 5, 4, -1, 1]);
+    assert_eq!(
+        rl(&mut c, &["RL.GCRA", "k2", "1", "1000", "BURST", "5", "COST", "0"]),
+        [1, 5, 4, -1, 1000]
+    );
+}
+
+#[test]
+fn edges_and_errors() {
+    let (_s, mut c) = server();
+    // quantity 0 on a missing key: not limited, creates nothing.
+    assert_eq!(rl(&mut c, &["RL.THROTTLE", "p", "0", "1", "10", "0"]), [0, 1, 1, -1, 0]);
+    assert_eq!(dump(&mut c, "p"), None);
+    // quantity above max_burst + 1: limited, retry -1 (never), nothing written.
+    assert_eq!(rl(&mut c, &["RL.THROTTLE", "p", "0", "1", "10", "2"]), [1, 1, 1, -1, 0]);
+    assert_eq!(dump(&mut c, "p"), None);
+    // max_burst 0: one at a time; a peek on a full key is still "not limited".
+    assert_eq!(rl(&mut c, &["RL.THROTTLE", "p", "0", "1", "10"]), [0, 1, 0, -1, 10]);
+    assert_eq!(rl(&mut c, &["RL.THROTTLE", "p", "0", "1", "10"]), [1, 1, 0, 10, 10]);
+    assert_eq!(rl(&mut c, &["RL.THROTTLE", "p", "0", "1", "10", "0"]), [0, 1, 0, -1, 10]);
+    // Times round up to whole seconds: 3 per second leaves 333.33 ms.
+    assert_eq!(rl(&mut c, &["RL.THROTTLE", "r", "0", "3", "1"]), [0, 1, 0, -1, 1]);
+    assert_eq!(rl(&mut c, &["RL.THROTTLE", "r", "0", "3", "1"]), [1, 1, 0, 1, 1]);
+    // A rate finer than 1 per ns (redis-cell: "Zero rates are not supported").
+    assert_eq!(
+        rl(&mut c, &["RL.THROTTLE", "fast", "9", "1000000000000", "1"]),
+        [0, 10, 9, -1, 1]
+    );
+    assert_errors_change_nothing(
+        &mut c,
+        [
+            (vec!["RL.THROTTLE", "p", "-1", "1", "10"], "invalid max_burst"),
+            (vec!["RL.THROTTLE", "p", "0", "0", "10"], "invalid count_per_period"),
+            (vec!["RL.THROTTLE", "p", "0", "1", "0"], "invalid period"),
+            (vec!["RL.THROTTLE", "p", "0", "1", "1.5"], "invalid period"),
+            (vec!["RL.THROTTLE", "p", "0", "1", "10", "-1"], "invalid quantity"),
+            (vec!["RL.THROTTLE", "p", "0", "1", "10", "1", "x"], "wrong number"),
+        ],
+    );
+    assert!(err(&mut c, &["RL.THROTTLE", "p", "0", "1"]).contains("wrong number"));
+    cmd(&mut c, &["SET", "s", "123"]).unwrap();
+    // Without CELL-COMPAT, a string (even redis-cell's) is another type.
+    assert_wrongtype(&mut c, &["RL.THROTTLE", "s", "0", "1", "10"], "a string", "GCRA");
+    let e = err(&mut c, &["CL.THROTTLE", "p", "0", "1", "10"]);
+    assert!(e.contains("unknown command"), "{e}");
+}
+
+/// A small deterministic generator (xorshift64*), so failures reproduce.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+    }
+}
+
+fn secs_up(ms: i64) -> i64 {
+    (ms + 999) / 1000
+}
+
+/// `RL.THROTTLE k MB N P Q` answers exactly what `RL.GCRA k N P·1000 BURST MB+1 COST Q` answers
+/// (a peek where Q is 0 or above MB+1), field for field after the unit change, and both keys
+/// end byte-identical with the same expiry.
+#[test]
+fn differential_against_gcra() {
+    let (_s, mut c) = server();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut calls = 0;
+    for policy in 0..24 {
+        let (mb, n, p) = (rng.below(8), 1 + rng.below(20), 1 + rng.below(4));
+        let (mb_s, n_s, p_s, w_s, b_s) = (
+            mb.to_string(),
+            n.to_string(),
+            p.to_string(),
+            (p * 1000).to_string(),
+            (mb + 1).to_string(),
+        );
+        let (tk, gk) = (format!("t{policy}"), format!("g{policy}"));
+        for _ in 0..60 {
+            let gap = match rng.below(3) {
+                0 => 0,
+                1 => rng.below(300),
+                _ => rng.below(3000),
+            };
+            clock_advance(&mut c, gap as i64);
+            let q = rng.below(mb + 3);
+            let q_s = q.to_string();
+            let spends = (1..=mb + 1).contains(&q);
+            let cost = if spends { q_s.as_str() } else { "0" };
+            let t = rl(&mut c, &["RL.THROTTLE", &tk, &mb_s, &n_s, &p_s, &q_s]);
+            let g = rl(
+                &mut c,
+                &["RL.GCRA", &gk, &n_s, &w_s, "BURST", &b_s, "COST", cost],
+            );
+            let limited = if spends { 1 - g[0] } else { i64::from(q > 0) };
+            let retry = if spends && g[3] >= 0 { secs_up(g[3]) } else { -1 };
+            let want = [limited, g[1], g[2], retry, secs_up(g[4])];
+            assert_eq!(t, want, "MB {mb} N {n} P {p} Q {q} (gcra {g:?})");
+            assert_eq!(dump(&mut c, &tk), dump(&mut c, &gk));
+            assert_eq!(pexpiretime(&mut c, &tk), pexpiretime(&mut c, &gk));
+            calls += 1;
+        }
+    }
+    assert_eq!(calls, 24 * 60);
+}
+
+#[test]
+fn cl_throttle_only_with_cell_compat() {
+    let (_s, mut c) = server();
+    let info: Vec<Value> = redis::cmd("COMMAND")
+        .arg("INFO")
+        .arg("CL.THROTTLE")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(info, vec![Value::Nil]);
+    let (_s2, mut c2) = compat();
+    assert_eq!(
+        rl(&mut c2, &["CL.THROTTLE", "k", "4", "1", "1"]),
+        [0, 5, 4, -1, 1]
+    );
+    assert_eq!(
+        rl(&mut c2, &["RL.THROTTLE", "k", "4", "1", "1"]),
+        [0, 5, 3, -1, 2]
+    );
+    let flags: Vec<Value> = redis::cmd("COMMAND")
+        .arg("GETKEYSANDFLAGS")
+        .arg("CL.THROTTLE")
+        .arg("k")
+        .arg("4")
+        .arg("1")
+        .arg("1")
+        .query(&mut c2)
+        .unwrap();
+    assert_eq!(flags.len(), 1);
+}
+
+/// A key as redis-cell leaves it: the theoretical arrival time in ns since the epoch, as a
+/// decimal string, expiring when the limiter is full again (`SET key tat PX ttl`).
+fn cell_key(c: &mut Connection, key: &str, debt_ms: u64) {
+    let tat_ns = (T0_MS + debt_ms) * 1_000_000;
+    cmd(c, &["SET", key, &tat_ns.to_string(), "PX", &debt_ms.max(1).to_string()]).unwrap();
+}
+
+#[test]
+fn adopts_redis_cell_keys_keeping_what_was_spent() {
+    let (_s, mut c) = compat();
+    // 3 of 5 spent (3 s of debt at 1 per second).
+    cell_key(&mut c, "k", 3000);
+    // A peek reads it and changes nothing.
+    assert_eq!(rl(&mut c, &["CL.THROTTLE", "k", "4", "1", "1", "0"]), [0, 5, 2, -1, 3]);
+    assert_eq!(cmd(&mut c, &["TYPE", "k"]).unwrap(), Value::Status("string".into()));
+    // The first call converts it: 4 spent now.
+    assert_eq!(rl(&mut c, &["CL.THROTTLE", "k", "4", "1", "1"]), [0, 5, 1, -1, 4]);
+    assert_eq!(cmd(&mut c, &["TYPE", "k"]).unwrap(), Value::Status("ratelimit".into()));
+    assert_eq!(pexpiretime(&mut c, "k"), (T0_MS + 4000) as i64);
+    assert_eq!(
+        rl(&mut c, &["RL.GCRA", "k", "1", "1000", "BURST", "5", "COST", "0"]),
+        [1, 5, 1, -1, 4000]
+    );
+    // A full redis-cell key: the call is denied, but the key is converted all the same.
+    cell_key(&mut c, "full", 5000);
+    assert_eq!(rl(&mut c, &["RL.THROTTLE", "full", "4", "1", "1"]), [1, 5, 0, 1, 5]);
+    assert_eq!(cmd(&mut c, &["TYPE", "full"]).unwrap(), Value::Status("ratelimit".into()));
+    // Any other string is WRONGTYPE, as are other types.
+    cmd(&mut c, &["SET", "junk", "12abc"]).unwrap();
+    assert_wrongtype(&mut c, &["CL.THROTTLE", "junk", "4", "1", "1"], "a string", "GCRA");
+    cmd(&mut c, &["LPUSH", "list", "1"]).unwrap();
+    assert_wrongtype(&mut c, &["CL.THROTTLE", "list", "4", "1", "1"], "a list", "GCRA");
+    // Other commands do not adopt: a GCRA command on a redis-cell string is WRONGTYPE.
+    cell_key(&mut c, "other", 1000);
+    assert_wrongtype(&mut c, &["RL.GCRA", "other", "1", "1000"], "a string", "GCRA");
+}
+
+#[test]
+fn adoption_reaches_the_replica_as_an_effect() {
+    let master = Server::with(&[], &["CELL-COMPAT", "yes"]);
+    let replica = Server::start();
+    let (mut m, mut r) = (master.connect(), replica.connect());
+    clock_set(&mut m, T0_MS);
+    clock_set(&mut r, T0_MS + 3 * 3_600_000);
+    cmd(&mut r, &["REPLICAOF", "127.0.0.1", &master.port.to_string()]).unwrap();
+    wait_for("replica link up", || {
+        let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
+        info.contains("master_link_status:up")
+    });
+    cell_key(&mut m, "a", 2000);
+    cell_key(&mut m, "b", 5000);
+    rl(&mut m, &["CL.THROTTLE", "a", "4", "1", "1"]);
+    rl(&mut m, &["CL.THROTTLE", "b", "4", "1", "1"]);
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    for key in ["a", "b"] {
+        assert_eq!(cmd(&mut r, &["TYPE", key]).unwrap(), Value::Status("ratelimit".into()));
+        assert_eq!(dump(&mut m, key), dump(&mut r, key));
+        assert_eq!(pexpiretime(&mut m, key), pexpiretime(&mut r, key));
+    }
+}
