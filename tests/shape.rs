@@ -26,7 +26,10 @@ fn nginx_rate_1rs_burst_5() {
     let req = ["RL.SHAPE", "k", "1", "1000", "QUEUE", "5"];
     for i in 0..6 {
         // limit = queue + 1 (how many may pass at once after idle); delay i s.
-        assert_eq!(shape(&mut c, &req), [1, 6, 5 - i, -1, 1000 * (i + 1), 1000 * i]);
+        assert_eq!(
+            shape(&mut c, &req),
+            [1, 6, 5 - i, -1, 1000 * (i + 1), 1000 * i]
+        );
     }
     assert_eq!(shape(&mut c, &req), [0, 6, 0, 1000, 6000, 0]);
     // The key lives until the queue has drained.
@@ -99,18 +102,29 @@ fn errors_name_the_argument_and_change_nothing() {
     assert_errors_change_nothing(
         &mut c,
         [
-            (vec!["RL.SHAPE", "k", "1", "1000", "QUEUE", "2", "DELAY", "3"], "DELAY"),
+            (
+                vec!["RL.SHAPE", "k", "1", "1000", "QUEUE", "2", "DELAY", "3"],
+                "DELAY",
+            ),
             (vec!["RL.SHAPE", "k", "1", "1000", "DELAY", "1"], "DELAY"),
             (
-                vec!["RL.SHAPE", "k", "1", "1000", "QUEUE", "5", "DELAY", "1", "NODELAY"],
+                vec![
+                    "RL.SHAPE", "k", "1", "1000", "QUEUE", "5", "DELAY", "1", "NODELAY",
+                ],
                 "NODELAY",
             ),
-            (vec!["RL.SHAPE", "k", "1", "1000", "QUEUE", "5", "COST", "7"], "COST"),
+            (
+                vec!["RL.SHAPE", "k", "1", "1000", "QUEUE", "5", "COST", "7"],
+                "COST",
+            ),
             (vec!["RL.SHAPE", "k", "1", "1000", "QUEUE", "-1"], "QUEUE"),
             (vec!["RL.SHAPE", "k", "1", "1000", "BURST", "5"], "BURST"),
             (vec!["RL.SHAPE", "k", "0", "1000"], "invalid L"),
             (vec!["RL.SHAPE", "k", "1", "1000", "QUEUE"], "QUEUE"),
-            (vec!["RL.SHAPE", "k", "1", "1000", "QUEUE", "1", "QUEUE", "1"], "QUEUE"),
+            (
+                vec!["RL.SHAPE", "k", "1", "1000", "QUEUE", "1", "QUEUE", "1"],
+                "QUEUE",
+            ),
         ],
     );
     assert!(err(&mut c, &["RL.SHAPE", "k", "1"]).contains("wrong number of arguments"));
@@ -134,7 +148,12 @@ fn wrongtype_both_ways() {
         "GCRA",
     );
     cmd(&mut c, &["SET", "str", "x"]).unwrap();
-    assert_wrongtype(&mut c, &["RL.SHAPE", "str", "1", "1000"], "a string", "leaky bucket");
+    assert_wrongtype(
+        &mut c,
+        &["RL.SHAPE", "str", "1", "1000"],
+        "a string",
+        "leaky bucket",
+    );
 }
 
 /// A denial writes nothing; a new policy or a new DELAY is stored even when denied.
@@ -173,7 +192,9 @@ fn workload(c: &mut Connection) {
     for (i, words) in [
         &["RL.SHAPE", "a", "1", "1000", "QUEUE", "5"][..],
         &["RL.SHAPE", "a", "1", "1000", "QUEUE", "5"],
-        &["RL.SHAPE", "b", "10", "1000", "QUEUE", "20", "DELAY", "4", "COST", "3"],
+        &[
+            "RL.SHAPE", "b", "10", "1000", "QUEUE", "20", "DELAY", "4", "COST", "3",
+        ],
         &["RL.SHAPE", "c", "7", "60000", "QUEUE", "3", "NODELAY"],
         &["RL.SHAPE", "a", "1", "1000", "QUEUE", "5", "DELAY", "2"],
         &["RL.SHAPE", "c", "7", "60000", "QUEUE", "3", "NODELAY"],
@@ -196,14 +217,18 @@ fn debug_reload_keeps_state_and_expiry() {
     workload(&mut c);
     let before = keys(&mut c);
     assert_eq!(before.len(), 3);
-    let digest = |c: &mut Connection| -> String { redis::cmd("DEBUG").arg("DIGEST").query(c).unwrap() };
+    let digest =
+        |c: &mut Connection| -> String { redis::cmd("DEBUG").arg("DIGEST").query(c).unwrap() };
     let d = digest(&mut c);
     cmd(&mut c, &["DEBUG", "RELOAD"]).unwrap();
     assert_eq!(keys(&mut c), before);
     assert_eq!(digest(&mut c), d);
     // And it decides on from where it was.
     assert_eq!(
-        shape(&mut c, &["RL.SHAPE", "a", "1", "1000", "QUEUE", "5", "DELAY", "2"])[0],
+        shape(
+            &mut c,
+            &["RL.SHAPE", "a", "1", "1000", "QUEUE", "5", "DELAY", "2"]
+        )[0],
         1
     );
 }
@@ -215,7 +240,11 @@ fn replica_on_another_clock_ends_byte_identical() {
     let (mut m, mut r) = (master.connect(), replica.connect());
     clock_set(&mut m, T0_MS);
     clock_set(&mut r, T0_MS + 3 * 3_600_000);
-    cmd(&mut r, &["REPLICAOF", "127.0.0.1", &master.port.to_string()]).unwrap();
+    cmd(
+        &mut r,
+        &["REPLICAOF", "127.0.0.1", &master.port.to_string()],
+    )
+    .unwrap();
     wait_for("replica link up", || {
         let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
         info.contains("master_link_status:up")

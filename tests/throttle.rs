@@ -42,9 +42,15 @@ fn redis_cell_table_of_cases() {
         );
     }
     // The default quantity is 1; the key is a GCRA limiter.
-    assert_eq!(rl(&mut c, &["RL.THROTTLE", "k2", "4", "1", "1"]), [0, 5, 4, -1, 1]);
     assert_eq!(
-        rl(&mut c, &["RL.GCRA", "k2", "1", "1000", "BURST", "5", "COST", "0"]),
+        rl(&mut c, &["RL.THROTTLE", "k2", "4", "1", "1"]),
+        [0, 5, 4, -1, 1]
+    );
+    assert_eq!(
+        rl(
+            &mut c,
+            &["RL.GCRA", "k2", "1", "1000", "BURST", "5", "COST", "0"]
+        ),
         [1, 5, 4, -1, 1000]
     );
 }
@@ -53,18 +59,39 @@ fn redis_cell_table_of_cases() {
 fn edges_and_errors() {
     let (_s, mut c) = server();
     // quantity 0 on a missing key: not limited, creates nothing.
-    assert_eq!(rl(&mut c, &["RL.THROTTLE", "p", "0", "1", "10", "0"]), [0, 1, 1, -1, 0]);
+    assert_eq!(
+        rl(&mut c, &["RL.THROTTLE", "p", "0", "1", "10", "0"]),
+        [0, 1, 1, -1, 0]
+    );
     assert_eq!(dump(&mut c, "p"), None);
     // quantity above max_burst + 1: limited, retry -1 (never), nothing written.
-    assert_eq!(rl(&mut c, &["RL.THROTTLE", "p", "0", "1", "10", "2"]), [1, 1, 1, -1, 0]);
+    assert_eq!(
+        rl(&mut c, &["RL.THROTTLE", "p", "0", "1", "10", "2"]),
+        [1, 1, 1, -1, 0]
+    );
     assert_eq!(dump(&mut c, "p"), None);
     // max_burst 0: one at a time; a peek on a full key is still "not limited".
-    assert_eq!(rl(&mut c, &["RL.THROTTLE", "p", "0", "1", "10"]), [0, 1, 0, -1, 10]);
-    assert_eq!(rl(&mut c, &["RL.THROTTLE", "p", "0", "1", "10"]), [1, 1, 0, 10, 10]);
-    assert_eq!(rl(&mut c, &["RL.THROTTLE", "p", "0", "1", "10", "0"]), [0, 1, 0, -1, 10]);
+    assert_eq!(
+        rl(&mut c, &["RL.THROTTLE", "p", "0", "1", "10"]),
+        [0, 1, 0, -1, 10]
+    );
+    assert_eq!(
+        rl(&mut c, &["RL.THROTTLE", "p", "0", "1", "10"]),
+        [1, 1, 0, 10, 10]
+    );
+    assert_eq!(
+        rl(&mut c, &["RL.THROTTLE", "p", "0", "1", "10", "0"]),
+        [0, 1, 0, -1, 10]
+    );
     // Times round up to whole seconds: 3 per second leaves 333.33 ms.
-    assert_eq!(rl(&mut c, &["RL.THROTTLE", "r", "0", "3", "1"]), [0, 1, 0, -1, 1]);
-    assert_eq!(rl(&mut c, &["RL.THROTTLE", "r", "0", "3", "1"]), [1, 1, 0, 1, 1]);
+    assert_eq!(
+        rl(&mut c, &["RL.THROTTLE", "r", "0", "3", "1"]),
+        [0, 1, 0, -1, 1]
+    );
+    assert_eq!(
+        rl(&mut c, &["RL.THROTTLE", "r", "0", "3", "1"]),
+        [1, 1, 0, 1, 1]
+    );
     // A rate finer than 1 per ns (redis-cell: "Zero rates are not supported").
     assert_eq!(
         rl(&mut c, &["RL.THROTTLE", "fast", "9", "1000000000000", "1"]),
@@ -73,18 +100,35 @@ fn edges_and_errors() {
     assert_errors_change_nothing(
         &mut c,
         [
-            (vec!["RL.THROTTLE", "p", "-1", "1", "10"], "invalid max_burst"),
-            (vec!["RL.THROTTLE", "p", "0", "0", "10"], "invalid count_per_period"),
+            (
+                vec!["RL.THROTTLE", "p", "-1", "1", "10"],
+                "invalid max_burst",
+            ),
+            (
+                vec!["RL.THROTTLE", "p", "0", "0", "10"],
+                "invalid count_per_period",
+            ),
             (vec!["RL.THROTTLE", "p", "0", "1", "0"], "invalid period"),
             (vec!["RL.THROTTLE", "p", "0", "1", "1.5"], "invalid period"),
-            (vec!["RL.THROTTLE", "p", "0", "1", "10", "-1"], "invalid quantity"),
-            (vec!["RL.THROTTLE", "p", "0", "1", "10", "1", "x"], "wrong number"),
+            (
+                vec!["RL.THROTTLE", "p", "0", "1", "10", "-1"],
+                "invalid quantity",
+            ),
+            (
+                vec!["RL.THROTTLE", "p", "0", "1", "10", "1", "x"],
+                "wrong number",
+            ),
         ],
     );
     assert!(err(&mut c, &["RL.THROTTLE", "p", "0", "1"]).contains("wrong number"));
     cmd(&mut c, &["SET", "s", "123"]).unwrap();
     // Without CELL-COMPAT, a string (even redis-cell's) is another type.
-    assert_wrongtype(&mut c, &["RL.THROTTLE", "s", "0", "1", "10"], "a string", "GCRA");
+    assert_wrongtype(
+        &mut c,
+        &["RL.THROTTLE", "s", "0", "1", "10"],
+        "a string",
+        "GCRA",
+    );
     let e = err(&mut c, &["CL.THROTTLE", "p", "0", "1", "10"]);
     assert!(e.contains("unknown command"), "{e}");
 }
@@ -140,7 +184,11 @@ fn differential_against_gcra() {
                 &["RL.GCRA", &gk, &n_s, &w_s, "BURST", &b_s, "COST", cost],
             );
             let limited = if spends { 1 - g[0] } else { i64::from(q > 0) };
-            let retry = if spends && g[3] >= 0 { secs_up(g[3]) } else { -1 };
+            let retry = if spends && g[3] >= 0 {
+                secs_up(g[3])
+            } else {
+                -1
+            };
             let want = [limited, g[1], g[2], retry, secs_up(g[4])];
             assert_eq!(t, want, "MB {mb} N {n} P {p} Q {q} (gcra {g:?})");
             assert_eq!(dump(&mut c, &tk), dump(&mut c, &gk));
@@ -185,7 +233,17 @@ fn cl_throttle_only_with_cell_compat() {
 /// decimal string, expiring when the limiter is full again (`SET key tat PX ttl`).
 fn cell_key(c: &mut Connection, key: &str, debt_ms: u64) {
     let tat_ns = (T0_MS + debt_ms) * 1_000_000;
-    cmd(c, &["SET", key, &tat_ns.to_string(), "PX", &debt_ms.max(1).to_string()]).unwrap();
+    cmd(
+        c,
+        &[
+            "SET",
+            key,
+            &tat_ns.to_string(),
+            "PX",
+            &debt_ms.max(1).to_string(),
+        ],
+    )
+    .unwrap();
 }
 
 #[test]
@@ -194,28 +252,64 @@ fn adopts_redis_cell_keys_keeping_what_was_spent() {
     // 3 of 5 spent (3 s of debt at 1 per second).
     cell_key(&mut c, "k", 3000);
     // A peek reads it and changes nothing.
-    assert_eq!(rl(&mut c, &["CL.THROTTLE", "k", "4", "1", "1", "0"]), [0, 5, 2, -1, 3]);
-    assert_eq!(cmd(&mut c, &["TYPE", "k"]).unwrap(), Value::Status("string".into()));
+    assert_eq!(
+        rl(&mut c, &["CL.THROTTLE", "k", "4", "1", "1", "0"]),
+        [0, 5, 2, -1, 3]
+    );
+    assert_eq!(
+        cmd(&mut c, &["TYPE", "k"]).unwrap(),
+        Value::Status("string".into())
+    );
     // The first call converts it: 4 spent now.
-    assert_eq!(rl(&mut c, &["CL.THROTTLE", "k", "4", "1", "1"]), [0, 5, 1, -1, 4]);
-    assert_eq!(cmd(&mut c, &["TYPE", "k"]).unwrap(), Value::Status("ratelimit".into()));
+    assert_eq!(
+        rl(&mut c, &["CL.THROTTLE", "k", "4", "1", "1"]),
+        [0, 5, 1, -1, 4]
+    );
+    assert_eq!(
+        cmd(&mut c, &["TYPE", "k"]).unwrap(),
+        Value::Status("ratelimit".into())
+    );
     assert_eq!(pexpiretime(&mut c, "k"), (T0_MS + 4000) as i64);
     assert_eq!(
-        rl(&mut c, &["RL.GCRA", "k", "1", "1000", "BURST", "5", "COST", "0"]),
+        rl(
+            &mut c,
+            &["RL.GCRA", "k", "1", "1000", "BURST", "5", "COST", "0"]
+        ),
         [1, 5, 1, -1, 4000]
     );
     // A full redis-cell key: the call is denied, but the key is converted all the same.
     cell_key(&mut c, "full", 5000);
-    assert_eq!(rl(&mut c, &["RL.THROTTLE", "full", "4", "1", "1"]), [1, 5, 0, 1, 5]);
-    assert_eq!(cmd(&mut c, &["TYPE", "full"]).unwrap(), Value::Status("ratelimit".into()));
+    assert_eq!(
+        rl(&mut c, &["RL.THROTTLE", "full", "4", "1", "1"]),
+        [1, 5, 0, 1, 5]
+    );
+    assert_eq!(
+        cmd(&mut c, &["TYPE", "full"]).unwrap(),
+        Value::Status("ratelimit".into())
+    );
     // Any other string is WRONGTYPE, as are other types.
     cmd(&mut c, &["SET", "junk", "12abc"]).unwrap();
-    assert_wrongtype(&mut c, &["CL.THROTTLE", "junk", "4", "1", "1"], "a string", "GCRA");
+    assert_wrongtype(
+        &mut c,
+        &["CL.THROTTLE", "junk", "4", "1", "1"],
+        "a string",
+        "GCRA",
+    );
     cmd(&mut c, &["LPUSH", "list", "1"]).unwrap();
-    assert_wrongtype(&mut c, &["CL.THROTTLE", "list", "4", "1", "1"], "a list", "GCRA");
+    assert_wrongtype(
+        &mut c,
+        &["CL.THROTTLE", "list", "4", "1", "1"],
+        "a list",
+        "GCRA",
+    );
     // Other commands do not adopt: a GCRA command on a redis-cell string is WRONGTYPE.
     cell_key(&mut c, "other", 1000);
-    assert_wrongtype(&mut c, &["RL.GCRA", "other", "1", "1000"], "a string", "GCRA");
+    assert_wrongtype(
+        &mut c,
+        &["RL.GCRA", "other", "1", "1000"],
+        "a string",
+        "GCRA",
+    );
 }
 
 #[test]
@@ -225,7 +319,11 @@ fn adoption_reaches_the_replica_as_an_effect() {
     let (mut m, mut r) = (master.connect(), replica.connect());
     clock_set(&mut m, T0_MS);
     clock_set(&mut r, T0_MS + 3 * 3_600_000);
-    cmd(&mut r, &["REPLICAOF", "127.0.0.1", &master.port.to_string()]).unwrap();
+    cmd(
+        &mut r,
+        &["REPLICAOF", "127.0.0.1", &master.port.to_string()],
+    )
+    .unwrap();
     wait_for("replica link up", || {
         let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
         info.contains("master_link_status:up")
@@ -237,7 +335,10 @@ fn adoption_reaches_the_replica_as_an_effect() {
     let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut m).unwrap();
     assert_eq!(acked, 1);
     for key in ["a", "b"] {
-        assert_eq!(cmd(&mut r, &["TYPE", key]).unwrap(), Value::Status("ratelimit".into()));
+        assert_eq!(
+            cmd(&mut r, &["TYPE", key]).unwrap(),
+            Value::Status("ratelimit".into())
+        );
         assert_eq!(dump(&mut m, key), dump(&mut r, key));
         assert_eq!(pexpiretime(&mut m, key), pexpiretime(&mut r, key));
     }

@@ -41,7 +41,7 @@
 //! command layer compares the requested d with the stored one the way it compares policies.
 
 use super::gcra::{self, Gcra};
-use super::{Outcome, Policy};
+use super::{Algorithm, Outcome, Policy};
 
 /// Stored state.
 ///
@@ -76,7 +76,7 @@ impl Shape {
 }
 
 /// Decides a request of `cost` at `now_ns` with the d stored in `state` (0 when None); `cost` 0
-/// peeks. The caller guarantees `cost <= policy.burst()` (the queue + 1).
+/// peeks. The caller guarantees `cost <= policy.capacity()` (the queue + 1).
 pub fn check(state: Option<&Shape>, policy: &Policy, now_ns: u64, cost: u64) -> Shaped {
     let gcra_state = state.map(|s| Gcra { tat: s.tat });
     let Outcome { decision, next } = gcra::check(gcra_state.as_ref(), policy, now_ns, cost);
@@ -110,13 +110,34 @@ pub fn check(state: Option<&Shape>, policy: &Policy, now_ns: u64, cost: u64) -> 
     }
 }
 
+impl Algorithm for Shape {
+    const NAME: &'static str = "leaky bucket";
+    const TAG: u8 = 6;
+    /// Its capacity (queue + 1) is not L.
+    const BURST: bool = true;
+
+    /// Decides with the d stored in the state; `RL.SHAPE` puts the request's d there first
+    /// ([`Shape::configured`]) and reads the delay from [`check`].
+    fn check(state: Option<&Self>, policy: &Policy, now_ns: u64, cost: u64) -> Outcome<Self> {
+        check(state, policy, now_ns, cost).outcome
+    }
+
+    fn rescale(&self, from: &Policy, to: &Policy, now_ns: u64) -> Self {
+        rescale(self, from, to, now_ns)
+    }
+
+    fn refund(&self, policy: &Policy, now_ns: u64, n: u64) -> Self {
+        refund(self, policy, now_ns, n)
+    }
+}
+
 /// The same queue under a new policy: what was already queued carries over (as GCRA's debt),
 /// and d is kept within the new queue.
 pub fn rescale(state: &Shape, from: &Policy, to: &Policy, now_ns: u64) -> Shape {
     let carried = gcra::rescale(&Gcra { tat: state.tat }, from, to, now_ns);
     Shape {
         tat: carried.tat,
-        undelayed: state.undelayed.min(to.burst() - 1),
+        undelayed: state.undelayed.min(to.capacity() - 1),
     }
 }
 

@@ -89,12 +89,12 @@ pub fn parse(
     let (window_ms, capacity) = (period_s * 1000, max_burst + 1);
     let policy = Policy::new(count, window_ms, capacity).map_err(|e| match e {
         PolicyError::RefillTooSlow => Error::RefillTooSlow {
-            burst: capacity,
+            capacity,
             limit: count,
             window_ms,
         },
         // Each field was range-checked above.
-        PolicyError::Limit | PolicyError::Window | PolicyError::Burst => Error::Internal,
+        PolicyError::Limit | PolicyError::Window | PolicyError::Capacity => Error::Internal,
     })?;
     let quantity = match quantity {
         0 => Quantity::Peek,
@@ -124,7 +124,7 @@ pub fn reply(quantity: Quantity, d: &Decision) -> [i64; 5] {
     };
     [
         i64::from(limited),
-        int(d.limit),
+        int(d.capacity),
         int(d.remaining),
         retry,
         int(secs_ceil(d.reset_after_ns)),
@@ -155,7 +155,7 @@ pub fn adopt_cell_value(value: &[u8], policy: &Policy, now_ns: u64) -> Option<Gc
     } else {
         tat_ns.saturating_sub(now_ns)
     };
-    let capacity = u128::from(policy.burst()) * policy.units_per_token();
+    let capacity = u128::from(policy.capacity()) * policy.units_per_token();
     let debt = (u128::from(debt_ns) * policy.units_per_ns()).min(capacity);
     Some(Gcra {
         tat: policy.units_at(now_ns) + debt,
@@ -196,7 +196,7 @@ mod tests {
         let t = ok("15", "30", "60", None);
         assert_eq!(t.policy, Policy::new(30, 60_000, 16).unwrap());
         assert_eq!(t.quantity, Quantity::Spend(1));
-        assert_eq!(ok("0", "1", "1", Some("1")).policy.burst(), 1);
+        assert_eq!(ok("0", "1", "1", Some("1")).policy.capacity(), 1);
         assert_eq!(ok("15", "30", "60", Some("0")).quantity, Quantity::Peek);
         assert_eq!(
             ok("15", "30", "60", Some("16")).quantity,

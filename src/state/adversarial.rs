@@ -5,8 +5,8 @@
 
 use super::{AlgoState, Limiter};
 use crate::algo::{
-    fixed_window, gcra, lease, ms_ceil, sliding_counter, sliding_log, token_bucket, Decision,
-    Policy,
+    fixed_window, gcra, lease, ms_ceil, shape, sliding_counter, sliding_log, token_bucket,
+    Decision, Policy,
 };
 use proptest::prelude::*;
 
@@ -38,7 +38,7 @@ fn edgy_u128() -> impl Strategy<Value = u128> {
 /// A candidate encoding: format 1, any tag, edgy policy and fields.
 fn candidate() -> impl Strategy<Value = Vec<u8>> {
     (
-        1u8..=5,
+        1u8..=6,
         prop_oneof![edgy_u64(), 1u64..=20],
         prop_oneof![edgy_u64(), 1u64..=2000],
         prop_oneof![edgy_u64(), 1u64..=20],
@@ -57,6 +57,10 @@ fn candidate() -> impl Strategy<Value = Vec<u8>> {
             }
             match tag {
                 1 => out.extend_from_slice(&big.to_le_bytes()),
+                6 => {
+                    out.extend_from_slice(&big.to_le_bytes());
+                    out.extend_from_slice(&(x % b.max(1)).to_le_bytes());
+                }
                 2 => {
                     out.extend_from_slice(&big.to_le_bytes());
                     out.extend_from_slice(&x.to_le_bytes());
@@ -118,6 +122,10 @@ fn carried(to: Policy, state: AlgoState, now: u64) {
         AlgoState::FixedWindow(s) => fixed_window::check(Some(s), &to, now, 1)
             .next
             .map(AlgoState::FixedWindow),
+        AlgoState::Shape(s) => shape::check(Some(s), &to, now, 1)
+            .outcome
+            .next
+            .map(AlgoState::Shape),
     };
     if let Some(next) = next {
         must_validate(to, next);
@@ -189,6 +197,18 @@ proptest! {
                 must_validate(p, AlgoState::SlidingCounter(sliding_counter::refund(&s, &p, now, n)));
                 let to = Policy::new(other.0, other.1, other.0).unwrap_or(p);
                 carried(to, AlgoState::SlidingCounter(sliding_counter::rescale(&s, &p, &to, now)), now);
+            }
+            AlgoState::Shape(s) => {
+                for c in [0, 1, cost] {
+                    let out = shape::check(Some(&s), &p, now, c);
+                    reply(now, &out.outcome.decision);
+                    let _ = ms_ceil(out.delay_ns);
+                    if let Some(next) = out.outcome.next {
+                        must_validate(p, AlgoState::Shape(next));
+                    }
+                }
+                must_validate(p, AlgoState::Shape(shape::refund(&s, &p, now, n)));
+                carried(to, AlgoState::Shape(shape::rescale(&s, &p, &to, now)), now);
             }
             AlgoState::FixedWindow(s) => {
                 for c in [0, 1, window_cost] {

@@ -11,6 +11,7 @@
 //! The window algorithms (3–5) store B = L.
 
 use crate::algo::fixed_window::FixedWindow;
+use crate::algo::shape::Shape;
 use crate::algo::sliding_counter::SlidingCounter;
 use crate::algo::sliding_log::SlidingLog;
 use crate::algo::{gcra::Gcra, token_bucket, token_bucket::TokenBucket, Algorithm, Policy};
@@ -126,7 +127,14 @@ macro_rules! algorithms {
     };
 }
 
-algorithms!(Gcra, TokenBucket, SlidingLog, SlidingCounter, FixedWindow);
+algorithms!(
+    Gcra,
+    TokenBucket,
+    SlidingLog,
+    SlidingCounter,
+    FixedWindow,
+    Shape
+);
 
 /// The `Stored` methods that only name the enum variant.
 macro_rules! variant_access {
@@ -267,6 +275,30 @@ impl Stored for FixedWindow {
     }
 
     variant_access!(FixedWindow);
+}
+
+/// 6 leaky bucket (`RL.SHAPE`): `tat u128` (units of the stored policy, bounded as GCRA's),
+/// `undelayed u64` (d, at most the queue: B − 1).
+impl Stored for Shape {
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&{ self.tat }.to_le_bytes());
+        out.extend_from_slice(&self.undelayed.to_le_bytes());
+    }
+
+    fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error> {
+        let (tat, undelayed) = (r.u128()?, r.u64()?);
+        let max =
+            policy.units_at(u64::MAX) + u128::from(policy.capacity()) * policy.units_per_token();
+        if tat > max {
+            return Err(Error::BadState("leaky bucket arrival time out of range"));
+        }
+        if undelayed >= policy.capacity() {
+            return Err(Error::BadState("leaky bucket DELAY above its queue"));
+        }
+        Ok(Shape { tat, undelayed })
+    }
+
+    variant_access!(Shape);
 }
 
 impl Limiter {
@@ -500,6 +532,55 @@ mod tests {
         }
     }
 
+    /// A shaper as `RL.SHAPE` leaves it: 1 per second, queue 5, DELAY 2, three queued.
+    fn shaper() -> Limiter {
+        let p = Policy::new(1, 1000, 6).unwrap();
+        let s = crate::algo::shape::check(Some(&Shape::configured(None, 2)), &p, NS, 3);
+        Limiter {
+            policy: p,
+            state: AlgoState::Shape(s.outcome.next.unwrap()),
+        }
+    }
+
+    #[test]
+    fn shaper_round_trips_and_rejects_nonsense() {
+        let limiter = shaper();
+        let mut buf = Vec::new();
+        limiter.encode(&mut buf);
+        assert_eq!(buf.len(), 2 + 24 + 16 + 8);
+        assert_eq!(buf[1], 6);
+        assert_eq!(Limiter::decode(&buf), Ok(limiter));
+        for cut in 0..buf.len() {
+            assert!(Limiter::decode(&buf[..cut]).is_err(), "prefix of {cut}");
+        }
+        let mut long = buf.clone();
+        long.push(0);
+        assert_eq!(
+            Limiter::decode(&long),
+            Err(Error::BadState("trailing bytes"))
+        );
+        let edited = |at: usize, bytes: &[u8]| {
+            let mut b = buf.clone();
+            b[at..at + bytes.len()].copy_from_slice(bytes);
+            b
+        };
+        // d = 6 with a queue of 5 (capacity 6); the largest valid d is 5.
+        assert_eq!(
+            Limiter::decode(&edited(42, &6u64.to_le_bytes())),
+            Err(Error::BadState("leaky bucket DELAY above its queue"))
+        );
+        assert!(Limiter::decode(&edited(42, &5u64.to_le_bytes())).is_ok());
+        assert_eq!(
+            Limiter::decode(&edited(26, &u128::MAX.to_le_bytes())),
+            Err(Error::BadState("leaky bucket arrival time out of range"))
+        );
+        // A capacity of 1 (no queue) leaves no room for any d but 0.
+        assert_eq!(
+            Limiter::decode(&edited(18, &1u64.to_le_bytes())),
+            Err(Error::BadState("leaky bucket DELAY above its queue"))
+        );
+    }
+
     /// The inline size of the enum: the window algorithms do not make every limiter bigger.
     #[test]
     fn state_stays_small() {
@@ -560,11 +641,13 @@ mod tests {
         /// is exactly those bytes (one encoding per state: replicas compare bytes).
         #[test]
         fn mutated_encodings_are_refused_or_canonical(
-            which in 0usize..3,
+            which in 0usize..4,
             at in any::<prop::sample::Index>(),
             byte in any::<u8>(),
         ) {
-            let limiter = window_limiters().swap_remove(which);
+            let mut limiters = window_limiters();
+            limiters.push(shaper());
+            let limiter = limiters.swap_remove(which);
             let mut buf = Vec::new();
             limiter.encode(&mut buf);
             let i = at.index(buf.len());
