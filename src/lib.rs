@@ -31,7 +31,7 @@ const ALLOCATOR: Allocator = std::alloc::System;
 /// `ratelimit.max-log-entries`: the largest L a sliding log accepts (memory is per entry).
 pub static MAX_LOG_ENTRIES: AtomicI64 = AtomicI64::new(10_000);
 
-/// Module arguments: `DEBUG-CLOCK yes|no` and `max-log-entries <n>` (the latter read by the
+/// Module arguments: `DEBUG-CLOCK yes|no`, `CELL-COMPAT yes|no` (see `command::throttle`) and `max-log-entries <n>` (the latter read by the
 /// configuration table). Anything else fails the load, so a typo is never silently ignored.
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     if !ffi::api_present() {
@@ -54,9 +54,19 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
                 ctx.log_warning("DEBUG-CLOCK takes yes or no");
                 return Status::Err;
             }
+        } else if name.eq_ignore_ascii_case(b"CELL-COMPAT") {
+            if value.eq_ignore_ascii_case(b"yes") || value.eq_ignore_ascii_case(b"no") {
+                command::throttle::CELL_COMPAT.store(
+                    value.eq_ignore_ascii_case(b"yes"),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+            } else {
+                ctx.log_warning("CELL-COMPAT takes yes or no");
+                return Status::Err;
+            }
         } else if name != b"max-log-entries" {
             ctx.log_warning(&format!(
-                "unknown module argument '{}'; expected DEBUG-CLOCK or max-log-entries",
+                "unknown module argument '{}'; expected DEBUG-CLOCK, CELL-COMPAT or max-log-entries",
                 error::echo(name)
             ));
             return Status::Err;

@@ -258,7 +258,7 @@ fn adopts_redis_cell_keys_keeping_what_was_spent() {
     );
     assert_eq!(
         cmd(&mut c, &["TYPE", "k"]).unwrap(),
-        Value::Status("string".into())
+        Value::SimpleString("string".into())
     );
     // The first call converts it: 4 spent now.
     assert_eq!(
@@ -267,7 +267,7 @@ fn adopts_redis_cell_keys_keeping_what_was_spent() {
     );
     assert_eq!(
         cmd(&mut c, &["TYPE", "k"]).unwrap(),
-        Value::Status("ratelimit".into())
+        Value::SimpleString("ratelimit".into())
     );
     assert_eq!(pexpiretime(&mut c, "k"), (T0_MS + 4000) as i64);
     assert_eq!(
@@ -285,7 +285,7 @@ fn adopts_redis_cell_keys_keeping_what_was_spent() {
     );
     assert_eq!(
         cmd(&mut c, &["TYPE", "full"]).unwrap(),
-        Value::Status("ratelimit".into())
+        Value::SimpleString("ratelimit".into())
     );
     // Any other string is WRONGTYPE, as are other types.
     cmd(&mut c, &["SET", "junk", "12abc"]).unwrap();
@@ -337,7 +337,7 @@ fn adoption_reaches_the_replica_as_an_effect() {
     for key in ["a", "b"] {
         assert_eq!(
             cmd(&mut r, &["TYPE", key]).unwrap(),
-            Value::Status("ratelimit".into())
+            Value::SimpleString("ratelimit".into())
         );
         assert_eq!(dump(&mut m, key), dump(&mut r, key));
         assert_eq!(pexpiretime(&mut m, key), pexpiretime(&mut r, key));

@@ -119,6 +119,17 @@ impl Ctx {
         }
     }
 
+    /// Sends `DEL key` to replicas and the AOF: a value of another type is replaced by a limiter
+    /// (`RL.THROTTLE` adopting a redis-cell key), and `RL.SETSTATE` never replaces one.
+    pub fn replicate_del(&self, key: RString<'_>) {
+        // SAFETY: the format "s" matches one RedisModuleString*.
+        unsafe {
+            if let Some(replicate) = raw::RedisModule_Replicate {
+                replicate(self.ptr, c"DEL".as_ptr(), c"s".as_ptr(), key.ptr);
+            }
+        }
+    }
+
     /// Passes the command on to replicas and the AOF exactly as it came (it must be
     /// deterministic).
     pub fn replicate_verbatim(&self) {
@@ -390,6 +401,29 @@ impl Key<'_> {
         }
     }
 
+    /// A copy of the key's value when it is a string (`RL.THROTTLE` adopting redis-cell's keys);
+    /// None for any other type or an empty key.
+    pub fn string_value(&mut self) -> Option<Vec<u8>> {
+        if self.ptr.is_null() {
+            return None;
+        }
+        // SAFETY: ptr is an open key; for a string, StringDMA returns its buffer and length,
+        // valid while the key is open and unchanged, and it is copied at once.
+        unsafe {
+            let key_type = raw::RedisModule_KeyType.map_or(0, |f| f(self.ptr)) as isize;
+            if key_type != raw::REDISMODULE_KEYTYPE_STRING {
+                return None;
+            }
+            let dma = raw::RedisModule_StringDMA?;
+            let mut len = 0usize;
+            let ptr = dma(self.ptr, &mut len, raw::REDISMODULE_READ as c_int);
+            if ptr.is_null() {
+                return Some(Vec::new());
+            }
+            Some(std::slice::from_raw_parts(ptr.cast::<u8>(), len).to_vec())
+        }
+    }
+
     /// The limiter stored here: None for an empty key, WRONGTYPE for any other value (`wanted`
     /// names the kind of limiter the command needs, for the message).
     pub fn limiter(&mut self, wanted: &'static str) -> Result<Option<&mut Limiter>, Error> {
@@ -569,7 +603,9 @@ pub fn set_module_options(ctx: &Context) {
 /// `COMMAND INFO`, `COMMAND GETKEYSANDFLAGS` and cluster clients see it right.
 pub fn register_all(ctx: &Context) -> Result<(), String> {
     for (spec, handler) in COMMANDS.iter().zip(DISPATCHERS) {
-        register(ctx.ctx, spec, handler)?;
+        if super::throttle::registered(spec) {
+            register(ctx.ctx, spec, handler).map_err(|e| super::throttle::explain(spec, e))?;
+        }
     }
     Ok(())
 }

@@ -10,6 +10,7 @@ pub mod ffi;
 pub mod limit;
 pub mod refund;
 pub mod setstate;
+pub mod shape;
 pub mod throttle;
 
 use std::ffi::{c_int, CStr};
@@ -201,6 +202,33 @@ pub const COMMANDS: &[Spec] = &[
         summary: "Decides one request over several limiters at once: admitted only if all admit, then all charged",
         event: c"rl.all",
         handler: all::all,
+    },
+    Spec {
+        name: "RL.SHAPE",
+        flags: WRITE,
+        arity: -4,
+        keys: Keys::ReadWrite,
+        summary: "Shapes with a leaky bucket queue (nginx limit_req): admits with the delay to wait, or denies",
+        event: c"rl.shape",
+        handler: shape::shape,
+    },
+    Spec {
+        name: "RL.THROTTLE",
+        flags: WRITE,
+        arity: -5,
+        keys: Keys::ReadWrite,
+        summary: "redis-cell's CL.THROTTLE (same arguments and reply), decided by RL.GCRA",
+        event: c"rl.throttle",
+        handler: throttle::throttle,
+    },
+    Spec {
+        name: throttle::CL_THROTTLE,
+        flags: WRITE,
+        arity: -5,
+        keys: Keys::ReadWrite,
+        summary: "RL.THROTTLE under redis-cell's name (loaded with CELL-COMPAT yes)",
+        event: c"cl.throttle",
+        handler: throttle::throttle,
     },
     Spec {
         name: "RL.SETSTATE",

@@ -32,10 +32,92 @@
 //! - Remaining: redis-cell divides microseconds in f64 and truncates; here it is exact whole
 //!   requests. They agree except when a float rounding lands on an integer boundary.
 
-use super::args::parse_u64;
-use crate::algo::gcra::Gcra;
-use crate::algo::{Decision, Policy, PolicyError, MAX_LIMIT, MAX_WINDOW_MS};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::args::{parse_u64, Request};
+use super::limit::{decide, store};
+use super::{effect, Args, Ctx, Reply, Spec};
+use crate::algo::gcra::{self, Gcra};
+use crate::algo::{Algorithm, Decision, Policy, PolicyError, MAX_LIMIT, MAX_WINDOW_MS};
+use crate::clock;
 use crate::error::Error;
+
+/// The redis-cell name, registered only under `CELL-COMPAT yes`.
+pub const CL_THROTTLE: &str = "CL.THROTTLE";
+
+/// Set at load by `CELL-COMPAT yes`: registers `CL.THROTTLE`, and lets `RL.THROTTLE`/`CL.THROTTLE`
+/// adopt the keys redis-cell wrote.
+pub static CELL_COMPAT: AtomicBool = AtomicBool::new(false);
+
+fn cell_compat() -> bool {
+    CELL_COMPAT.load(Ordering::Relaxed)
+}
+
+/// Whether a row of the command table is registered: all but `CL.THROTTLE` outside compat mode.
+pub fn registered(spec: &Spec) -> bool {
+    spec.name != CL_THROTTLE || cell_compat()
+}
+
+/// A registration failure, explained where the likely cause is another module.
+pub fn explain(spec: &Spec, e: String) -> String {
+    if spec.name == CL_THROTTLE {
+        format!("{e}: CELL-COMPAT yes needs the name CL.THROTTLE, and another module (redis-cell?) already owns it; unload it, or load this module without CELL-COMPAT and call RL.THROTTLE")
+    } else {
+        e
+    }
+}
+
+/// `RL.THROTTLE` and, in compat mode, `CL.THROTTLE`.
+pub fn throttle(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
+    if !(4..=5).contains(&args.remaining()) {
+        return Err(Error::WrongArity);
+    }
+    let key = args.next_string()?;
+    let (max_burst, count, period) = (args.next_bytes()?, args.next_bytes()?, args.next_bytes()?);
+    let quantity = match args.remaining() {
+        0 => None,
+        _ => Some(args.next_bytes()?),
+    };
+    let Throttle { policy, quantity } = parse(max_burst, count, period, quantity)?;
+    let request = Request {
+        key,
+        policy,
+        amount: quantity.cost(),
+    };
+    if cell_compat() {
+        if let Some(peeked) = adopt(ctx, &request)? {
+            return Ok(Reply::Decision(reply(quantity, &peeked)));
+        }
+    }
+    let decided = decide::<Gcra>(ctx, &request, |state, now_ns| {
+        Gcra::check(state, &policy, now_ns, request.amount)
+    })?;
+    Ok(Reply::Decision(reply(quantity, &decided.decision)))
+}
+
+/// A key holding redis-cell's value becomes our GCRA limiter with the same debt, stored, expiring
+/// and propagated (`DEL` then `RL.SETSTATE`: a replica holds the string too) before the request is
+/// decided on it. A peek converts nothing: it answers from the value (`Some(decision)`).
+fn adopt(ctx: &Ctx, request: &Request<'_>) -> Result<Option<Decision>, Error> {
+    let peek = request.amount == 0;
+    let mut key = ctx.open(request.key, !peek);
+    let Some(value) = key.string_value() else {
+        return Ok(None);
+    };
+    let now_ns = clock::now_ns();
+    let Some(adopted) = adopt_cell_value(&value, &request.policy, now_ns) else {
+        return Ok(None);
+    };
+    let now = gcra::check(Some(&adopted), &request.policy, now_ns, 0).decision;
+    if peek {
+        return Ok(Some(now));
+    }
+    ctx.replicate_del(request.key);
+    let limiter = store(&mut key, request.policy, adopted)?;
+    let expire_at_ms = effect::propagate(ctx, request.key, limiter, now_ns, &now);
+    key.expire_at(Some(expire_at_ms));
+    Ok(None)
+}
 
 const NS_PER_SEC: u64 = 1_000_000_000;
 

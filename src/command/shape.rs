@@ -1,0 +1,114 @@
+//! `RL.SHAPE key L W [QUEUE q] [DELAY d | NODELAY] [COST n]` — the leaky bucket as a queue
+//! (nginx `limit_req`; see `algo::shape` and docs/shaping.md).
+//!
+//! Reply: the five integers of every limiter command (`limit` is q + 1), then `delay_ms`: how
+//! long the admitted request waits before it proceeds (0: now; 0 when denied), rounded up.
+//! The five keep their meaning so a gateway's reply handling works unchanged; the delay is new
+//! information, not a denial, so it is a sixth field.
+
+use std::cell::Cell;
+
+use super::args::Request;
+use super::limit::decide;
+use super::{fields, Args, Ctx, Reply};
+use crate::algo::shape::{self, Shape};
+use crate::algo::{ms_ceil, Policy, PolicyError, MAX_LIMIT, MAX_WINDOW_MS};
+use crate::error::{echo, Error};
+
+pub fn shape(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
+    let (request, undelayed) = parse(args)?;
+    let (policy, cost) = (request.policy, request.amount);
+    let delay_ns = Cell::new(0);
+    let decided = decide::<Shape>(ctx, &request, |state, now_ns| {
+        let configured = Shape::configured(state, undelayed);
+        let shaped = shape::check(Some(&configured), &policy, now_ns, cost);
+        delay_ns.set(shaped.delay_ns);
+        let mut outcome = shaped.outcome;
+        // d belongs to the policy: a new one holds even when this request is denied (as a new
+        // L, W or queue does, see `algo::step`); a peek stores nothing.
+        if outcome.next.is_none() && cost > 0 && state.is_some_and(|s| s.undelayed != undelayed) {
+            outcome.next = Some(configured);
+        }
+        outcome
+    })?;
+    let mut reply = fields(&decided.decision).to_vec();
+    reply.push(i64::try_from(ms_ceil(delay_ns.get())).unwrap_or(i64::MAX));
+    Ok(Reply::Integers(reply))
+}
+
+/// `key L W [QUEUE q] [DELAY d | NODELAY] [COST n]`: the request (capacity q + 1) and d.
+fn parse(mut args: Args<'_>) -> Result<(Request<'_>, u64), Error> {
+    if args.remaining() < 3 {
+        return Err(Error::WrongArity);
+    }
+    let key = args.next_string()?;
+    let limit = args.next_u64("L", 1, MAX_LIMIT)?;
+    let window_ms = args.next_u64("W", 1, MAX_WINDOW_MS)?;
+    let (mut queue, mut delay, mut cost, mut nodelay) = (None, None, None, false);
+    while args.remaining() > 0 {
+        let name = args.next_bytes()?;
+        if name.eq_ignore_ascii_case(b"NODELAY") {
+            if nodelay {
+                return Err(Error::RepeatedOption("NODELAY"));
+            }
+            nodelay = true;
+            continue;
+        }
+        let (slot, label, max) = if name.eq_ignore_ascii_case(b"QUEUE") {
+            (&mut queue, "QUEUE", MAX_LIMIT - 1)
+        } else if name.eq_ignore_ascii_case(b"DELAY") {
+            (&mut delay, "DELAY", MAX_LIMIT - 1)
+        } else if name.eq_ignore_ascii_case(b"COST") {
+            (&mut cost, "COST", MAX_LIMIT)
+        } else {
+            return Err(Error::Syntax(format!(
+                "unknown option '{}'; expected QUEUE, DELAY, NODELAY or COST",
+                echo(name)
+            )));
+        };
+        if slot.is_some() {
+            return Err(Error::RepeatedOption(label));
+        }
+        if args.remaining() == 0 {
+            return Err(Error::MissingValue(label));
+        }
+        *slot = Some(args.next_u64(label, 0, max)?);
+    }
+    let queue = queue.unwrap_or(0);
+    let undelayed = match (delay, nodelay) {
+        (Some(_), true) => {
+            return Err(Error::Syntax(
+                "DELAY d and NODELAY are exclusive (NODELAY is DELAY equal to QUEUE)".into(),
+            ))
+        }
+        (_, true) => queue,
+        (d, false) => d.unwrap_or(0),
+    };
+    if undelayed > queue {
+        return Err(Error::Syntax(format!(
+            "DELAY {undelayed} is above QUEUE {queue}: at most the whole queue goes undelayed"
+        )));
+    }
+    let capacity = queue + 1;
+    let policy = Policy::new(limit, window_ms, capacity).map_err(|e| match e {
+        PolicyError::RefillTooSlow => Error::RefillTooSlow {
+            capacity,
+            limit,
+            window_ms,
+        },
+        // Each field was range-checked above.
+        PolicyError::Limit | PolicyError::Window | PolicyError::Capacity => Error::Internal,
+    })?;
+    let cost = cost.unwrap_or(1);
+    if cost > capacity {
+        return Err(Error::CostExceedsCapacity { cost, capacity });
+    }
+    Ok((
+        Request {
+            key,
+            policy,
+            amount: cost,
+        },
+        undelayed,
+    ))
+}
