@@ -68,6 +68,24 @@ pub const LIMITERS: &[Limiter] = &[
         ],
     },
     Limiter {
+        command: "RL.SHAPE",
+        key_flags: &["RW", "access", "update"],
+        session: &[
+            &["RL.SHAPE", KEY, "100", "60000", "QUEUE", "200"],
+            &[
+                "RL.SHAPE", KEY, "100", "60000", "QUEUE", "200", "DELAY", "50", "COST", "3",
+            ],
+        ],
+    },
+    Limiter {
+        command: "RL.THROTTLE",
+        key_flags: &["RW", "access", "update"],
+        session: &[
+            &["RL.THROTTLE", KEY, "199", "100", "60"],
+            &["RL.THROTTLE", KEY, "199", "100", "60", "3"],
+        ],
+    },
+    Limiter {
         command: "RL.REFUND",
         key_flags: &["RW", "access", "update"],
         session: &[
