@@ -65,6 +65,8 @@ const COMMANDS: &[&str] = &[
     "RL.LEASE",
     "RL.REFUND",
     "RL.SETSTATE",
+    "RL.SHAPE",
+    "RL.THROTTLE",
 ];
 
 /// A valid encoded GCRA state, then mangled: random bytes, truncations and edits.
@@ -108,6 +110,30 @@ fn well_formed(call: &mut redis::Cmd, command: &str, rng: &mut Rng) {
         "RL.SETSTATE" => {
             if rng.next().is_multiple_of(2) {
                 call.arg("PXAT").arg(value(rng));
+            }
+        }
+        "RL.THROTTLE" => {
+            call.arg(value(rng)).arg(value(rng)).arg(value(rng));
+            if rng.next().is_multiple_of(2) {
+                call.arg(value(rng));
+            }
+        }
+        "RL.SHAPE" => {
+            call.arg(value(rng)).arg(value(rng));
+            if rng.next().is_multiple_of(2) {
+                call.arg("QUEUE").arg(value(rng));
+            }
+            match rng.next() % 3 {
+                0 => {
+                    call.arg("DELAY").arg(value(rng));
+                }
+                1 => {
+                    call.arg("NODELAY");
+                }
+                _ => {}
+            }
+            if rng.next().is_multiple_of(2) {
+                call.arg("COST").arg(value(rng));
             }
         }
         _ => {
@@ -157,7 +183,8 @@ fn random_arguments_never_panic_or_crash() {
         }
         match call.query::<Value>(&mut c) {
             Ok(Value::Array(fields)) => {
-                assert_eq!(fields.len(), 5, "{command}: {fields:?}");
+                let len = if command == "RL.SHAPE" { 6 } else { 5 };
+                assert_eq!(fields.len(), len, "{command}: {fields:?}");
                 decisions += 1;
             }
             Ok(Value::Nil) => assert_eq!(command, "RL.REFUND"),
