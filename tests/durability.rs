@@ -195,3 +195,18 @@ fn setstate_validates_like_the_loader() {
     assert!(e.starts_with("ERR"), "{e}");
     assert_eq!(cmd(&mut c, &["EXISTS", "x"]).unwrap(), Value::Int(0));
 }
+
+#[test]
+fn corrupted_shaper_payloads_are_refused() {
+    let (mut s, mut c) = loaded(&[]);
+    let shape = ["RL.SHAPE", "shape:a", "1", "1000", "QUEUE", "5", "DELAY", "2"];
+    for _ in 0..3 {
+        cmd(&mut c, &shape).unwrap();
+    }
+    corruptions_are_refused(
+        &mut s,
+        &mut c,
+        "shape:a",
+        &["RL.SHAPE", "victim", "1", "1000", "QUEUE", "5", "COST", "0"],
+    );
+}
