@@ -199,7 +199,9 @@ fn setstate_validates_like_the_loader() {
 #[test]
 fn corrupted_shaper_payloads_are_refused() {
     let (mut s, mut c) = loaded(&[]);
-    let shape = ["RL.SHAPE", "shape:a", "1", "1000", "QUEUE", "5", "DELAY", "2"];
+    let shape = [
+        "RL.SHAPE", "shape:a", "1", "1000", "QUEUE", "5", "DELAY", "2",
+    ];
     for _ in 0..3 {
         cmd(&mut c, &shape).unwrap();
     }

@@ -178,6 +178,11 @@ mod tests {
         }
 
         #[test]
+        fn policy_changes_survive_denials_shape(p1 in policy_strategy(), p2 in policy_strategy(), t in switching_trace()) {
+            expiry_forgets_nothing::<super::super::shape::Shape>(&p1, &p2, &t)?;
+        }
+
+        #[test]
         fn policy_changes_survive_denials_fixed_window(p1 in window_policy_strategy(), p2 in window_policy_strategy(), t in switching_trace()) {
             expiry_forgets_nothing::<FixedWindow>(&p1, &p2, &t)?;
         }
