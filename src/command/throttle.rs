@@ -26,8 +26,8 @@
 //!   more than one request per ns becomes a zero rate (an error) and uneven intervals drift by
 //!   up to 1 ns per request. Ours is exact for any count ≤ 10^12 and period ≤ 10^9 s, with the
 //!   same bound as every command: (max_burst+1) × period / count ≤ 10^9 s.
-//! - Rounding: redis-cell (since 0.3.1) rounds a time up only when its sub-second part has at
-//!   least a whole millisecond (and older versions truncate), so `retry_after` 1.0004 s is 1 s
+//! - Rounding: current redis-cell rounds a time up only when its sub-second part holds at
+//!   least a whole millisecond (older releases truncate), so `retry_after` 1.0004 s is 1 s
 //!   there: a client that waits it is early and denied again. Here every fraction rounds up.
 //! - Remaining: redis-cell divides microseconds in f64 and truncates; here it is exact whole
 //!   requests. They agree except when a float rounding lands on an integer boundary.
@@ -333,7 +333,7 @@ mod tests {
             (0, "1", [0, 5, 0, -1, 5]),
             (0, "1", [1, 5, 0, 1, 5]),
             (3000, "1", [0, 5, 2, -1, 3]),
-            // redis-cell: reset 3.9 s, which 0.3.1+ rounds to 4 (older truncates to 3).
+            // redis-cell: reset 3.9 s, which current redis-cell rounds to 4 (older truncates to 3).
             (3100, "1", [0, 5, 1, -1, 4]),
             (4000, "1", [0, 5, 1, -1, 4]),
             (8000, "1", [0, 5, 4, -1, 1]),
