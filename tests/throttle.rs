@@ -343,3 +343,17 @@ fn adoption_reaches_the_replica_as_an_effect() {
         assert_eq!(pexpiretime(&mut m, key), pexpiretime(&mut r, key));
     }
 }
+
+#[test]
+fn cell_compat_takes_yes_or_no() {
+    let e = match Server::on_port(free_port(), &[], &["CELL-COMPAT", "maybe"]) {
+        Err(e) => e,
+        Ok(_) => panic!("the load should fail"),
+    };
+    assert!(e.contains("CELL-COMPAT takes yes or no"), "{e}");
+    // `no` is the default: no CL.THROTTLE.
+    let s = Server::with(&[], &["CELL-COMPAT", "no"]);
+    let mut c = s.connect();
+    let e = err(&mut c, &["CL.THROTTLE", "k", "4", "1", "1"]);
+    assert!(e.contains("unknown command"), "{e}");
+}

@@ -357,6 +357,21 @@ mod tests {
     }
 
     #[test]
+    fn cl_throttle_is_registered_only_in_compat_mode() {
+        let row = |name: &str| {
+            super::super::COMMANDS
+                .iter()
+                .find(|s| s.name == name)
+                .unwrap()
+        };
+        let (cl, rl) = (row(CL_THROTTLE), row("RL.THROTTLE"));
+        assert!(!registered(cl) && registered(rl));
+        // A failed registration of CL.THROTTLE says why; any other is left as it is.
+        assert!(explain(cl, "cannot register CL.THROTTLE".into()).contains("another module"));
+        assert_eq!(explain(rl, "x".into()), "x");
+    }
+
+    #[test]
     fn seconds_round_up() {
         assert_eq!(secs_ceil(0), 0);
         assert_eq!(secs_ceil(1), 1);
