@@ -187,7 +187,7 @@ proptest! {
         prop_assert_eq!(worst_interval(&admitted, bucket_bound(&p)), None);
     }
 
-    /// The seed's "Try it" 1: GCRA and the token bucket with the same L, W, B give the same
+    /// GCRA and the token bucket with the same L, W, B give the same
     /// answer to every request, field for field.
     #[test]
     fn token_bucket_decides_exactly_like_gcra(p in policy_strategy(), trace in trace_strategy(30)) {

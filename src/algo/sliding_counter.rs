@@ -6,7 +6,7 @@
 //! - `curr`, `prev`: the cost admitted in the current window, and in the one just before it.
 //! - `elapsed` (e): how far `now` is into the current window.
 //! - `estimate`: `prev·(W − e)/W + curr`. A request of cost n is admitted when the estimate plus
-//!   n − 1 is below L, i.e. `prev·(W − e) + (curr + n − 1)·W < L·W` in integers: the seed's rule
+//!   n − 1 is below L, i.e. `prev·(W − e) + (curr + n − 1)·W < L·W` in integers: the classic rule
 //!   (the estimate before a request is below L), extended so that a cost-n request passes exactly
 //!   when n cost-1 requests at the same instant would.
 //!
@@ -227,7 +227,7 @@ mod tests {
         );
         assert_eq!(first.next, Some(state(T0, 0, 1)));
 
-        // The seed's edge: 10 at the end of a window, then the next window's estimate starts at
+        // The boundary edge: 10 at the end of a window, then the next window's estimate starts at
         // 10 and falls by one every 100 ms.
         let full = state(T0, 0, 10);
         let at = |ms: u64, cost: u64| check(Some(&full), &p, T0 + ms * MS, cost);
