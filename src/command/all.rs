@@ -144,6 +144,19 @@ fn combine(admitted: bool, each: &[Decision]) -> Decision {
     }
 }
 
+/// Where the keys are, for Redis's keys-position request (see `Keys::NumKeys`): the `numkeys`
+/// arguments after numkeys, as far as there are arguments; none when numkeys is invalid (the
+/// call then fails on it without opening a key).
+pub fn key_positions(mut args: Args<'_>) -> std::ops::Range<usize> {
+    let after = args.remaining().saturating_sub(1);
+    let n = args
+        .next_u64("numkeys", 1, MAX_LIMITERS)
+        .ok()
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(0);
+    2..2 + n.min(after)
+}
+
 /// `numkeys key… limiter…`: every key distinct, one limiter per key.
 fn parse<'a>(args: &mut Args<'a>) -> Result<Vec<Part<'a>>, Error> {
     let n = args.next_u64("numkeys", 1, MAX_LIMITERS)?;

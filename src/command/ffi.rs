@@ -66,6 +66,27 @@ impl Ctx {
         Ok(())
     }
 
+    /// True when Redis runs the command only to learn where its keys are (its `getkeys-api`
+    /// flag). Redis 7.0's cluster redirection finds a module command's keys this way or from
+    /// its legacy (first, last, step) range, never from its key specs.
+    pub fn keys_position_request(&self) -> bool {
+        // SAFETY: live context; the function exists since Redis 4.
+        unsafe { raw::RedisModule_IsKeysPositionRequest.is_some_and(|f| f(self.ptr) != 0) }
+    }
+
+    /// Answers a keys-position request: argument `pos` (the command name is 0) is a key.
+    pub fn key_at(&self, pos: usize) {
+        let Ok(pos) = c_int::try_from(pos) else {
+            return;
+        };
+        // SAFETY: live context, within a keys-position request.
+        unsafe {
+            if let Some(key_at) = raw::RedisModule_KeyAtPos {
+                key_at(self.ptr, pos);
+            }
+        }
+    }
+
     /// Whether the client speaks RESP3 (maps are then maps, not flat arrays).
     pub fn resp3(&self) -> bool {
         // SAFETY: live context.
@@ -528,6 +549,8 @@ pub fn api_present() -> bool {
         RedisModule_Replicate,
         RedisModule_ReplicateVerbatim,
         RedisModule_GetContextFlags,
+        RedisModule_IsKeysPositionRequest,
+        RedisModule_KeyAtPos,
         RedisModule_SignalModifiedKey,
         RedisModule_NotifyKeyspaceEvent,
         RedisModule_Milliseconds,
@@ -550,6 +573,12 @@ extern "C" fn dispatch<const I: usize>(
     };
     // SAFETY: Redis calls a command with its live context and argc argument strings.
     let (ctx, args) = unsafe { (Ctx::new(ctx, spec), Args::new(argv, argc)) };
+    if spec.keys == Keys::NumKeys && ctx.keys_position_request() {
+        for pos in super::all::key_positions(args) {
+            ctx.key_at(pos);
+        }
+        return raw::Status::Ok as c_int;
+    }
     let result = catch_unwind(AssertUnwindSafe(|| super::run(spec, &ctx, args)));
     let reply = result.unwrap_or_else(|panic| {
         let why = panic
@@ -616,7 +645,8 @@ fn register(
     handler: raw::RedisModuleCmdFunc,
 ) -> Result<(), String> {
     let name = CString::new(spec.name).map_err(|e| e.to_string())?;
-    let flags = CString::new(spec.flags).map_err(|e| e.to_string())?;
+    let flags = CString::new(format!("{}{}", spec.flags, spec.keys.extra_flags()))
+        .map_err(|e| e.to_string())?;
     let summary = CString::new(spec.summary).map_err(|e| e.to_string())?;
     let fail = || format!("cannot register {}", spec.name);
     let (first, last, step) = spec.keys.legacy_range();

@@ -84,6 +84,16 @@ impl Keys {
         }
     }
 
+    /// Command flags the key layout needs: a numkeys command also answers Redis's keys-position
+    /// requests (`getkeys-api`), because Redis 7.0's cluster redirection (and so CROSSSLOT and
+    /// MOVED) ignores key specs: without it, `RL.ALL` would run on whichever node received it.
+    fn extra_flags(self) -> &'static str {
+        match self {
+            Keys::NumKeys => " getkeys-api",
+            Keys::None | Keys::ReadWrite | Keys::ReadOnly | Keys::Overwrite => "",
+        }
+    }
+
     fn key_spec(self) -> Option<KeySpec> {
         let read_write = KeySpecFlags::READ_WRITE | KeySpecFlags::UPDATE | KeySpecFlags::ACCESS;
         let first = |flags| {
