@@ -512,7 +512,7 @@ fn errors_change_nothing() {
             &mut c,
             &with(&["RL.ALL", "2", "s", "fresh"], &[g, g].concat())
         ),
-        "WRONGTYPE the key 's' holds a string, not a limiter; use another key or DEL it"
+        "WRONGTYPE the key 's' holds a string, not a GCRA limiter; use another key or DEL it"
     );
     assert_eq!(snapshot(&mut c), before);
     assert_eq!(dump(&mut c, "fresh"), None);

@@ -43,28 +43,48 @@ struct Plan {
 
 type Planner = fn(Option<&Limiter>, &Policy, u64, u64) -> Result<Plan, Error>;
 
-/// The algorithms `RL.ALL` takes, by the name of their own command without `RL.`.
-const ALGORITHMS: [(&str, bool, Planner); 5] = [
-    ("GCRA", Gcra::BURST, plan::<Gcra>),
-    ("TOKENBUCKET", TokenBucket::BURST, plan::<TokenBucket>),
-    ("SLIDINGLOG", SlidingLog::BURST, plan::<SlidingLog>),
+/// An algorithm `RL.ALL` takes: the name of its own command without `RL.`, its name in errors,
+/// whether it takes BURST, and its planner.
+type Entry = (&'static str, &'static str, bool, Planner);
+
+const ALGORITHMS: [Entry; 5] = [
+    ("GCRA", Gcra::NAME, Gcra::BURST, plan::<Gcra>),
+    (
+        "TOKENBUCKET",
+        TokenBucket::NAME,
+        TokenBucket::BURST,
+        plan::<TokenBucket>,
+    ),
+    (
+        "SLIDINGLOG",
+        SlidingLog::NAME,
+        SlidingLog::BURST,
+        plan::<SlidingLog>,
+    ),
     (
         "SLIDINGCOUNTER",
+        SlidingCounter::NAME,
         SlidingCounter::BURST,
         plan::<SlidingCounter>,
     ),
-    ("FIXEDWINDOW", FixedWindow::BURST, plan::<FixedWindow>),
+    (
+        "FIXEDWINDOW",
+        FixedWindow::NAME,
+        FixedWindow::BURST,
+        plan::<FixedWindow>,
+    ),
 ];
 
-fn algorithm(name: &[u8]) -> Option<&'static (&'static str, bool, Planner)> {
+fn algorithm(word: &[u8]) -> Option<&'static Entry> {
     ALGORITHMS
         .iter()
-        .find(|(n, _, _)| n.as_bytes().eq_ignore_ascii_case(name))
+        .find(|(command, ..)| command.as_bytes().eq_ignore_ascii_case(word))
 }
 
 /// One limiter of the call: its key, policy, cost and algorithm.
 struct Part<'a> {
     request: Request<'a>,
+    name: &'static str,
     plan: Planner,
 }
 
@@ -79,7 +99,7 @@ pub fn all(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     let mut plans = Vec::with_capacity(parts.len());
     for (part, key) in parts.iter().zip(keys.iter_mut()) {
         let name = part.request.key;
-        let stored = key.limiter("").map_err(|e| at_key(e, name))?;
+        let stored = key.limiter(part.name).map_err(|e| at_key(e, name))?;
         let plan = (part.plan)(
             stored.map(|l| &*l),
             &part.request.policy,
@@ -180,7 +200,7 @@ fn parse<'a>(args: &mut Args<'a>) -> Result<Vec<Part<'a>>, Error> {
                 echo(key.bytes())
             )));
         };
-        let Some(&(_, burst, plan)) = algorithm(word) else {
+        let Some(&(_, name, burst, plan)) = algorithm(word) else {
             return Err(Error::Syntax(format!(
                 "unknown algorithm '{}'; expected GCRA, TOKENBUCKET, SLIDINGLOG, SLIDINGCOUNTER or FIXEDWINDOW",
                 echo(word)
@@ -192,7 +212,11 @@ fn parse<'a>(args: &mut Args<'a>) -> Result<Vec<Part<'a>>, Error> {
             amount: Amount::Cost,
         };
         let request = parse_limiter(key, args, options, is_algorithm)?;
-        parts.push(Part { request, plan });
+        parts.push(Part {
+            request,
+            name,
+            plan,
+        });
     }
     if args.remaining() > 0 {
         return Err(Error::Syntax(format!(
