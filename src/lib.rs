@@ -7,6 +7,7 @@ pub mod algo;
 pub mod clock;
 pub mod command;
 pub mod error;
+pub mod metrics;
 pub mod state;
 
 use std::sync::atomic::AtomicI64;
