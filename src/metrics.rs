@@ -17,13 +17,14 @@
 use std::ffi::{c_int, CString};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
-use redis_module::raw;
+use redis_module::{raw, Context};
 
-use crate::command::Ctx;
+use crate::command::COMMANDS;
 use crate::state::Limiter;
 
 /// Room for the module's commands, indexed by their position in the command table.
 pub const MAX_COMMANDS: usize = 32;
+const _: () = assert!(COMMANDS.len() <= MAX_COMMANDS);
 
 /// The algorithms by their stored tag (1..=6), as INFO names them; index 0 is unused.
 pub const ALGORITHMS: [&str; 7] = [
@@ -93,14 +94,14 @@ impl CommandCounters {
     }
 }
 
-static COMMANDS: [CommandCounters; MAX_COMMANDS] = [const { CommandCounters::new() }; MAX_COMMANDS];
+static COUNTERS: [CommandCounters; MAX_COMMANDS] = [const { CommandCounters::new() }; MAX_COMMANDS];
 static LEASE_REQUESTED: AtomicU64 = AtomicU64::new(0);
 static LEASE_GRANTED: AtomicU64 = AtomicU64::new(0);
 static REFUNDED: AtomicU64 = AtomicU64::new(0);
 
 /// Counts one call of the command at `index` in the command table (out of range: ignored).
 pub fn count(index: usize, outcome: Outcome) {
-    if let Some(c) = COMMANDS.get(index) {
+    if let Some(c) = COUNTERS.get(index) {
         c.counter(outcome).fetch_add(1, Relaxed);
     }
 }
@@ -118,7 +119,7 @@ pub fn refunded(given: u64) {
 
 /// `CONFIG RESETSTAT`: the counters start again from 0; the gauges are facts, not statistics.
 pub fn reset_counters() {
-    for c in &COMMANDS {
+    for c in &COUNTERS {
         c.reset();
     }
     for c in [&LEASE_REQUESTED, &LEASE_GRANTED, &REFUNDED] {
@@ -137,7 +138,7 @@ pub struct CommandStats {
 }
 
 pub fn command_stats(index: usize) -> CommandStats {
-    COMMANDS
+    COUNTERS
         .get(index)
         .map_or_else(CommandStats::default, |c| CommandStats {
             admitted: c.admitted.load(Relaxed),
@@ -225,26 +226,29 @@ pub fn log_entries() -> i64 {
 
 // ---- INFO and CONFIG RESETSTAT ------------------------------------------------------------
 
-/// Registers the INFO callback (replacing the redis-module crate's, which prefixes a section
-/// name of its own: `# ratelimit` and `ratelimit_<field>` is what Redis gives a module without
-/// one) and the command filter that sees `CONFIG RESETSTAT`. `commands` names the command table
-/// in order, as `count` indexes it.
-pub fn register(ctx: Ctx, commands: &'static [&'static str]) -> bool {
-    let _ = COMMAND_NAMES.set(commands);
-    // SAFETY: called from OnLoad with its context.
-    unsafe {
-        let (Some(info), Some(filter)) = (
+/// Registers the INFO callback (replacing the redis-module crate's, which would prefix a section
+/// name of its own: `# ratelimit` and `ratelimit_<field>` is what Redis gives a module's own
+/// section) and the command filter that sees `CONFIG RESETSTAT`. Called at load.
+pub fn register(ctx: &Context) -> Result<(), String> {
+    // SAFETY: called from OnLoad with its context; both functions exist since Redis 6.
+    let registered = unsafe {
+        match (
             raw::RedisModule_RegisterInfoFunc,
             raw::RedisModule_RegisterCommandFilter,
-        ) else {
-            return false;
-        };
-        info(ctx.0, Some(info_callback)) == raw::Status::Ok as c_int
-            && !filter(ctx.0, Some(command_filter), 0).is_null()
+        ) {
+            (Some(info), Some(filter)) => {
+                info(ctx.ctx, Some(info_callback)) == raw::Status::Ok as c_int
+                    && !filter(ctx.ctx, Some(command_filter), 0).is_null()
+            }
+            _ => false,
+        }
+    };
+    if registered {
+        Ok(())
+    } else {
+        Err("cannot register the INFO section or the CONFIG RESETSTAT filter".into())
     }
 }
-
-static COMMAND_NAMES: std::sync::OnceLock<&'static [&'static str]> = std::sync::OnceLock::new();
 
 /// The INFO field prefix of a command: `RL.TOKENBUCKET` → `rl_tokenbucket`.
 fn field_prefix(command: &str) -> String {
@@ -271,8 +275,8 @@ pub fn info_fields() -> Vec<(String, i64)> {
         "max_log_entries".into(),
         crate::MAX_LOG_ENTRIES.load(Relaxed),
     ));
-    let names = COMMAND_NAMES.get().copied().unwrap_or(&[]);
-    for (index, name) in names.iter().enumerate() {
+    for (index, spec) in COMMANDS.iter().enumerate() {
+        let name = spec.name;
         let prefix = field_prefix(name);
         let s = command_stats(index);
         for (what, n) in [
