@@ -14,12 +14,14 @@
 //! `CONFIG RESETSTAT` resets the counters, not the gauges, as Redis does for its own statistics.
 //! Redis has no server event for it (7.0 through 7.4), so a command filter watches for it.
 
+use std::cell::Cell;
 use std::ffi::{c_int, CString};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
 use redis_module::{raw, Context};
 
-use crate::command::COMMANDS;
+use crate::command::{Reply, COMMANDS};
+use crate::error::Error;
 use crate::state::Limiter;
 
 /// Room for the module's commands, indexed by their position in the command table.
@@ -36,6 +38,14 @@ pub const ALGORITHMS: [&str; 7] = [
     "fixed_window",
     "shape",
 ];
+
+/// How INSPECT and INFO name the algorithm with stored tag `tag`.
+pub fn algorithm_name(tag: u8) -> &'static str {
+    ALGORITHMS
+        .get(usize::from(tag))
+        .copied()
+        .unwrap_or("unknown")
+}
 
 /// What one command call came to, for its counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -100,10 +110,42 @@ static LEASE_GRANTED: AtomicU64 = AtomicU64::new(0);
 static REFUNDED: AtomicU64 = AtomicU64::new(0);
 
 /// Counts one call of the command at `index` in the command table (out of range: ignored).
-pub fn count(index: usize, outcome: Outcome) {
+fn count(index: usize, outcome: Outcome) {
     if let Some(c) = COUNTERS.get(index) {
         c.counter(outcome).fetch_add(1, Relaxed);
     }
+}
+
+thread_local! {
+    /// What the running command said it was, when its reply alone does not tell (a peek answers
+    /// the same five integers as a decision; a refund's field 1 is tokens given back).
+    static NOTED: Cell<Option<Outcome>> = const { Cell::new(None) };
+}
+
+/// Called by a handler: this call is `outcome` (unless it ends in an error).
+pub fn note(outcome: Outcome) {
+    NOTED.set(Some(outcome));
+}
+
+/// Counts the call of the command at `index` in the command table by its reply: errors as
+/// errors; what the handler noted; else a decision by its field 1 (admitted when above 0).
+pub fn record(index: usize, reply: &Result<Reply, Error>) {
+    let noted = NOTED.take();
+    let allowed = |first: Option<&i64>| {
+        if first.is_some_and(|&n| n > 0) {
+            Outcome::Admitted
+        } else {
+            Outcome::Denied
+        }
+    };
+    let outcome = match (reply, noted) {
+        (Err(_), _) => Outcome::Error,
+        (Ok(_), Some(outcome)) => outcome,
+        (Ok(Reply::Decision(f) | Reply::Nested(f, _)), None) => allowed(f.first()),
+        (Ok(Reply::Integers(v)), None) => allowed(v.first()),
+        (Ok(_), None) => Outcome::Call,
+    };
+    count(index, outcome);
 }
 
 /// A lease asked for `requested` tokens and was granted `granted`.
