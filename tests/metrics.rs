@@ -159,18 +159,19 @@ fn scan(c: &mut Connection) -> Scanned {
                 .query(c)
                 .unwrap();
             for k in keys {
-                let Some(i) = ALGORITHMS.iter().position(|a| k.starts_with(a.0)) else {
-                    panic!("unexpected key {k}");
+                // Expired meanwhile (the expiry test): counted on neither side.
+                let Some((algorithm, entries)) = inspect_algorithm(c, &k) else {
+                    continue;
+                };
+                let Some(i) = ALGORITHMS.iter().position(|a| a.1 == algorithm) else {
+                    panic!("{k} holds an unknown algorithm {algorithm}");
                 };
                 let usage: Option<i64> =
                     redis::cmd("MEMORY").arg("USAGE").arg(&k).query(c).unwrap();
-                // Expired meanwhile (the expiry test): not counted on either side.
                 let Some(usage) = usage else { continue };
                 s.keys[i] += 1;
                 s.memory_usage[i] += usage;
-                if i == 2 {
-                    s.log_entries += inspect_entries(c, &k);
-                }
+                s.log_entries += entries;
             }
             cursor = next;
             if cursor == 0 {
@@ -182,17 +183,22 @@ fn scan(c: &mut Connection) -> Scanned {
     s
 }
 
-/// The `entries` field of `RL.INSPECT` (0 for a key that vanished).
-fn inspect_entries(c: &mut Connection, k: &str) -> i64 {
+/// The `algorithm` and `entries` (0 if absent) fields of `RL.INSPECT`; None for a key that
+/// vanished.
+fn inspect_algorithm(c: &mut Connection, k: &str) -> Option<(String, i64)> {
     let v: Value = redis::cmd("RL.INSPECT").arg(k).query(c).unwrap();
-    let Value::Array(items) = v else { return 0 };
-    items
-        .chunks(2)
-        .find_map(|pair| match pair {
-            [Value::BulkString(name), Value::Int(n)] if name == b"entries" => Some(*n),
-            _ => None,
-        })
-        .unwrap_or(0)
+    let Value::Array(items) = v else { return None };
+    let (mut algorithm, mut entries) = (None, 0);
+    for pair in items.chunks(2) {
+        match pair {
+            [Value::BulkString(name), Value::BulkString(value)] if name == b"algorithm" => {
+                algorithm = Some(String::from_utf8(value.clone()).unwrap());
+            }
+            [Value::BulkString(name), Value::Int(n)] if name == b"entries" => entries = *n,
+            _ => {}
+        }
+    }
+    algorithm.map(|a| (a, entries))
 }
 
 /// The gauges agree with a SCAN: key counts exactly; memory exactly up to a per-key overhead
@@ -309,6 +315,12 @@ fn gauges_follow_every_lifecycle_event_on_master_and_replica() {
     // Changed in place: sliding logs grow and shrink (entries leave the window).
     clock_advance(&mut m, 59_990);
     create(&mut m, 0, 6);
+    // RL.REFUND changes in place too: a refunded sliding log drops its newest entries.
+    for n in 6..10 {
+        for (prefix, _, _) in ALGORITHMS {
+            rl(&mut m, &["RL.REFUND", &key(prefix, n), "2"]);
+        }
+    }
     check(&mut m, &mut r, "in-place changes");
 
     // DEBUG RELOAD: every value saved, freed and loaded again.
