@@ -297,8 +297,7 @@ fn field_prefix(command: &str) -> String {
     command.to_ascii_lowercase().replace('.', "_")
 }
 
-/// The lines of `INFO ratelimit`, as (field without the `ratelimit_` prefix, value). Every
-/// command shows all its counters, so a monitoring system sees a fixed set of fields.
+/// The lines of `INFO ratelimit`, as (field without the `ratelimit_` prefix, value).
 pub fn info_fields() -> Vec<(String, i64)> {
     let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let mut fields = Vec::with_capacity(64);
@@ -328,7 +327,9 @@ pub fn info_fields() -> Vec<(String, i64)> {
             ("calls", s.calls),
             ("errors", s.errors),
         ] {
-            fields.push((format!("{prefix}_{what}"), int(n)));
+            if n > 0 || shows(name, what) {
+                fields.push((format!("{prefix}_{what}"), int(n)));
+            }
         }
         if name.eq_ignore_ascii_case("RL.LEASE") {
             fields.push((
@@ -345,6 +346,18 @@ pub fn info_fields() -> Vec<(String, i64)> {
         }
     }
     fields
+}
+
+/// Whether INFO always shows counter `what` of command `name` (a counter that moved is shown
+/// anyway): a fixed set per kind of command, so that monitoring sees the same fields every time.
+fn shows(name: &str, what: &str) -> bool {
+    let kinds: &[&str] = match name {
+        "RL.PEEK" | "RL.INSPECT" => &["peeks", "errors"],
+        "RL.REFUND" | "RL.SETSTATE" | "RL.DEBUG" => &["calls", "errors"],
+        // The limiter commands, and any command added later.
+        _ => &["admitted", "denied", "peeks", "errors"],
+    };
+    kinds.contains(&what)
 }
 
 unsafe extern "C" fn info_callback(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
