@@ -414,3 +414,77 @@ unsafe extern "C" fn command_filter(fctx: *mut raw::RedisModuleCommandFilterCtx)
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::{sliding_log::SlidingLog, Algorithm, Policy};
+    use crate::state::AlgoState;
+
+    /// The last slot: no command of the table uses it, so no other test moves it.
+    const SLOT: usize = MAX_COMMANDS - 1;
+
+    #[test]
+    fn calls_are_counted_by_their_reply_and_what_the_handler_noted() {
+        let before = command_stats(SLOT);
+        record(SLOT, &Ok(Reply::Decision([1, 10, 9, -1, 100])));
+        record(SLOT, &Ok(Reply::Decision([0, 10, 0, 100, 1000])));
+        record(SLOT, &Ok(Reply::Nested([1, 10, 9, -1, 100], Vec::new())));
+        record(SLOT, &Ok(Reply::Integers(vec![0, 1, 0, 5, 5, 0])));
+        note(Outcome::Peek);
+        record(SLOT, &Ok(Reply::Decision([1, 10, 9, -1, 100])));
+        note(Outcome::Peek);
+        record(SLOT, &Err(Error::Internal));
+        // The note does not outlive the call it was made in.
+        record(SLOT, &Ok(Reply::Ok));
+        record(SLOT, &Ok(Reply::Null));
+        let after = command_stats(SLOT);
+        assert_eq!(
+            (
+                after.admitted - before.admitted,
+                after.denied - before.denied,
+                after.peeks - before.peeks,
+                after.calls - before.calls,
+                after.errors - before.errors
+            ),
+            (2, 2, 1, 2, 1)
+        );
+        // Out of range: ignored, never a panic.
+        record(MAX_COMMANDS + 5, &Ok(Reply::Ok));
+    }
+
+    #[test]
+    fn gauges_follow_a_value_changed_in_place() {
+        let p = Policy::new(10, 1000, 10).unwrap();
+        let t0 = crate::algo::props::T0;
+        let log = |costs: &[u64]| {
+            let mut state: Option<SlidingLog> = None;
+            for (i, &c) in costs.iter().enumerate() {
+                state = SlidingLog::check(state.as_ref(), &p, t0 + i as u64, c)
+                    .next
+                    .or(state);
+            }
+            Limiter {
+                policy: p,
+                state: AlgoState::SlidingLog(state.unwrap()),
+            }
+        };
+        let tag = 3;
+        let (keys, memory) = algorithm_gauges(tag);
+        let entries = log_entries();
+        let mut l = log(&[1, 1]);
+        limiter_created(&l);
+        assert_eq!(algorithm_gauges(tag), (keys + 1, memory + 48 + 16));
+        assert_eq!(log_entries(), entries + 2);
+        let before = Footprint::of(&l);
+        l = log(&[1, 1, 1, 1]);
+        limiter_changed(before, &l);
+        assert_eq!(algorithm_gauges(tag), (keys + 1, memory + 48 + 32));
+        assert_eq!(log_entries(), entries + 4);
+        limiter_freed(&l);
+        assert_eq!(algorithm_gauges(tag), (keys, memory));
+        assert_eq!(log_entries(), entries);
+        assert_eq!(algorithm_name(tag), "sliding_log");
+        assert_eq!(algorithm_name(200), "unknown");
+    }
+}

@@ -360,6 +360,27 @@ fn a_replica_answers_peek_and_inspect() {
     assert_eq!(cmd(&mut r, &["RL.PEEK", "missing"]).unwrap(), Value::Nil);
     // The limiter commands themselves are still refused there.
     assert!(err(&mut r, &["RL.GCRA", "g", "10", "1000"]).starts_with("READONLY"));
+    // Each server's INFO is its own view: the replica ran the peeks and applied the effects.
+    let info = |c: &mut Connection, field: &str| -> i64 {
+        let text: String = redis::cmd("INFO").arg("ratelimit").query(c).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("ratelimit_{field}:")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in {text}"))
+    };
+    assert_eq!(info(&mut r, "rl_peek_peeks"), 7 * 6 + 1);
+    assert_eq!(info(&mut r, "rl_inspect_peeks"), 7 * 6);
+    // Redis itself refused that RL.GCRA (a read-only replica): the module never saw it.
+    assert_eq!(info(&mut r, "rl_gcra_errors"), 0);
+    assert!(info(&mut r, "rl_setstate_calls") > 0);
+    assert_eq!(info(&mut r, "keys"), 6);
+    assert_eq!(info(&mut m, "rl_peek_peeks"), 0);
+    assert_eq!(info(&mut m, "rl_inspect_peeks"), 7 * 6);
+    assert_eq!(
+        info(&mut m, "rl_gcra_admitted") + info(&mut m, "rl_gcra_denied"),
+        7
+    );
+    assert_eq!(info(&mut m, "keys"), 6);
 }
 
 /// In a cluster, a replica in READONLY mode answers RL.PEEK and RL.INSPECT for its slots;

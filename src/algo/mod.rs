@@ -352,6 +352,63 @@ mod inspect_tests {
         assert_eq!(millitokens(3 * p.units_per_token(), &p, false), 3000);
         assert_eq!(millitokens(u128::MAX, &p, false), i64::MAX);
     }
+
+    use super::props::{policy_strategy, run, trace_strategy, window_policy_strategy};
+    use super::{
+        fixed_window::FixedWindow, gcra::Gcra, sliding_counter::SlidingCounter,
+        sliding_log::SlidingLog, token_bucket::TokenBucket,
+    };
+    use proptest::prelude::*;
+
+    /// Every state a trace leaves, inspected now, later and after the clock stepped back: the
+    /// policy comes first, the last three fields are exactly the peek's answer, nothing panics.
+    fn inspect_agrees<A: Algorithm>(p: &Policy, trace: &[(u64, u64)]) -> Result<(), TestCaseError> {
+        let trace: Vec<_> = trace
+            .iter()
+            .map(|&(g, c)| (g, c.min(p.capacity())))
+            .collect();
+        let (_, steps) = run(&trace, |s: Option<&A>, now, cost| A::check(s, p, now, cost));
+        for step in steps {
+            let Some(state) = step.before else { continue };
+            for at in [
+                step.now,
+                step.now + 3 * p.window_ns(),
+                step.now - 1_000_000_000,
+            ] {
+                let fields = state.inspect(p, at);
+                let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+                prop_assert_eq!(
+                    &fields[..3],
+                    &[
+                        ("limit", int(p.limit())),
+                        ("window_ms", int(p.window_ms())),
+                        ("burst", int(p.capacity()))
+                    ]
+                );
+                let peek = A::check(Some(&state), p, at, 0).decision;
+                let tail = inspection(p, Vec::new(), &peek);
+                prop_assert_eq!(&fields[fields.len() - 3..], &tail[3..]);
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+        #[test]
+        fn inspect_agrees_with_the_peek(
+            p in policy_strategy(),
+            w in window_policy_strategy(),
+            trace in trace_strategy(20),
+        ) {
+            inspect_agrees::<Gcra>(&p, &trace)?;
+            inspect_agrees::<TokenBucket>(&p, &trace)?;
+            inspect_agrees::<SlidingLog>(&w, &trace)?;
+            inspect_agrees::<SlidingCounter>(&w, &trace)?;
+            inspect_agrees::<FixedWindow>(&w, &trace)?;
+        }
+    }
 }
 
 /// Property-test helpers and the promises' property tests (the state module reuses the helpers).
