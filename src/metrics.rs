@@ -317,6 +317,9 @@ pub fn info_fields() -> Vec<(String, i64)> {
         crate::MAX_LOG_ENTRIES.load(Relaxed),
     ));
     for (index, spec) in COMMANDS.iter().enumerate() {
+        if !crate::command::throttle::registered(spec) {
+            continue;
+        }
         let name = spec.name;
         let prefix = field_prefix(name);
         let s = command_stats(index);

@@ -200,6 +200,38 @@ fn inspect_explains_every_algorithm() {
             ]
         )
     );
+
+    // The shaper, 10 per second with a queue of 4 and d = 1: five at once, read 350 ms later.
+    clock_set(&mut c, T0_MS + 20_000);
+    cmd(
+        &mut c,
+        &[
+            "RL.SHAPE", "q", "10", "1000", "QUEUE", "4", "DELAY", "1", "COST", "5",
+        ],
+    )
+    .unwrap();
+    clock_advance(&mut c, 350);
+    let q_ttl = ttl(&mut c, "q", T0_MS + 20_350);
+    assert_eq!(
+        inspect(&mut c, "q").unwrap(),
+        fields(
+            "shape",
+            &[
+                ("limit", 10),
+                ("window_ms", 1000),
+                ("burst", 5),
+                ("tat_ms", 150),
+                ("queued_millirequests", 1500),
+                ("undelayed", 1),
+                ("delay_ms", 50),
+                ("remaining", 3),
+                ("retry_after_ms", -1),
+                ("reset_after_ms", 150),
+                ("ttl_ms", q_ttl),
+            ]
+        )
+    );
+    assert_eq!(q_ttl, 650);
 }
 
 /// INSPECT's last three decision fields and PEEK are exactly what a COST 0 request answers.

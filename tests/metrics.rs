@@ -56,8 +56,36 @@ fn counters_count_a_scripted_mix() {
     rl(&mut c, &["RL.FIXEDWINDOW", "fw", "1", "1000"]);
     rl(&mut c, &["RL.FIXEDWINDOW", "fw", "1", "1000"]);
 
+    // RL.THROTTLE answers redis-cell's "limited" in field 1: counted as the decision it is.
+    let throttle = ["RL.THROTTLE", "th", "2", "10", "60"];
+    for limited in [0, 0, 0, 1] {
+        assert_eq!(rl(&mut c, &throttle)[0], limited);
+    }
+    rl(&mut c, &with(&throttle, &["0"]));
+    rl(&mut c, &with(&throttle, &["100"])); // more than the burst: never passes, a denial
+                                            // RL.SHAPE's sixth field does not change how it is counted.
+    let shape: Vec<i64> = redis::cmd("RL.SHAPE")
+        .arg("sh")
+        .arg(1)
+        .arg(1000)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(shape[0], 1);
+    let shape: Vec<i64> = redis::cmd("RL.SHAPE")
+        .arg("sh")
+        .arg(1)
+        .arg(1000)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(shape[0], 0);
+
     let i = info(&mut c);
     let expect = [
+        ("rl_throttle_admitted", 3),
+        ("rl_throttle_denied", 2),
+        ("rl_throttle_peeks", 1),
+        ("rl_shape_admitted", 1),
+        ("rl_shape_denied", 1),
         ("rl_gcra_admitted", 3),
         ("rl_gcra_denied", 2),
         ("rl_gcra_peeks", 2),
@@ -78,8 +106,13 @@ fn counters_count_a_scripted_mix() {
     for (name, n) in expect {
         assert_eq!(field(&i, name), n, "{name}");
     }
-    assert_eq!(field(&i, "keys"), 3);
-    assert_eq!(field(&i, "gcra_keys"), 1);
+    assert_eq!(field(&i, "keys"), 5);
+    assert_eq!(field(&i, "gcra_keys"), 2);
+    assert_eq!(field(&i, "shape_keys"), 1);
+    assert!(
+        !i.contains_key("cl_throttle_admitted"),
+        "CL.THROTTLE is not registered"
+    );
     assert_eq!(field(&i, "token_bucket_keys"), 1);
     assert_eq!(field(&i, "fixed_window_keys"), 1);
     assert_eq!(field(&i, "max_log_entries"), 10_000);
@@ -110,12 +143,13 @@ fn counters_count_a_scripted_mix() {
 
 /// The key prefixes the lifecycle test uses, one per algorithm, with the limiter command that
 /// creates them; every key name is 7 bytes, so every key has the same overhead in MEMORY USAGE.
-const ALGORITHMS: [(&str, &str, &str); 5] = [
+const ALGORITHMS: [(&str, &str, &str); 6] = [
     ("gc", "gcra", "RL.GCRA"),
     ("tb", "token_bucket", "RL.TOKENBUCKET"),
     ("sl", "sliding_log", "RL.SLIDINGLOG"),
     ("sc", "sliding_counter", "RL.SLIDINGCOUNTER"),
     ("fw", "fixed_window", "RL.FIXEDWINDOW"),
+    ("sh", "shape", "RL.SHAPE"),
 ];
 
 fn key(prefix: &str, n: usize) -> String {
@@ -129,7 +163,8 @@ fn create(c: &mut Connection, from: usize, to: usize) {
         for (prefix, _, command) in ALGORITHMS {
             let k = key(prefix, n);
             for _ in 0..=(n % 4) {
-                rl(c, &[command, &k, "100", "60000"]);
+                // RL.SHAPE answers six integers; only success matters here.
+                cmd(c, &[command, &k, "100", "60000"]).unwrap();
                 clock_advance(c, 3);
             }
         }
@@ -139,8 +174,8 @@ fn create(c: &mut Connection, from: usize, to: usize) {
 /// What a SCAN finds, by algorithm: keys, summed MEMORY USAGE, and sliding-log entries.
 #[derive(Debug, Default)]
 struct Scanned {
-    keys: [i64; 5],
-    memory_usage: [i64; 5],
+    keys: [i64; 6],
+    memory_usage: [i64; 6],
     log_entries: i64,
 }
 
@@ -310,7 +345,7 @@ fn gauges_follow_every_lifecycle_event_on_master_and_replica() {
 
     // Created by commands, replicated as RL.SETSTATE effects.
     create(&mut m, 0, 12);
-    assert_eq!(keys_gauge(&mut m), 60);
+    assert_eq!(keys_gauge(&mut m), 72);
     check(&mut m, &mut r, "create");
     // Changed in place: sliding logs grow and shrink (entries leave the window).
     clock_advance(&mut m, 59_990);
@@ -473,7 +508,7 @@ fn gauges_after_an_aof_reload() {
     assert_gauges(&mut c, &mut overhead, "before restart");
     s.restart("NOSAVE");
     let mut c = s.connect();
-    assert_eq!(keys_gauge(&mut c), 40);
+    assert_eq!(keys_gauge(&mut c), 48);
     assert_gauges(&mut c, &mut overhead, "AOF reload");
     cmd(&mut c, &["DEBUG", "LOADAOF"]).unwrap();
     assert_gauges(&mut c, &mut overhead, "DEBUG LOADAOF");

@@ -355,7 +355,7 @@ mod inspect_tests {
 
     use super::props::{policy_strategy, run, trace_strategy, window_policy_strategy};
     use super::{
-        fixed_window::FixedWindow, gcra::Gcra, sliding_counter::SlidingCounter,
+        fixed_window::FixedWindow, gcra::Gcra, shape::Shape, sliding_counter::SlidingCounter,
         sliding_log::SlidingLog, token_bucket::TokenBucket,
     };
     use proptest::prelude::*;
@@ -404,6 +404,7 @@ mod inspect_tests {
         ) {
             inspect_agrees::<Gcra>(&p, &trace)?;
             inspect_agrees::<TokenBucket>(&p, &trace)?;
+            inspect_agrees::<Shape>(&p, &trace)?;
             inspect_agrees::<SlidingLog>(&w, &trace)?;
             inspect_agrees::<SlidingCounter>(&w, &trace)?;
             inspect_agrees::<FixedWindow>(&w, &trace)?;
