@@ -509,9 +509,7 @@ impl Key<'_> {
             }
         }
     }
-}
 
-impl Key<'_> {
     /// The key's absolute expiry in ms since the epoch; None when it has none (or is empty).
     pub fn expires_at_ms(&self) -> Option<u64> {
         // SAFETY: ptr is an open key (or null: no call).
