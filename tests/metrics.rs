@@ -79,8 +79,27 @@ fn counters_count_a_scripted_mix() {
         .unwrap();
     assert_eq!(shape[0], 0);
 
+    // RL.ALL counts each call once, by its combined decision.
+    let all = [
+        "RL.ALL",
+        "2",
+        "{u}a",
+        "{u}b",
+        "GCRA",
+        "1",
+        "1000",
+        "FIXEDWINDOW",
+        "5",
+        "1000",
+    ];
+    for _ in 0..2 {
+        cmd(&mut c, &all).unwrap();
+    }
+
     let i = info(&mut c);
     let expect = [
+        ("rl_all_admitted", 1),
+        ("rl_all_denied", 1),
         ("rl_throttle_admitted", 3),
         ("rl_throttle_denied", 2),
         ("rl_throttle_peeks", 1),
@@ -106,15 +125,15 @@ fn counters_count_a_scripted_mix() {
     for (name, n) in expect {
         assert_eq!(field(&i, name), n, "{name}");
     }
-    assert_eq!(field(&i, "keys"), 5);
-    assert_eq!(field(&i, "gcra_keys"), 2);
+    assert_eq!(field(&i, "keys"), 7);
+    assert_eq!(field(&i, "gcra_keys"), 3);
     assert_eq!(field(&i, "shape_keys"), 1);
     assert!(
         !i.contains_key("cl_throttle_admitted"),
         "CL.THROTTLE is not registered"
     );
     assert_eq!(field(&i, "token_bucket_keys"), 1);
-    assert_eq!(field(&i, "fixed_window_keys"), 1);
+    assert_eq!(field(&i, "fixed_window_keys"), 2);
     assert_eq!(field(&i, "max_log_entries"), 10_000);
 
     // CONFIG RESETSTAT: every counter back to 0, the gauges untouched.
