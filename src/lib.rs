@@ -7,6 +7,7 @@ pub mod algo;
 pub mod clock;
 pub mod command;
 pub mod error;
+pub mod metrics;
 pub mod state;
 
 use std::sync::atomic::AtomicI64;
@@ -77,7 +78,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning("DEBUG-CLOCK is on: RL.DEBUG can move this server's limiter clock. Never in production.");
     }
     ffi::set_module_options(ctx);
-    match ffi::register_all(ctx) {
+    match ffi::register_all(ctx).and_then(|()| metrics::register(ctx)) {
         Ok(()) => Status::Ok,
         Err(e) => {
             ctx.log_warning(&e);

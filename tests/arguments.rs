@@ -180,6 +180,15 @@ const CASES: &[(&[&str], Text)] = &[
     (&["RL.DEBUG", "CLOCK", "JUMP"], Has("unknown CLOCK action 'JUMP'")),
     (&["RL.DEBUG", "NOPE", "x"], Has("unknown subcommand 'NOPE'")),
     (&["RL.DEBUG", "CLOCK"], Has("wrong number of arguments")),
+    // RL.PEEK and RL.INSPECT: one key, read only.
+    (&["RL.PEEK"], Has("wrong number of arguments")),
+    (&["RL.PEEK", "gcra", "extra"], Has("wrong number of arguments")),
+    (&["RL.PEEK", "str"], Is("WRONGTYPE the key holds a string, not a limiter; use another key or DEL it")),
+    (&["RL.PEEK", "list"], Has("WRONGTYPE the key holds a list")),
+    (&["RL.INSPECT"], Has("wrong number of arguments")),
+    (&["RL.INSPECT", "gcra", "extra"], Has("wrong number of arguments")),
+    (&["RL.INSPECT", "str"], Is("WRONGTYPE the key holds a string, not a limiter; use another key or DEL it")),
+    (&["RL.INSPECT", "list"], Has("WRONGTYPE the key holds a list")),
 ];
 
 #[test]

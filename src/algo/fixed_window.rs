@@ -12,7 +12,7 @@
 //! window keeps the stored window and its count: a window never restarts because time ran
 //! backwards.
 
-use super::{Algorithm, Decision, Outcome, Policy};
+use super::{inspection, relative_ms, Algorithm, Decision, Field, Outcome, Policy};
 
 /// Stored state: the window the count belongs to, and the count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -96,6 +96,20 @@ pub fn refund(state: &FixedWindow, policy: &Policy, now_ns: u64, n: u64) -> Fixe
     }
 }
 
+/// `RL.INSPECT`'s fields, as of now (a fresh window if the stored one ended):
+/// `window_start_ms`, the window's start relative to now, and `count`, the cost it holds.
+pub fn inspect(state: &FixedWindow, policy: &Policy, now_ns: u64) -> Vec<Field> {
+    let window = FixedWindow::current(Some(state), policy, now_ns);
+    let own = vec![
+        (
+            "window_start_ms",
+            relative_ms(window.start_ns.into(), now_ns),
+        ),
+        ("count", i64::try_from(window.count).unwrap_or(i64::MAX)),
+    ];
+    inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
+}
+
 impl Algorithm for FixedWindow {
     const NAME: &'static str = "fixed window";
     const TAG: u8 = 5;
@@ -111,6 +125,10 @@ impl Algorithm for FixedWindow {
 
     fn refund(&self, policy: &Policy, now_ns: u64, n: u64) -> Self {
         refund(self, policy, now_ns, n)
+    }
+
+    fn inspect(&self, policy: &Policy, now_ns: u64) -> Vec<Field> {
+        inspect(self, policy, now_ns)
     }
 }
 
@@ -130,6 +148,37 @@ mod tests {
     /// Runs requests at the given offsets from T0, returning the decisions and the final state.
     fn run(p: &Policy, reqs: &[(u64, u64)]) -> (Vec<Decision>, Option<FixedWindow>) {
         super::super::props::run_at(reqs, |s, now, cost| check(s, p, now, cost))
+    }
+
+    #[test]
+    fn inspect_shows_the_window() {
+        let p = policy(10, 1000);
+        let (_, s) = run(&p, &[(100 * MS, 10)]);
+        let s = s.unwrap();
+        assert_eq!(
+            inspect(&s, &p, T0 + 400 * MS),
+            vec![
+                ("limit", 10),
+                ("window_ms", 1000),
+                ("burst", 10),
+                ("window_start_ms", -400),
+                ("count", 10),
+                ("remaining", 0),
+                ("retry_after_ms", 600),
+                ("reset_after_ms", 600),
+            ]
+        );
+        // The next window: fresh.
+        assert_eq!(
+            inspect(&s, &p, T0 + 1100 * MS)[3..],
+            [
+                ("window_start_ms", -100),
+                ("count", 0),
+                ("remaining", 10),
+                ("retry_after_ms", -1),
+                ("reset_after_ms", 0)
+            ]
+        );
     }
 
     #[test]

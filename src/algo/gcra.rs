@@ -10,7 +10,10 @@
 //!
 //! Admits exactly what a token bucket with the same L, W, B admits (see `token_bucket`).
 
-use super::{rescale_units, Algorithm, Decision, Outcome, Policy};
+use super::{
+    inspection, millitokens, relative_ms, rescale_units, Algorithm, Decision, Field, Outcome,
+    Policy,
+};
 
 /// Stored state: the theoretical arrival time, in units of the policy it was decided under.
 ///
@@ -75,6 +78,22 @@ fn whole_tokens(units: u128, per_token: u128) -> u64 {
     u64::try_from(units / per_token).unwrap_or(u64::MAX)
 }
 
+/// `RL.INSPECT`'s fields: `tat_ms`, the theoretical arrival time relative to now (the key is
+/// full from then on; negative or 0 when it already is), and `debt_millitokens`, the tokens
+/// spent and not yet refilled, in thousandths rounded up.
+pub fn inspect(state: &Gcra, policy: &Policy, now_ns: u64) -> Vec<Field> {
+    let tat = state.tat;
+    let debt = tat.saturating_sub(policy.units_at(now_ns));
+    let own = vec![
+        (
+            "tat_ms",
+            relative_ms(tat.div_ceil(policy.units_per_ns()), now_ns),
+        ),
+        ("debt_millitokens", millitokens(debt, policy, true)),
+    ];
+    inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
+}
+
 impl Algorithm for Gcra {
     const NAME: &'static str = "GCRA";
     const TAG: u8 = 1;
@@ -90,6 +109,10 @@ impl Algorithm for Gcra {
 
     fn refund(&self, policy: &Policy, now_ns: u64, n: u64) -> Self {
         refund(self, policy, now_ns, n)
+    }
+
+    fn inspect(&self, policy: &Policy, now_ns: u64) -> Vec<Field> {
+        inspect(self, policy, now_ns)
     }
 }
 
@@ -109,6 +132,47 @@ mod tests {
     /// Runs requests at the given offsets from T0, returning the decisions.
     fn run(p: &Policy, reqs: &[(u64, u64)]) -> Vec<Decision> {
         super::super::props::run_at(reqs, |s, now, cost| check(s, p, now, cost)).0
+    }
+
+    #[test]
+    fn inspect_explains_the_debt() {
+        // 10 per second, burst 5: T = 100 ms. 5 spent at T0, then 50 ms pass: 4.5 owed.
+        let p = policy(10, 1000, 5);
+        let s = check(None, &p, T0, 5).next.unwrap();
+        let now = T0 + 50 * MS;
+        assert_eq!(
+            inspect(&s, &p, now),
+            vec![
+                ("limit", 10),
+                ("window_ms", 1000),
+                ("burst", 5),
+                ("tat_ms", 450),
+                ("debt_millitokens", 4500),
+                ("remaining", 0),
+                ("retry_after_ms", 50),
+                ("reset_after_ms", 450),
+            ]
+        );
+        // Long after: the tat is in the past, nothing owed, full.
+        let later = inspect(&s, &p, T0 + 2 * SEC + 1);
+        assert_eq!(later[3..5], [("tat_ms", -1500), ("debt_millitokens", 0)]);
+        assert_eq!(
+            later[5..],
+            [
+                ("remaining", 5),
+                ("retry_after_ms", -1),
+                ("reset_after_ms", 0)
+            ]
+        );
+        // 3 per second: a third of a token is rounded up, never down.
+        let p = policy(3, 1000, 3);
+        let s = check(None, &p, T0, 1).next.unwrap();
+        assert_eq!(inspect(&s, &p, T0)[4], ("debt_millitokens", 1000));
+        assert_eq!(
+            inspect(&s, &p, T0 + 1)[3..5],
+            [("tat_ms", 334), ("debt_millitokens", 1000)]
+        );
+        assert_eq!(inspect(&s, &p, T0 + 100 * MS)[4], ("debt_millitokens", 700));
     }
 
     #[test]

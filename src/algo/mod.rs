@@ -240,6 +240,17 @@ pub trait Algorithm: Sized + Clone + PartialEq + std::fmt::Debug {
     fn entries(_policy: &Policy) -> u64 {
         0
     }
+
+    /// `RL.INSPECT`'s fields for this state under `policy` at `now_ns`: the policy, the
+    /// algorithm's own state fields in human units, then what a cost-1 request would be answered
+    /// now (see [`inspection`]). The default shows no state fields.
+    fn inspect(&self, policy: &Policy, now_ns: u64) -> Vec<Field> {
+        inspection(
+            policy,
+            Vec::new(),
+            &Self::check(Some(self), policy, now_ns, 0).decision,
+        )
+    }
 }
 
 /// Nanoseconds rounded up to whole milliseconds, so a client that waits this long is not early.
@@ -266,6 +277,139 @@ pub fn rescale_units(units: u128, from: &Policy, to: &Policy, round_up: bool) ->
         scaled_part / from_token
     };
     whole.saturating_mul(to_token).saturating_add(part_units)
+}
+
+/// One field of `RL.INSPECT`: its name and an integer in human units (milliseconds, tokens,
+/// requests). Instants are given relative to now: positive in the future, negative in the past.
+pub type Field = (&'static str, i64);
+
+/// `at_ns − now_ns` in milliseconds, rounded up (toward the future), saturating.
+pub fn relative_ms(at_ns: u128, now_ns: u64) -> i64 {
+    let diff = i128::try_from(at_ns)
+        .unwrap_or(i128::MAX)
+        .saturating_sub(i128::from(now_ns));
+    let ms = NS_PER_MS as i128;
+    // Division truncates toward zero: that is already up for a negative difference.
+    let up = diff / ms + i128::from(diff % ms > 0);
+    i64::try_from(up).unwrap_or(if up < 0 { i64::MIN } else { i64::MAX })
+}
+
+/// `units` in thousandths of a token, rounded up when `round_up`, saturating.
+pub fn millitokens(units: u128, policy: &Policy, round_up: bool) -> i64 {
+    let scaled = units.saturating_mul(1000);
+    let per_token = policy.units_per_token();
+    let milli = if round_up {
+        scaled.div_ceil(per_token)
+    } else {
+        scaled / per_token
+    };
+    i64::try_from(milli).unwrap_or(i64::MAX)
+}
+
+/// An inspection: the policy, the algorithm's own `state` fields, then what a cost-1 request
+/// would be answered now (`peek`: the algorithm's `check` with cost 0).
+pub fn inspection(policy: &Policy, state: Vec<Field>, peek: &Decision) -> Vec<Field> {
+    let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let mut fields = vec![
+        ("limit", int(policy.limit())),
+        ("window_ms", int(policy.window_ms())),
+        ("burst", int(policy.capacity())),
+    ];
+    fields.extend(state);
+    fields.extend([
+        ("remaining", int(peek.remaining)),
+        (
+            "retry_after_ms",
+            peek.retry_after_ns.map_or(-1, |ns| int(ms_ceil(ns))),
+        ),
+        ("reset_after_ms", int(ms_ceil(peek.reset_after_ns))),
+    ]);
+    fields
+}
+
+#[cfg(test)]
+mod inspect_tests {
+    use super::*;
+
+    #[test]
+    fn relative_ms_rounds_toward_the_future() {
+        let now = 10 * NS_PER_MS;
+        assert_eq!(relative_ms(u128::from(now), now), 0);
+        assert_eq!(relative_ms(u128::from(now + 1), now), 1);
+        assert_eq!(relative_ms(u128::from(now + NS_PER_MS), now), 1);
+        assert_eq!(relative_ms(u128::from(now - 1), now), 0);
+        assert_eq!(relative_ms(u128::from(now - NS_PER_MS - 1), now), -1);
+        assert_eq!(relative_ms(u128::MAX, now), i64::MAX);
+        assert_eq!(relative_ms(0, u64::MAX), -18_446_744_073_709);
+    }
+
+    #[test]
+    fn millitokens_round_as_asked() {
+        let p = Policy::new(3, 1000, 3).unwrap();
+        let third = p.units_per_token() / 3;
+        assert_eq!(millitokens(third, &p, false), 333);
+        assert_eq!(millitokens(third, &p, true), 334);
+        assert_eq!(millitokens(3 * p.units_per_token(), &p, false), 3000);
+        assert_eq!(millitokens(u128::MAX, &p, false), i64::MAX);
+    }
+
+    use super::props::{policy_strategy, run, trace_strategy, window_policy_strategy};
+    use super::{
+        fixed_window::FixedWindow, gcra::Gcra, shape::Shape, sliding_counter::SlidingCounter,
+        sliding_log::SlidingLog, token_bucket::TokenBucket,
+    };
+    use proptest::prelude::*;
+
+    /// Every state a trace leaves, inspected now, later and after the clock stepped back: the
+    /// policy comes first, the last three fields are exactly the peek's answer, nothing panics.
+    fn inspect_agrees<A: Algorithm>(p: &Policy, trace: &[(u64, u64)]) -> Result<(), TestCaseError> {
+        let trace: Vec<_> = trace
+            .iter()
+            .map(|&(g, c)| (g, c.min(p.capacity())))
+            .collect();
+        let (_, steps) = run(&trace, |s: Option<&A>, now, cost| A::check(s, p, now, cost));
+        for step in steps {
+            let Some(state) = step.before else { continue };
+            for at in [
+                step.now,
+                step.now + 3 * p.window_ns(),
+                step.now - 1_000_000_000,
+            ] {
+                let fields = state.inspect(p, at);
+                let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+                prop_assert_eq!(
+                    &fields[..3],
+                    &[
+                        ("limit", int(p.limit())),
+                        ("window_ms", int(p.window_ms())),
+                        ("burst", int(p.capacity()))
+                    ]
+                );
+                let peek = A::check(Some(&state), p, at, 0).decision;
+                let tail = inspection(p, Vec::new(), &peek);
+                prop_assert_eq!(&fields[fields.len() - 3..], &tail[3..]);
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
+
+        #[test]
+        fn inspect_agrees_with_the_peek(
+            p in policy_strategy(),
+            w in window_policy_strategy(),
+            trace in trace_strategy(20),
+        ) {
+            inspect_agrees::<Gcra>(&p, &trace)?;
+            inspect_agrees::<TokenBucket>(&p, &trace)?;
+            inspect_agrees::<Shape>(&p, &trace)?;
+            inspect_agrees::<SlidingLog>(&w, &trace)?;
+            inspect_agrees::<SlidingCounter>(&w, &trace)?;
+            inspect_agrees::<FixedWindow>(&w, &trace)?;
+        }
+    }
 }
 
 /// Property-test helpers and the promises' property tests (the state module reuses the helpers).

@@ -41,7 +41,7 @@
 //! command layer compares the requested d with the stored one the way it compares policies.
 
 use super::gcra::{self, Gcra};
-use super::{Algorithm, Outcome, Policy};
+use super::{inspection, millitokens, ms_ceil, relative_ms, Algorithm, Field, Outcome, Policy};
 
 /// Stored state.
 ///
@@ -129,6 +129,35 @@ impl Algorithm for Shape {
     fn refund(&self, policy: &Policy, now_ns: u64, n: u64) -> Self {
         refund(self, policy, now_ns, n)
     }
+
+    fn inspect(&self, policy: &Policy, now_ns: u64) -> Vec<Field> {
+        inspect(self, policy, now_ns)
+    }
+}
+
+/// `RL.INSPECT`'s fields: `tat_ms`, when the queue has drained, relative to now (≤ 0: empty);
+/// `queued_millirequests`, the requests ahead beyond the rate (the debt over T), in thousandths
+/// rounded up; `undelayed`, d; and `delay_ms`, what a cost-1 request admitted now would wait.
+pub fn inspect(state: &Shape, policy: &Policy, now_ns: u64) -> Vec<Field> {
+    let tat = state.tat;
+    let debt = tat.saturating_sub(policy.units_at(now_ns));
+    let shaped = check(Some(state), policy, now_ns, 0);
+    let own = vec![
+        (
+            "tat_ms",
+            relative_ms(tat.div_ceil(policy.units_per_ns()), now_ns),
+        ),
+        ("queued_millirequests", millitokens(debt, policy, true)),
+        (
+            "undelayed",
+            i64::try_from(state.undelayed).unwrap_or(i64::MAX),
+        ),
+        (
+            "delay_ms",
+            i64::try_from(ms_ceil(shaped.delay_ns)).unwrap_or(i64::MAX),
+        ),
+    ];
+    inspection(policy, own, &shaped.outcome.decision)
 }
 
 /// The same queue under a new policy: what was already queued carries over (as GCRA's debt),
@@ -164,6 +193,44 @@ mod tests {
     /// Rate L per W ms with a queue of q.
     fn policy(l: u64, w: u64, queue: u64) -> Policy {
         Policy::new(l, w, queue + 1).unwrap()
+    }
+
+    #[test]
+    fn inspect_shows_the_queue() {
+        // 10 per second (T = 100 ms), queue 4, d = 1: five at once, read 50 ms later.
+        let p = policy(10, 1000, 4);
+        let s = check(Some(&Shape::configured(None, 1)), &p, T0, 5)
+            .outcome
+            .next
+            .unwrap();
+        assert_eq!(
+            inspect(&s, &p, T0 + 50 * MS),
+            vec![
+                ("limit", 10),
+                ("window_ms", 1000),
+                ("burst", 5),
+                ("tat_ms", 450),
+                ("queued_millirequests", 4500),
+                ("undelayed", 1),
+                ("delay_ms", 0),
+                ("remaining", 0),
+                ("retry_after_ms", 50),
+                ("reset_after_ms", 450),
+            ]
+        );
+        // 300 ms later 1.5 are queued: a request would pass, and wait 50 ms (excess 2.5 − d 1 − 1).
+        assert_eq!(
+            inspect(&s, &p, T0 + 350 * MS)[3..],
+            [
+                ("tat_ms", 150),
+                ("queued_millirequests", 1500),
+                ("undelayed", 1),
+                ("delay_ms", 50),
+                ("remaining", 3),
+                ("retry_after_ms", -1),
+                ("reset_after_ms", 150)
+            ]
+        );
     }
 
     /// Runs requests (offset from T0, cost) with d = `undelayed`; returns (allowed, delay, retry).

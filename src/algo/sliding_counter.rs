@@ -17,7 +17,7 @@
 //! but only when the previous window's requests were bunched at its end; an interval that starts
 //! at a boundary, or follows a quiet window, gets at most L.
 
-use super::{Algorithm, Decision, Outcome, Policy};
+use super::{inspection, relative_ms, Algorithm, Decision, Field, Outcome, Policy};
 
 /// Stored state: the current window's start and the two counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -173,6 +173,32 @@ pub fn refund(state: &SlidingCounter, policy: &Policy, now_ns: u64, n: u64) -> S
     }
 }
 
+/// `RL.INSPECT`'s fields, as of now (the stored counts rolled forward if a window boundary
+/// passed): `window_start_ms`, the current window's start relative to now; `previous_count`
+/// and `current_count`; and `estimate_millirequests`, the weighted estimate
+/// `prev·(W − e)/W + curr` in thousandths, rounded down (a request of cost n passes while the
+/// estimate plus n − 1 is below L).
+pub fn inspect(state: &SlidingCounter, policy: &Policy, now_ns: u64) -> Vec<Field> {
+    let counter = SlidingCounter::current(Some(state), policy, now_ns);
+    let window = u128::from(policy.window_ns());
+    let elapsed = u128::from(now_ns.saturating_sub(counter.start_ns));
+    let estimate = counter.weighted(window, elapsed) * 1000 / window;
+    let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let own = vec![
+        (
+            "window_start_ms",
+            relative_ms(counter.start_ns.into(), now_ns),
+        ),
+        ("previous_count", int(counter.prev)),
+        ("current_count", int(counter.curr)),
+        (
+            "estimate_millirequests",
+            i64::try_from(estimate).unwrap_or(i64::MAX),
+        ),
+    ];
+    inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
+}
+
 impl Algorithm for SlidingCounter {
     const NAME: &'static str = "sliding counter";
     const TAG: u8 = 4;
@@ -188,6 +214,10 @@ impl Algorithm for SlidingCounter {
 
     fn refund(&self, policy: &Policy, now_ns: u64, n: u64) -> Self {
         refund(self, policy, now_ns, n)
+    }
+
+    fn inspect(&self, policy: &Policy, now_ns: u64) -> Vec<Field> {
+        inspect(self, policy, now_ns)
     }
 }
 
@@ -209,6 +239,48 @@ mod tests {
             prev,
             curr,
         }
+    }
+
+    #[test]
+    fn inspect_shows_the_estimate() {
+        let p = policy(10, 1000);
+        // 8 in the previous window, 3 in this one, 250 ms in: 8·0.75 + 3 = 9.
+        let s = state(T0, 8, 3);
+        assert_eq!(
+            inspect(&s, &p, T0 + 250 * MS),
+            vec![
+                ("limit", 10),
+                ("window_ms", 1000),
+                ("burst", 10),
+                ("window_start_ms", -250),
+                ("previous_count", 8),
+                ("current_count", 3),
+                ("estimate_millirequests", 9000),
+                ("remaining", 1),
+                ("retry_after_ms", -1),
+                ("reset_after_ms", 1750),
+            ]
+        );
+        // A boundary later the counts roll: 3 become the previous window's, 1.2 s in: 3·0.8.
+        let f = inspect(&s, &p, T0 + 1200 * MS);
+        assert_eq!(
+            f[3..7],
+            [
+                ("window_start_ms", -200),
+                ("previous_count", 3),
+                ("current_count", 0),
+                ("estimate_millirequests", 2400)
+            ]
+        );
+        // Two boundaries later, nothing is left.
+        assert_eq!(
+            inspect(&s, &p, T0 + 2500 * MS)[4..7],
+            [
+                ("previous_count", 0),
+                ("current_count", 0),
+                ("estimate_millirequests", 0)
+            ]
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@
 //! denial stores nothing, so the trimmed log is stored by the next admitted request). The log holds
 //! at most L entries: 8 bytes each.
 
-use super::{Algorithm, Decision, Outcome, Policy};
+use super::{inspection, relative_ms, Algorithm, Decision, Field, Outcome, Policy};
 
 const COUNT_BITS: u32 = 20;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
@@ -296,6 +296,28 @@ pub fn refund(state: &SlidingLog, policy: &Policy, now_ns: u64, n: u64) -> Slidi
     SlidingLog::pack(tick_shift(policy), &entries)
 }
 
+/// `RL.INSPECT`'s fields: `entries`, the entries stored (8 bytes each, including any that left
+/// the window since the last admitted request); `oldest_ms` and `newest_ms`, the instants of the
+/// oldest and newest stored entry relative to now (absent when the log is empty); and `count`,
+/// the cost the window holds now (what a decision counts).
+pub fn inspect(state: &SlidingLog, policy: &Policy, now_ns: u64) -> Vec<Field> {
+    let shift = tick_shift(policy);
+    let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let mut own = vec![("entries", int(state.words.len() as u64))];
+    let instant = |w: Option<&u64>| w.map(|&w| relative_ms(state.instant(w, shift).into(), now_ns));
+    if let (Some(oldest), Some(newest)) =
+        (instant(state.words.first()), instant(state.words.last()))
+    {
+        own.extend([("oldest_ms", oldest), ("newest_ms", newest)]);
+    }
+    let count = live_entries(state, policy, now_ns)
+        .iter()
+        .map(|&(_, c)| c)
+        .sum();
+    own.push(("count", int(count)));
+    inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
+}
+
 impl Algorithm for SlidingLog {
     const NAME: &'static str = "sliding log";
     const TAG: u8 = 3;
@@ -311,6 +333,10 @@ impl Algorithm for SlidingLog {
 
     fn refund(&self, policy: &Policy, now_ns: u64, n: u64) -> Self {
         refund(self, policy, now_ns, n)
+    }
+
+    fn inspect(&self, policy: &Policy, now_ns: u64) -> Vec<Field> {
+        inspect(self, policy, now_ns)
     }
 
     fn entries(policy: &Policy) -> u64 {
@@ -339,6 +365,59 @@ mod tests {
         log.entries(tick_shift(p))
             .map(|(at, c)| (at - T0, c))
             .collect()
+    }
+
+    #[test]
+    fn inspect_shows_the_log() {
+        let p = policy(5, 1000);
+        let (_, log) = run(&p, &[(0, 2), (300 * MS, 1), (300 * MS, 2)]);
+        let log = log.unwrap();
+        assert_eq!(
+            inspect(&log, &p, T0 + 700 * MS),
+            vec![
+                ("limit", 5),
+                ("window_ms", 1000),
+                ("burst", 5),
+                ("entries", 2),
+                ("oldest_ms", -700),
+                ("newest_ms", -400),
+                ("count", 5),
+                ("remaining", 0),
+                ("retry_after_ms", 300),
+                ("reset_after_ms", 600),
+            ]
+        );
+        // The oldest entry left the window but stays stored until the next admitted request.
+        let f = inspect(&log, &p, T0 + 1000 * MS);
+        assert_eq!(
+            f[3..7],
+            [
+                ("entries", 2),
+                ("oldest_ms", -1000),
+                ("newest_ms", -700),
+                ("count", 3)
+            ]
+        );
+        assert_eq!(
+            f[7..],
+            [
+                ("remaining", 2),
+                ("retry_after_ms", -1),
+                ("reset_after_ms", 300)
+            ]
+        );
+        // Empty (everything refunded): no instants to show.
+        let empty = refund(&log, &p, T0 + 700 * MS, 5);
+        assert_eq!(
+            inspect(&empty, &p, T0 + 700 * MS)[3..],
+            [
+                ("entries", 0),
+                ("count", 0),
+                ("remaining", 5),
+                ("retry_after_ms", -1),
+                ("reset_after_ms", 0)
+            ]
+        );
     }
 
     #[test]

@@ -5,7 +5,10 @@
 //! added, and a token is `window_ns` units. With the same L, W, B it admits exactly what GCRA
 //! admits (a property test checks it); it stores a balance and an instant instead of one instant.
 
-use super::{rescale_units, Algorithm, Decision, Outcome, Policy};
+use super::{
+    inspection, millitokens, relative_ms, rescale_units, Algorithm, Decision, Field, Outcome,
+    Policy,
+};
 
 /// Stored state: the balance at the last refill, and when that was.
 ///
@@ -105,6 +108,24 @@ pub fn refund(state: &TokenBucket, policy: &Policy, now_ns: u64, n: u64) -> Toke
     }
 }
 
+/// `RL.INSPECT`'s fields: `millitokens`, the balance now (refilled up to now) in thousandths of
+/// a token, rounded down; `stored_millitokens`, the balance stored at the last refill; and
+/// `last_refill_ms`, when that was, relative to now (negative: in the past).
+pub fn inspect(state: &TokenBucket, policy: &Policy, now_ns: u64) -> Vec<Field> {
+    let own = vec![
+        (
+            "millitokens",
+            millitokens(state.refilled(policy, now_ns).tokens, policy, false),
+        ),
+        (
+            "stored_millitokens",
+            millitokens(state.tokens, policy, false),
+        ),
+        ("last_refill_ms", relative_ms(state.last_ns.into(), now_ns)),
+    ];
+    inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
+}
+
 impl Algorithm for TokenBucket {
     const NAME: &'static str = "token bucket";
     const TAG: u8 = 2;
@@ -121,6 +142,10 @@ impl Algorithm for TokenBucket {
     fn refund(&self, policy: &Policy, now_ns: u64, n: u64) -> Self {
         refund(self, policy, now_ns, n)
     }
+
+    fn inspect(&self, policy: &Policy, now_ns: u64) -> Vec<Field> {
+        inspect(self, policy, now_ns)
+    }
 }
 
 #[cfg(test)]
@@ -132,6 +157,54 @@ mod tests {
 
     const MS: u64 = 1_000_000;
     const T0: u64 = 1_800_000_000_000 * MS;
+
+    #[test]
+    fn inspect_shows_the_balance() {
+        // 10 per second, burst 5: 5 spent at T0, 250 ms later 2.5 tokens are back.
+        let p = Policy::new(10, 1000, 5).unwrap();
+        let s = check(None, &p, T0, 5).next.unwrap();
+        assert_eq!(
+            inspect(&s, &p, T0 + 250 * MS),
+            vec![
+                ("limit", 10),
+                ("window_ms", 1000),
+                ("burst", 5),
+                ("millitokens", 2500),
+                ("stored_millitokens", 0),
+                ("last_refill_ms", -250),
+                ("remaining", 2),
+                ("retry_after_ms", -1),
+                ("reset_after_ms", 250),
+            ]
+        );
+        let s = check(Some(&s), &p, T0 + 250 * MS, 2).next.unwrap();
+        let f = inspect(&s, &p, T0 + 250 * MS);
+        assert_eq!(
+            f[3..6],
+            [
+                ("millitokens", 500),
+                ("stored_millitokens", 500),
+                ("last_refill_ms", 0)
+            ]
+        );
+        assert_eq!(
+            f[6..],
+            [
+                ("remaining", 0),
+                ("retry_after_ms", 50),
+                ("reset_after_ms", 450)
+            ]
+        );
+        // The clock read before the last refill: nothing refilled, the refill is in the future.
+        assert_eq!(
+            inspect(&s, &p, T0)[3..6],
+            [
+                ("millitokens", 500),
+                ("stored_millitokens", 500),
+                ("last_refill_ms", 250)
+            ]
+        );
+    }
 
     #[test]
     fn table_of_cases() {

@@ -16,6 +16,7 @@ use redis_module::{raw, Context};
 
 use super::{Keys, Reply, Spec, COMMANDS};
 use crate::error::Error;
+use crate::metrics;
 use crate::state::{self, Limiter};
 
 /// The context of the command being run. Only `dispatch` makes one.
@@ -465,7 +466,9 @@ impl Key<'_> {
         // SAFETY: `held` is the value of this key, found by `held()` while the key is open, and
         // nothing replaced it since: every replacement goes through this function.
         if let Some(stored) = unsafe { self.held.as_mut() } {
+            let before = metrics::Footprint::of(stored);
             *stored = limiter;
+            metrics::limiter_changed(before, stored);
             return Ok(stored);
         }
         let value = Box::into_raw(Box::new(limiter));
@@ -483,7 +486,9 @@ impl Key<'_> {
         }
         self.held = value;
         // SAFETY: Redis owns `value` now and keeps it alive while the key is open and unchanged.
-        unsafe { value.as_mut() }.ok_or(Error::Internal)
+        let stored = unsafe { value.as_mut() }.ok_or(Error::Internal)?;
+        metrics::limiter_created(stored);
+        Ok(stored)
     }
 
     /// Sets the key to expire at an absolute instant (ms since the epoch), or never.
@@ -503,6 +508,18 @@ impl Key<'_> {
                 }
             }
         }
+    }
+
+    /// The key's absolute expiry in ms since the epoch; None when it has none (or is empty).
+    pub fn expires_at_ms(&self) -> Option<u64> {
+        // SAFETY: ptr is an open key (or null: no call).
+        let at = unsafe {
+            match raw::RedisModule_GetAbsExpire {
+                Some(get) if !self.ptr.is_null() => get(self.ptr),
+                _ => -1,
+            }
+        };
+        u64::try_from(at).ok()
     }
 }
 
@@ -589,6 +606,7 @@ extern "C" fn dispatch<const I: usize>(
         ctx.log_warning(&format!("panic caught in {}: {why}", spec.name));
         Err(Error::Internal)
     });
+    metrics::record(I, &reply);
     ctx.reply(reply);
     raw::Status::Ok as c_int
 }

@@ -12,6 +12,7 @@ use crate::algo::step::{step, Step};
 use crate::algo::{lease, sliding_log::MAX_LOG_LIMIT, token_bucket::TokenBucket, Outcome, Policy};
 use crate::clock;
 use crate::error::Error;
+use crate::metrics;
 use crate::state::{Limiter, Stored};
 
 /// `RL.GCRA`, `RL.TOKENBUCKET`, `RL.SLIDINGLOG`, `RL.SLIDINGCOUNTER`, `RL.FIXEDWINDOW`.
@@ -39,6 +40,7 @@ pub fn lease(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
     let decided = decide::<TokenBucket>(ctx, &request, |state, now_ns| {
         lease::lease(state, &policy, now_ns, want)
     })?;
+    metrics::leased(want, decided.decision.allowed);
     Ok(Reply::decision(&decided.decision))
 }
 
@@ -53,6 +55,9 @@ pub fn decide<A: Stored>(
     accepts::<A>(&request.policy)?;
     let now_ns = clock::now_ns();
     let peek = request.amount == 0;
+    if peek {
+        metrics::note(metrics::Outcome::Peek);
+    }
     // A peek opens read-only: it can neither create nor change the key.
     let mut key = ctx.open(request.key, !peek);
     let stored = key.limiter(A::NAME)?;

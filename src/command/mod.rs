@@ -7,7 +7,9 @@ pub mod args;
 pub mod debug;
 pub mod effect;
 pub mod ffi;
+pub mod inspect;
 pub mod limit;
+pub mod peek;
 pub mod refund;
 pub mod setstate;
 pub mod shape;
@@ -239,6 +241,24 @@ pub const COMMANDS: &[Spec] = &[
         summary: "RL.THROTTLE under redis-cell's name (loaded with CELL-COMPAT yes)",
         event: c"cl.throttle",
         handler: throttle::throttle,
+    },
+    Spec {
+        name: "RL.PEEK",
+        flags: "readonly fast",
+        arity: 2,
+        keys: Keys::ReadOnly,
+        summary: "Answers what a cost-1 request would get now under the key's stored policy, spending nothing",
+        event: c"rl.peek",
+        handler: peek::peek,
+    },
+    Spec {
+        name: "RL.INSPECT",
+        flags: "readonly",
+        arity: 2,
+        keys: Keys::ReadOnly,
+        summary: "Explains the limiter at key: its policy and state in human units",
+        event: c"rl.inspect",
+        handler: inspect::inspect,
     },
     Spec {
         name: "RL.SETSTATE",

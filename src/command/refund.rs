@@ -11,6 +11,7 @@ use super::{effect, Args, Ctx, Reply};
 use crate::algo::{Decision, Policy, MAX_LIMIT};
 use crate::clock;
 use crate::error::Error;
+use crate::metrics;
 use crate::state::{Stored, Visit};
 
 pub fn refund(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
@@ -20,11 +21,17 @@ pub fn refund(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     let now_ns = clock::now_ns();
     let mut key = ctx.open(name, true);
     let Some(limiter) = key.limiter("")? else {
+        metrics::note(metrics::Outcome::Call);
         return Ok(Reply::Null);
     };
     let policy = limiter.policy;
+    let before = metrics::Footprint::of(limiter);
     let refunded = limiter.state.visit(Settle { policy, now_ns, n });
+    metrics::note(metrics::Outcome::Call);
+    metrics::refunded(refunded.given);
     if refunded.changed {
+        // Changed in place (a sliding log shrinks): the gauges follow.
+        metrics::limiter_changed(before, limiter);
         let expire_at_ms = effect::propagate(ctx, name, limiter, now_ns, &refunded.after);
         key.expire_at(Some(expire_at_ms));
     }

@@ -41,6 +41,7 @@ use crate::algo::gcra::{self, Gcra};
 use crate::algo::{Algorithm, Decision, Policy, PolicyError, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::clock;
 use crate::error::Error;
+use crate::metrics;
 
 /// The redis-cell name, registered only under `CELL-COMPAT yes`.
 pub const CL_THROTTLE: &str = "CL.THROTTLE";
@@ -86,13 +87,24 @@ pub fn throttle(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     };
     if cell_compat() {
         if let Some(peeked) = adopt(ctx, &request)? {
-            return Ok(Reply::Decision(reply(quantity, &peeked)));
+            return Ok(counted(quantity, reply(quantity, &peeked)));
         }
     }
     let decided = decide::<Gcra>(ctx, &request, |state, now_ns| {
         Gcra::check(state, &policy, now_ns, request.amount)
     })?;
-    Ok(Reply::Decision(reply(quantity, &decided.decision)))
+    Ok(counted(quantity, reply(quantity, &decided.decision)))
+}
+
+/// The reply, noted for `INFO ratelimit`: redis-cell's field 1 is "limited", the opposite of
+/// the other commands' "allowed", and a quantity that can never pass is a denial, not a peek.
+fn counted(quantity: Quantity, fields: [i64; 5]) -> Reply {
+    metrics::note(match (quantity, fields[0]) {
+        (Quantity::Peek, _) => metrics::Outcome::Peek,
+        (_, 0) => metrics::Outcome::Admitted,
+        _ => metrics::Outcome::Denied,
+    });
+    Reply::Decision(fields)
 }
 
 /// A key holding redis-cell's value becomes our GCRA limiter with the same debt, stored, expiring

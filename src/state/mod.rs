@@ -72,7 +72,8 @@ macro_rules! algorithms {
         }
 
         impl AlgoState {
-            fn tag(&self) -> u8 {
+            /// Its tag in the stored encoding (`Algorithm::TAG`).
+            pub fn tag(&self) -> u8 {
                 match self {
                     $(AlgoState::$variant(_) => $variant::TAG,)*
                 }
@@ -305,6 +306,19 @@ impl Limiter {
     /// Heap bytes this limiter holds beyond its own struct, for `MEMORY USAGE`.
     pub fn heap_bytes(&self) -> usize {
         self.state.heap_bytes()
+    }
+
+    /// The memory this value takes, as `MEMORY USAGE` counts it (the key's overhead aside).
+    pub fn value_bytes(&self) -> usize {
+        std::mem::size_of::<Limiter>() + self.heap_bytes()
+    }
+
+    /// Sliding-log entries held (8 bytes each); 0 for the other algorithms.
+    pub fn log_entries(&self) -> u64 {
+        match &self.state {
+            AlgoState::SlidingLog(log) => log.words().len() as u64,
+            _ => 0,
+        }
     }
 
     /// Appends the encoding to `out`.

@@ -77,7 +77,12 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         let decoded = Limiter::decode(std::slice::from_raw_parts(buf.cast::<u8>(), len));
         free(buf.cast());
         match decoded {
-            Ok(limiter) => Box::into_raw(Box::new(limiter)).cast(),
+            Ok(limiter) => {
+                // Every value loaded is later freed through `free`: a discarded temporary
+                // database (diskless load) and an expired key on load included.
+                crate::metrics::limiter_created(&limiter);
+                Box::into_raw(Box::new(limiter)).cast()
+            }
             Err(_) => std::ptr::null_mut(),
         }
     })
@@ -116,7 +121,7 @@ unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
         value
             .cast::<Limiter>()
             .as_ref()
-            .map_or(0, |l| std::mem::size_of::<Limiter>() + l.heap_bytes())
+            .map_or(0, Limiter::value_bytes)
     })
 }
 
@@ -136,7 +141,9 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
 unsafe extern "C" fn free(value: *mut c_void) {
     guarded((), || {
         if !value.is_null() {
-            drop(Box::from_raw(value.cast::<Limiter>()));
+            let limiter = Box::from_raw(value.cast::<Limiter>());
+            crate::metrics::limiter_freed(&limiter);
+            drop(limiter);
         }
     })
 }
@@ -151,6 +158,7 @@ unsafe extern "C" fn copy(
             .cast::<Limiter>()
             .as_ref()
             .map_or(std::ptr::null_mut(), |l| {
+                crate::metrics::limiter_created(l);
                 Box::into_raw(Box::new(l.clone())).cast()
             })
     })
