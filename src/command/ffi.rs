@@ -612,7 +612,7 @@ extern "C" fn dispatch<const I: usize>(
 }
 
 /// One entry point per row of the command table (a C function cannot carry the row it serves).
-const DISPATCHERS: [raw::RedisModuleCmdFunc; 16] = [
+const DISPATCHERS: [raw::RedisModuleCmdFunc; 24] = [
     Some(dispatch::<0>),
     Some(dispatch::<1>),
     Some(dispatch::<2>),
@@ -629,6 +629,14 @@ const DISPATCHERS: [raw::RedisModuleCmdFunc; 16] = [
     Some(dispatch::<13>),
     Some(dispatch::<14>),
     Some(dispatch::<15>),
+    Some(dispatch::<16>),
+    Some(dispatch::<17>),
+    Some(dispatch::<18>),
+    Some(dispatch::<19>),
+    Some(dispatch::<20>),
+    Some(dispatch::<21>),
+    Some(dispatch::<22>),
+    Some(dispatch::<23>),
 ];
 const _: () = assert!(COMMANDS.len() <= DISPATCHERS.len());
 

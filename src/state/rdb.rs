@@ -57,6 +57,8 @@ fn encoded(value: *const c_void) -> Option<Vec<u8>> {
     Some(buf)
 }
 
+/// # Safety
+/// Redis calls it with a live RDB handle while loading one value of this type.
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guarded(std::ptr::null_mut(), || {
         if encver != ENCVER {
@@ -70,10 +72,13 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
             return std::ptr::null_mut();
         };
         let mut len = 0usize;
+        // SAFETY: `rdb` is the live handle Redis passed in; the buffer it returns is `len` bytes
+        // that we own and free below, after decoding copied what it needs.
         let buf = load(rdb, &mut len);
         if is_error(rdb) != 0 || buf.is_null() {
             return std::ptr::null_mut();
         }
+        // SAFETY: `buf` is non-null and holds `len` bytes (RedisModule_LoadStringBuffer).
         let decoded = Limiter::decode(std::slice::from_raw_parts(buf.cast::<u8>(), len));
         free(buf.cast());
         match decoded {
@@ -88,14 +93,19 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
     })
 }
 
+/// # Safety
+/// Redis calls it with a live RDB handle and a value this module stored (a `Box<Limiter>`).
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guarded((), || {
         if let (Some(buf), Some(save)) = (encoded(value), raw::RedisModule_SaveStringBuffer) {
+            // SAFETY: `rdb` is live for this callback; Redis copies the buffer.
             save(rdb, buf.as_ptr().cast(), buf.len());
         }
     })
 }
 
+/// # Safety
+/// Redis calls it with a live AOF handle, the key's name and a value this module stored.
 unsafe extern "C" fn aof_rewrite(
     aof: *mut raw::RedisModuleIO,
     key: *mut raw::RedisModuleString,
@@ -104,6 +114,8 @@ unsafe extern "C" fn aof_rewrite(
     // Redis appends the key's expiry (PEXPIREAT) after what the type emits.
     guarded((), || {
         if let (Some(buf), Some(emit)) = (encoded(value), raw::RedisModule_EmitAOF) {
+            // SAFETY: "sb" matches (RedisModuleString*, then a (char*, size_t) pair); `aof` and
+            // `key` are live for this callback, which copies the buffer.
             emit(
                 aof,
                 c"RL.SETSTATE".as_ptr(),
@@ -116,8 +128,11 @@ unsafe extern "C" fn aof_rewrite(
     })
 }
 
+/// # Safety
+/// `value` is a value this module stored (a `Box<Limiter>`), alive for the call.
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
     guarded(0, || {
+        // SAFETY: see the function's contract: null or a live `Limiter`.
         value
             .cast::<Limiter>()
             .as_ref()
@@ -125,6 +140,8 @@ unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
     })
 }
 
+/// # Safety
+/// Redis calls it with a live digest and a value this module stored.
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     guarded((), || {
         if let (Some(buf), Some(add), Some(end)) = (
@@ -132,15 +149,20 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
             raw::RedisModule_DigestAddStringBuffer,
             raw::RedisModule_DigestEndSequence,
         ) {
+            // SAFETY: `md` is live for this callback; Redis reads `buf.len()` bytes from the buffer.
             add(md, buf.as_ptr().cast_mut().cast(), buf.len());
             end(md);
         }
     })
 }
 
+/// # Safety
+/// `value` is a value this module stored (a `Box<Limiter>`); Redis frees each value once, here
+/// (possibly on its lazy-free thread: `metrics` uses atomics).
 unsafe extern "C" fn free(value: *mut c_void) {
     guarded((), || {
         if !value.is_null() {
+            // SAFETY: the pointer came from `Box::into_raw` and Redis hands it back once.
             let limiter = Box::from_raw(value.cast::<Limiter>());
             crate::metrics::limiter_freed(&limiter);
             drop(limiter);
@@ -148,12 +170,15 @@ unsafe extern "C" fn free(value: *mut c_void) {
     })
 }
 
+/// # Safety
+/// `value` is a value this module stored, alive for the call; Redis owns the copy returned.
 unsafe extern "C" fn copy(
     _from: *mut raw::RedisModuleString,
     _to: *mut raw::RedisModuleString,
     value: *const c_void,
 ) -> *mut c_void {
     guarded(std::ptr::null_mut(), || {
+        // SAFETY: see the function's contract: null or a live `Limiter`.
         value
             .cast::<Limiter>()
             .as_ref()
