@@ -11,12 +11,22 @@
 //!   2^43 (131 µs at the longest window). Instants are rounded up to a tick, so an entry leaves
 //!   at most a tick late, never early.
 //!
-//! Storage: one u64 word per entry, `offset << 20 | count`, where `offset` (44 bits) is the
-//! entry's distance from `base_ns` in ticks and `count` (20 bits) is 1..=L. Entries are ordered,
-//! instants strictly increasing, and `base_ns` is the oldest entry's instant (the first offset is
-//! 0), so a log has exactly one encoding. Every call trims the entries that left the window (a
-//! denial stores nothing, so the trimmed log is stored by the next admitted request). The log holds
-//! at most L entries: 8 bytes each.
+//! Entries are ordered, instants strictly increasing, and span at most `MAX_OFFSET` ticks (the
+//! oldest is at most a window and a tick before the newest, or was clamped there by `pack`).
+//! The log holds at most L entries.
+//!
+//! In memory (built for O(1) per admitted request, whatever L): a ring of u64 words, one per
+//! entry, `ticks << 20 | count`, where `ticks` (44 bits) is the entry's instant in ticks modulo
+//! 2^44 — so a word never changes once written, whichever entries come and go around it — and a
+//! header holding the newest entry's instant in full (which every word is read against: the span
+//! is below 2^44 ticks), the total count and an order-independent hash of the entries (kept up to
+//! date entry by entry; the fingerprint a delta effect is checked against, see `state::delta`).
+//! An admitted request drops the entries that left the window from the front and appends one
+//! word at the back: work in the number of entries dropped, never in the log's length.
+//!
+//! Stored (RDB, `RL.SETSTATE`): the canonical form, unchanged since the first format — `base_ns`
+//! is the oldest entry's instant and each word `offset << 20 | count` with `offset` the distance
+//! from it in ticks (the first 0), so a log has exactly one encoding.
 
 use super::{inspection, relative_ms, Algorithm, Decision, Field, Outcome, Policy};
 
@@ -30,12 +40,57 @@ const MAX_OFFSET: u64 = (1 << OFFSET_BITS) - 1;
 pub const MAX_LOG_LIMIT: u64 = 1_000_000;
 const _: () = assert!(MAX_LOG_LIMIT <= COUNT_MASK);
 
-/// Stored state: the entries, packed (see the module comment).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// Header words at the start of `SlidingLog::buf`, before the ring. `TOTAL` holds the total count
+/// in its low 32 bits and the tick shift above (so the stored form needs no policy).
+const NEWEST: usize = 0;
+const TOTAL: usize = 1;
+const HASH: usize = 2;
+const HEADER: usize = 3;
+const SHIFT_AT: u32 = 32;
+
+/// Stored state: the entries (see the module comment).
+#[derive(Clone, Default)]
 pub struct SlidingLog {
-    base_ns: u64,
-    /// A boxed slice, not a Vec: 16 bytes inline instead of 24, and no spare capacity.
-    words: Box<[u64]>,
+    /// `[newest_ns, total | shift << 32, hash, ring …]`; empty (no allocation) for the empty
+    /// log. The ring's capacity is the rest of the slice.
+    buf: Box<[u64]>,
+    /// The oldest entry's slot in the ring.
+    head: u32,
+    /// Entries in the ring (at most L <= 10^6).
+    len: u32,
+}
+
+/// Equal when they hold the same entries, however the ring is laid out.
+impl PartialEq for SlidingLog {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len
+            && self.newest_ns() == other.newest_ns()
+            && self.total() == other.total()
+            && self.words().eq(other.words())
+    }
+}
+
+impl Eq for SlidingLog {}
+
+impl std::fmt::Debug for SlidingLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlidingLog")
+            .field("newest_ns", &self.newest_ns())
+            .field("total", &self.total())
+            .field("words", &self.words().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// What an admitted request changes in a log: the `dropped` oldest entries (they left the
+/// window) go, then `count` is recorded at `at_ns` — added to the newest entry if it is at that
+/// instant, else appended as a new entry. The whole effect of an admit, whatever the log's
+/// length; `state::delta` carries it to replicas and the AOF.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Change {
+    pub dropped: u32,
+    pub at_ns: u64,
+    pub count: u64,
 }
 
 /// log2 of the tick, in ns, for a policy's window: a window spans fewer than 2^43 ticks, so an
@@ -51,21 +106,158 @@ fn tick_ceil(at: u64, shift: u32) -> u64 {
     at.checked_next_multiple_of(tick).unwrap_or(at - at % tick)
 }
 
-/// Why stored words are not a log.
+/// The word of an entry at `at_ns` (a multiple of the tick): its ticks modulo 2^44, and count.
+fn word_at(at_ns: u64, count: u64, shift: u32) -> u64 {
+    ((at_ns >> shift) & MAX_OFFSET) << COUNT_BITS | count
+}
+
+/// One entry's share of a log's hash: a mixing function of (instant, count), summed over the
+/// entries so that dropping the oldest or appending one updates it in O(1).
+pub fn entry_hash(at_ns: u64, count: u64) -> u64 {
+    mix(mix(at_ns) ^ count)
+}
+
+/// splitmix64's finaliser: every input bit reaches every output bit.
+pub fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Why stored words (or a change) are not a log.
 pub type Invalid = &'static str;
 
 impl SlidingLog {
-    /// The instant of the oldest entry, ns (0 when empty).
-    pub fn base_ns(&self) -> u64 {
-        self.base_ns
+    /// Entries held.
+    pub fn len(&self) -> usize {
+        self.len as usize
     }
 
-    /// The packed entries, oldest first.
-    pub fn words(&self) -> &[u64] {
-        &self.words
+    /// Whether the log holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
-    /// A log from stored parts, validated against the policy it was stored under: at most L
+    /// The instant of the newest entry, ns (0 when empty).
+    pub fn newest_ns(&self) -> u64 {
+        self.header(NEWEST)
+    }
+
+    /// The sum of the entries' counts.
+    pub fn total(&self) -> u64 {
+        self.header(TOTAL) & u64::from(u32::MAX)
+    }
+
+    /// The tick shift the log was built under (0 when empty).
+    fn shift(&self) -> u32 {
+        // At most 17 (see `tick_shift`).
+        (self.header(TOTAL) >> SHIFT_AT) as u32
+    }
+
+    /// The sum of `entry_hash` over the entries (wrapping): two logs with different entries have
+    /// different hashes but with probability 2^-64.
+    pub fn hash(&self) -> u64 {
+        self.header(HASH)
+    }
+
+    fn header(&self, i: usize) -> u64 {
+        if self.len == 0 {
+            return 0;
+        }
+        self.buf.get(i).copied().unwrap_or(0)
+    }
+
+    fn set_header(&mut self, i: usize, value: u64) {
+        if let Some(slot) = self.buf.get_mut(i) {
+            *slot = value;
+        }
+    }
+
+    fn capacity(&self) -> usize {
+        self.buf.len().saturating_sub(HEADER)
+    }
+
+    /// The ring as two slices, oldest first (like `VecDeque::as_slices`).
+    fn as_slices(&self) -> (&[u64], &[u64]) {
+        let ring = self.buf.get(HEADER..).unwrap_or_default();
+        let (head, len) = (self.head as usize, self.len as usize);
+        let first_end = (head + len).min(ring.len());
+        let wrapped = (head + len).saturating_sub(ring.len());
+        (
+            ring.get(head..first_end).unwrap_or_default(),
+            ring.get(..wrapped).unwrap_or_default(),
+        )
+    }
+
+    /// The words, oldest first.
+    fn words(&self) -> impl Iterator<Item = u64> + '_ {
+        let (a, b) = self.as_slices();
+        a.iter().chain(b).copied()
+    }
+
+    /// The i-th word from the oldest (0 past the end).
+    fn word(&self, i: usize) -> u64 {
+        let cap = self.capacity();
+        if i >= self.len as usize || cap == 0 {
+            return 0;
+        }
+        let slot = HEADER + (self.head as usize + i) % cap;
+        self.buf.get(slot).copied().unwrap_or(0)
+    }
+
+    /// The instant of the entry `word`, ns: read against the newest entry, which is at most
+    /// `MAX_OFFSET` ticks after it.
+    fn instant(&self, word: u64, shift: u32) -> u64 {
+        let newest = self.newest_ns();
+        let behind = ((newest >> shift).wrapping_sub(word >> COUNT_BITS)) & MAX_OFFSET;
+        newest.saturating_sub(behind << shift)
+    }
+
+    /// The entries as (instant ns, count), oldest first.
+    fn entries(&self, shift: u32) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.words()
+            .map(move |w| (self.instant(w, shift), w & COUNT_MASK))
+    }
+
+    /// The canonical (stored) form: the oldest entry's instant (0 when empty) and each entry as
+    /// `offset << 20 | count`, its distance from the oldest in ticks. Costs one pass.
+    pub fn canonical(&self) -> (u64, impl Iterator<Item = u64> + '_) {
+        let first = self.word(0) >> COUNT_BITS;
+        let base_ns = if self.is_empty() {
+            0
+        } else {
+            self.instant(self.word(0), self.shift())
+        };
+        let words = self.words().map(move |w| {
+            ((w >> COUNT_BITS).wrapping_sub(first) & MAX_OFFSET) << COUNT_BITS | w & COUNT_MASK
+        });
+        (base_ns, words)
+    }
+
+    /// A log of `entries` (instant ns on a tick, count), ordered and within `MAX_OFFSET` ticks,
+    /// with a ring of exactly their number.
+    fn from_entries(shift: u32, entries: &[(u64, u64)]) -> SlidingLog {
+        let Some(&(newest, _)) = entries.last() else {
+            return SlidingLog::default();
+        };
+        let mut buf = Vec::with_capacity(HEADER + entries.len());
+        let (mut total, mut hash) = (0u64, 0u64);
+        for &(at, count) in entries {
+            total = total.saturating_add(count);
+            hash = hash.wrapping_add(entry_hash(at, count));
+        }
+        buf.extend_from_slice(&[newest, total | u64::from(shift) << SHIFT_AT, hash]);
+        buf.extend(entries.iter().map(|&(at, count)| word_at(at, count, shift)));
+        SlidingLog {
+            buf: buf.into_boxed_slice(),
+            head: 0,
+            // At most L <= 10^6 entries.
+            len: u32::try_from(entries.len()).unwrap_or(u32::MAX),
+        }
+    }
+
+    /// A log from its stored parts, validated against the policy it was stored under: at most L
     /// entries whose counts are 1..=L and sum to at most L, strictly increasing offsets starting
     /// at 0, a base on a tick, and instants a u64 can hold.
     pub fn from_parts(
@@ -105,28 +297,16 @@ impl SlidingLog {
         if base_ns.checked_add(last.unwrap_or(0) << shift).is_none() {
             return Err("sliding log instant out of range");
         }
-        Ok(SlidingLog {
-            base_ns,
-            words: words.into_boxed_slice(),
-        })
+        let entries: Vec<(u64, u64)> = words
+            .iter()
+            .map(|&w| (base_ns + ((w >> COUNT_BITS) << shift), w & COUNT_MASK))
+            .collect();
+        Ok(SlidingLog::from_entries(shift, &entries))
     }
 
     /// Heap bytes held (for `MEMORY USAGE`).
     pub fn heap_bytes(&self) -> usize {
-        std::mem::size_of_val::<[u64]>(&self.words)
-    }
-
-    /// The instant of the entry `word`, ns. The offset is below 2^44 and the shift at most 17,
-    /// and the sum was checked when the log was built; saturating all the same.
-    fn instant(&self, word: u64, shift: u32) -> u64 {
-        self.base_ns.saturating_add((word >> COUNT_BITS) << shift)
-    }
-
-    /// The entries as (instant ns, count), oldest first.
-    fn entries(&self, shift: u32) -> impl Iterator<Item = (u64, u64)> + '_ {
-        self.words
-            .iter()
-            .map(move |&w| (self.instant(w, shift), w & COUNT_MASK))
+        std::mem::size_of_val::<[u64]>(&self.buf)
     }
 
     /// Packs entries (oldest first, counts >= 1, instants non-decreasing). Instants are rounded
@@ -138,21 +318,116 @@ impl SlidingLog {
             return SlidingLog::default();
         };
         let floor = tick_ceil(newest, shift).saturating_sub(MAX_OFFSET << shift);
-        let mut words: Vec<u64> = Vec::with_capacity(entries.len());
-        let mut base = None;
+        let mut packed: Vec<(u64, u64)> = Vec::with_capacity(entries.len());
         for &(at, count) in entries {
             let at = tick_ceil(at, shift).max(floor);
-            let base = *base.get_or_insert(at);
-            let offset = (at - base) >> shift;
-            match words.last_mut() {
-                Some(last) if *last >> COUNT_BITS == offset => *last += count,
-                _ => words.push(offset << COUNT_BITS | count),
+            match packed.last_mut() {
+                Some(last) if last.0 == at => last.1 += count,
+                _ => packed.push((at, count)),
             }
         }
-        SlidingLog {
-            base_ns: base.unwrap_or(0),
-            words: words.into_boxed_slice(),
+        SlidingLog::from_entries(shift, &packed)
+    }
+
+    /// Checks that `change` can apply to this log under `policy` (any change `decide` makes
+    /// does): it drops at most the entries there are and records a count of 1..=L on a tick, at
+    /// or after the newest entry left, within `MAX_OFFSET` ticks of the oldest one left, keeping
+    /// the total at most L. Returns the count the dropped entries hold. Reads only the dropped
+    /// entries.
+    pub fn check_change(&self, policy: &Policy, change: &Change) -> Result<u64, Invalid> {
+        let shift = tick_shift(policy);
+        let dropped = change.dropped as usize;
+        if dropped > self.len() {
+            return Err("delta drops more entries than the log holds");
         }
+        if change.count == 0 || change.count > policy.limit() {
+            return Err("delta count out of range");
+        }
+        if !change.at_ns.is_multiple_of(1 << shift) {
+            return Err("delta instant not on a tick");
+        }
+        let gone: u64 = (0..dropped).map(|i| self.word(i) & COUNT_MASK).sum();
+        let left = self.total() - gone.min(self.total());
+        if left.saturating_add(change.count) > policy.limit() {
+            return Err("delta takes the log above its limit");
+        }
+        if dropped < self.len() {
+            let oldest = self.instant(self.word(dropped), shift);
+            if change.at_ns < self.newest_ns() {
+                return Err("delta instant before the newest entry");
+            }
+            if (change.at_ns - oldest) >> shift > MAX_OFFSET {
+                return Err("delta instant too far from the oldest entry");
+            }
+        }
+        Ok(gone)
+    }
+
+    /// Applies a change that `check_change` accepted (or that `decide` made): O(dropped), plus a
+    /// reallocation when the ring is full (its capacity doubles, up to L) or mostly empty.
+    pub fn apply(&mut self, policy: &Policy, change: &Change) {
+        let shift = tick_shift(policy);
+        let (mut total, mut hash) = (self.total(), self.hash());
+        for _ in 0..change.dropped.min(self.len) {
+            let w = self.word(0);
+            let count = w & COUNT_MASK;
+            total = total.saturating_sub(count);
+            hash = hash.wrapping_sub(entry_hash(self.instant(w, shift), count));
+            self.head = self.head.wrapping_add(1);
+            if self.head as usize >= self.capacity() {
+                self.head = 0;
+            }
+            self.len -= 1;
+        }
+        let merge = self.len > 0 && self.newest_ns() == change.at_ns;
+        if merge {
+            let last = self.word(self.len() - 1);
+            let count = last & COUNT_MASK;
+            hash = hash.wrapping_sub(entry_hash(change.at_ns, count));
+            hash = hash.wrapping_add(entry_hash(change.at_ns, count + change.count));
+            let cap = self.capacity();
+            if cap > 0 {
+                let slot = HEADER + (self.head as usize + self.len() - 1) % cap;
+                if let Some(w) = self.buf.get_mut(slot) {
+                    *w = last + change.count;
+                }
+            }
+        } else {
+            hash = hash.wrapping_add(entry_hash(change.at_ns, change.count));
+            self.reserve_one(policy.limit());
+            let cap = self.capacity();
+            if cap > 0 {
+                let slot = HEADER + (self.head as usize + self.len()) % cap;
+                if let Some(w) = self.buf.get_mut(slot) {
+                    *w = word_at(change.at_ns, change.count, shift);
+                }
+            }
+            self.len += 1;
+        }
+        self.set_header(NEWEST, change.at_ns);
+        let total = total.saturating_add(change.count) | u64::from(shift) << SHIFT_AT;
+        self.set_header(TOTAL, total);
+        self.set_header(HASH, hash);
+    }
+
+    /// Room for one more entry: a full ring doubles (at least 4, at most L entries); one at most a
+    /// quarter full halves, so a log that shrank gives its memory back. Amortised O(1).
+    fn reserve_one(&mut self, limit: u64) {
+        let (len, cap) = (self.len(), self.capacity());
+        let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+        let wanted = if len == cap {
+            (cap * 2).max(4).min(limit).max(len + 1)
+        } else if cap > 8 && (len + 1) * 4 <= cap {
+            ((len + 1) * 2).max(4)
+        } else {
+            return;
+        };
+        let mut buf = Vec::with_capacity(HEADER + wanted);
+        buf.extend_from_slice(&[self.header(NEWEST), self.header(TOTAL), self.header(HASH)]);
+        buf.extend(self.words());
+        buf.resize(HEADER + wanted, 0);
+        self.buf = buf.into_boxed_slice();
+        self.head = 0;
     }
 }
 
@@ -169,22 +444,32 @@ fn until_gone(at: u64, window: u64, now_ns: u64) -> u64 {
 
 /// Decides a request of `cost` at `now_ns`; `cost` 0 peeks (answered as cost 1, nothing stored).
 /// The caller guarantees `cost <= policy.limit() <= MAX_LOG_LIMIT`.
-pub fn check(
+///
+/// Returns the decision and, when the request is admitted, the change to apply to the log
+/// (`SlidingLog::apply`). Reads the entries that left the window (they are dropped by the change)
+/// and, for a denial, the oldest entries up to the one whose leaving admits it: never the whole
+/// log.
+pub fn decide(
     state: Option<&SlidingLog>,
     policy: &Policy,
     now_ns: u64,
     cost: u64,
-) -> Outcome<SlidingLog> {
+) -> (Decision, Option<Change>) {
     let (shift, window, limit) = (tick_shift(policy), policy.window_ns(), policy.limit());
     let empty = SlidingLog::default();
     let log = state.unwrap_or(&empty);
-    // Entries are ordered, so the ones still in the window are a suffix.
-    let first_live = log
-        .words
-        .partition_point(|&w| !in_window(log.instant(w, shift), window, now_ns));
-    let live = log.words.get(first_live..).unwrap_or_default();
-    let total: u64 = live.iter().map(|w| w & COUNT_MASK).sum();
-    let newest = live.last().map(|&w| log.instant(w, shift));
+    // Entries are ordered, so the ones that left the window are a prefix.
+    let (mut dropped, mut gone) = (0usize, 0u64);
+    while dropped < log.len() {
+        let w = log.word(dropped);
+        if in_window(log.instant(w, shift), window, now_ns) {
+            break;
+        }
+        gone += w & COUNT_MASK;
+        dropped += 1;
+    }
+    let total = log.total().saturating_sub(gone);
+    let newest = (dropped < log.len()).then(|| log.newest_ns());
 
     let asked = cost.max(1);
     let admitted = total.saturating_add(asked) <= limit;
@@ -193,12 +478,13 @@ pub fn check(
         // total down to L − asked. It exists, as asked <= L.
         let excess = total.saturating_add(asked) - limit;
         let mut freed = 0;
-        live.iter()
-            .find(|&&w| {
+        (dropped..log.len())
+            .map(|i| log.word(i))
+            .find(|&w| {
                 freed += w & COUNT_MASK;
                 freed >= excess
             })
-            .map_or(0, |&w| until_gone(log.instant(w, shift), window, now_ns))
+            .map_or(0, |w| until_gone(log.instant(w, shift), window, now_ns))
     });
     if !admitted || cost == 0 {
         let decision = Decision {
@@ -208,27 +494,14 @@ pub fn check(
             retry_after_ns,
             reset_after_ns: newest.map_or(0, |at| until_gone(at, window, now_ns)),
         };
-        return Outcome {
-            decision,
-            next: None,
-        };
+        return (decision, None);
     }
 
-    // Admitted: the live entries, rebased on the oldest, plus this request. It is recorded at
-    // now, or with the newest entry if the clock went back: entries stay ordered, and a request
-    // recorded later leaves later, never earlier.
+    // Admitted: the live entries plus this request. It is recorded at now, or with the newest
+    // entry if the clock went back: entries stay ordered, and a request recorded later leaves
+    // later, never earlier. `at` is at most a window and a tick after the oldest live entry (or
+    // is the newest entry): within `MAX_OFFSET` ticks (see `tick_shift`).
     let at = tick_ceil(now_ns, shift).max(newest.unwrap_or(0));
-    let first_offset = live.first().map_or(0, |w| w >> COUNT_BITS);
-    let base_ns = live.first().map_or(at, |&w| log.instant(w, shift));
-    let mut words = Vec::with_capacity(live.len() + 1);
-    words.extend(live.iter().map(|w| w - (first_offset << COUNT_BITS)));
-    // `at` is at most a window and a tick after the oldest live entry (or is the newest entry):
-    // its offset fits (see `tick_shift`).
-    let offset = at.saturating_sub(base_ns) >> shift;
-    match words.last_mut() {
-        Some(last) if *last >> COUNT_BITS == offset => *last += cost,
-        _ => words.push(offset << COUNT_BITS | cost),
-    }
     let decision = Decision {
         allowed: 1,
         capacity: limit,
@@ -236,14 +509,30 @@ pub fn check(
         retry_after_ns: None,
         reset_after_ns: until_gone(at, window, now_ns),
     };
-    let next = SlidingLog {
-        base_ns,
-        words: words.into_boxed_slice(),
+    let change = Change {
+        // At most L <= 10^6 entries.
+        dropped: u32::try_from(dropped).unwrap_or(u32::MAX),
+        at_ns: at,
+        count: cost,
     };
-    Outcome {
-        decision,
-        next: Some(next),
-    }
+    (decision, Some(change))
+}
+
+/// [`decide`], with the next state as a new log (a copy of the old one with the change applied:
+/// for callers that keep the old state; the command layer applies the change in place).
+pub fn check(
+    state: Option<&SlidingLog>,
+    policy: &Policy,
+    now_ns: u64,
+    cost: u64,
+) -> Outcome<SlidingLog> {
+    let (decision, change) = decide(state, policy, now_ns, cost);
+    let next = change.map(|change| {
+        let mut next = state.cloned().unwrap_or_default();
+        next.apply(policy, &change);
+        next
+    });
+    Outcome { decision, next }
 }
 
 /// The entries in the window at `now_ns`, oldest first.
@@ -466,8 +755,9 @@ mod tests {
             entries(&log, &p),
             [(100 * MS, 6), (1000 * MS - 1, 1), (1000 * MS, 1)]
         );
-        assert_eq!(log.base_ns(), T0 + 100 * MS);
-        assert_eq!(log.words()[0], 6);
+        let (base_ns, words) = log.canonical();
+        assert_eq!(base_ns, T0 + 100 * MS);
+        assert_eq!(words.collect::<Vec<_>>()[0], 6);
     }
 
     #[test]
@@ -551,18 +841,16 @@ mod tests {
         let p = policy(10, 1000);
         let (_, log) = run(&p, &[(0, 2), (300 * MS, 3)]);
         let log = log.unwrap();
-        let ok = SlidingLog::from_parts(&p, log.base_ns(), log.words().to_vec());
+        let (base_ns, words) = log.canonical();
+        let w: Vec<u64> = words.collect();
+        let ok = SlidingLog::from_parts(&p, base_ns, w.clone());
         assert_eq!(ok, Ok(log.clone()));
-        let w = log.words().to_vec();
         let bad = |base: u64, words: Vec<u64>| SlidingLog::from_parts(&p, base, words).is_err();
-        assert!(bad(log.base_ns(), vec![w[1], w[0]]), "out of order");
-        assert!(bad(log.base_ns(), vec![w[0], w[0]]), "repeated instant");
-        assert!(bad(log.base_ns(), vec![w[1]]), "first offset not 0");
-        assert!(
-            bad(log.base_ns(), vec![w[0] & !COUNT_MASK, w[1]]),
-            "count 0"
-        );
-        assert!(bad(log.base_ns(), vec![w[0] | 9, w[1]]), "total above L");
+        assert!(bad(base_ns, vec![w[1], w[0]]), "out of order");
+        assert!(bad(base_ns, vec![w[0], w[0]]), "repeated instant");
+        assert!(bad(base_ns, vec![w[1]]), "first offset not 0");
+        assert!(bad(base_ns, vec![w[0] & !COUNT_MASK, w[1]]), "count 0");
+        assert!(bad(base_ns, vec![w[0] | 9, w[1]]), "total above L");
         assert!(bad(5, vec![]), "empty with a base");
         assert!(bad(u64::MAX, vec![0, w[1]]), "instant beyond u64");
         assert!(bad(0, vec![1; 11]), "more entries than L");
@@ -578,5 +866,73 @@ mod tests {
     #[test]
     fn inline_size_stays_small() {
         assert!(std::mem::size_of::<SlidingLog>() <= 24);
+    }
+
+    /// The header (total, hash, newest) matches the entries, the canonical form round-trips,
+    /// and the ring never holds more than L words.
+    fn consistent(log: &SlidingLog, p: &Policy) -> Result<(), TestCaseError> {
+        let shift = tick_shift(p);
+        let entries: Vec<(u64, u64)> = log.entries(shift).collect();
+        prop_assert_eq!(log.total(), entries.iter().map(|e| e.1).sum::<u64>());
+        let hash = entries
+            .iter()
+            .fold(0u64, |h, &(at, c)| h.wrapping_add(entry_hash(at, c)));
+        prop_assert_eq!(log.hash(), hash);
+        prop_assert_eq!(log.newest_ns(), entries.last().map_or(0, |e| e.0));
+        prop_assert!(log.capacity() as u64 <= p.limit().max(4));
+        let (base, words) = log.canonical();
+        let again = SlidingLog::from_parts(p, base, words.collect());
+        prop_assert_eq!(again.as_ref(), Ok(log));
+        prop_assert_eq!(again.map(|l| l.hash()), Ok(log.hash()));
+        Ok(())
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Applied in place over long runs (the ring wraps, grows and shrinks), a log stays
+        /// consistent and equal to the log rebuilt from its entries; the same decisions as
+        /// `check`'s copies.
+        #[test]
+        fn ring_stays_consistent(
+            l in 1u64..40,
+            w in 1u64..50,
+            steps in prop::collection::vec((0u64..30, 0u64..6), 1..300),
+        ) {
+            let p = policy(l, w);
+            let mut log: Option<SlidingLog> = None;
+            // The reference: the entries in a plain list, trimmed and appended the naive way.
+            let mut reference: Vec<(u64, u64)> = Vec::new();
+            let mut now = T0;
+            for (gap_ms, cost) in steps {
+                now += gap_ms * MS / 4;
+                let cost = cost.min(l);
+                let live: Vec<(u64, u64)> = reference
+                    .iter()
+                    .copied()
+                    .filter(|&(at, _)| at + p.window_ns() > now)
+                    .collect();
+                if cost > 0 && live.iter().map(|e| e.1).sum::<u64>() + cost <= l {
+                    reference = live;
+                    match reference.last_mut() {
+                        Some(last) if last.0 == now => last.1 += cost,
+                        _ => reference.push((now, cost)),
+                    }
+                }
+                let copy = check(log.as_ref(), &p, now, cost);
+                let (decision, change) = decide(log.as_ref(), &p, now, cost);
+                prop_assert_eq!(decision, copy.decision);
+                if let Some(change) = change {
+                    let log = log.get_or_insert_with(SlidingLog::default);
+                    prop_assert_eq!(log.check_change(&p, &change).is_ok(), true);
+                    log.apply(&p, &change);
+                    consistent(log, &p)?;
+                    prop_assert_eq!(Some(&*log), copy.next.as_ref());
+                }
+                let held: Vec<(u64, u64)> =
+                    log.iter().flat_map(|log| log.entries(tick_shift(&p))).collect();
+                prop_assert_eq!(&held, &reference);
+            }
+        }
     }
 }

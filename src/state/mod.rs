@@ -202,11 +202,13 @@ impl Stored for TokenBucket {
 /// (see `algo::sliding_log`: ordered, counts 1..=L summing to at most L, L <= 10^6).
 impl Stored for SlidingLog {
     fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.base_ns().to_le_bytes());
+        let (base_ns, words) = self.canonical();
+        out.extend_from_slice(&base_ns.to_le_bytes());
         // At most L <= 10^6 entries: always fits.
-        let entries = u32::try_from(self.words().len()).unwrap_or(u32::MAX);
+        let entries = u32::try_from(self.len()).unwrap_or(u32::MAX);
         out.extend_from_slice(&entries.to_le_bytes());
-        for word in self.words() {
+        out.reserve(self.len() * 8);
+        for word in words {
             out.extend_from_slice(&word.to_le_bytes());
         }
     }
