@@ -17,6 +17,7 @@ use crate::algo::sliding_log::SlidingLog;
 use crate::algo::{gcra::Gcra, token_bucket, token_bucket::TokenBucket, Algorithm, Policy};
 use crate::error::Error;
 
+pub mod delta;
 pub mod rdb;
 
 #[cfg(test)]
