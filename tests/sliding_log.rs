@@ -67,13 +67,20 @@ fn storage_is_eight_bytes_per_entry() {
     assert_eq!(memory_usage(&mut c, "b"), a);
     assert_eq!(memory_usage(&mut c, "c"), a);
     // A denial stores nothing; the next admitted request stores the log trimmed: at
-    // T0 + 60499 the 500 entries from T0 to T0 + 499 have left, 500 remain, plus this one.
+    // T0 + 60499 the 500 entries from T0 to T0 + 499 have left, 500 remain, plus this one. The
+    // log is a ring (an admit drops and appends without copying it): it keeps its slots while
+    // more than half full, and shrinks to 1.5 times its entries when it is at most half full.
     clock_advance(&mut c, 1000);
     assert_eq!(rl(&mut c, &m)[0], 0);
     assert_eq!(memory_usage(&mut c, "m"), full);
     clock_set(&mut c, T0_MS + 60_499);
     assert_eq!(rl(&mut c, &m), [1, 1000, 499, -1, 60_000]);
-    assert_eq!(memory_usage(&mut c, "m"), one + 8 * 500);
+    assert_eq!(memory_usage(&mut c, "m"), full);
+    // At T0 + 60899, 101 remain (T0 + 900 .. T0 + 999, and T0 + 60499), plus this one: 102
+    // entries, 153 slots.
+    clock_set(&mut c, T0_MS + 60_899);
+    assert_eq!(rl(&mut c, &m), [1, 1000, 898, -1, 60_000]);
+    assert_eq!(memory_usage(&mut c, "m"), one + 8 * 152);
 }
 
 #[test]

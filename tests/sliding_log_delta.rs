@@ -202,7 +202,10 @@ fn a_delta_for_another_state_is_refused_and_the_key_unchanged() {
     let (before, at) = (dump(&mut c, "k"), pexpiretime(&mut c, "k"));
     let e = setdelta(&mut c, "k", &delta);
     assert!(e.contains("another state"), "{e}");
-    assert_eq!((dump(&mut c, "k"), pexpiretime(&mut c, "k")), (before.clone(), at));
+    assert_eq!(
+        (dump(&mut c, "k"), pexpiretime(&mut c, "k")),
+        (before.clone(), at)
+    );
     // A forged fingerprint.
     let mut forged = delta.clone();
     forged[2] ^= 1;
@@ -219,7 +222,11 @@ fn a_delta_for_another_state_is_refused_and_the_key_unchanged() {
     assert!(e.contains("invalid limiter state"), "{e}");
     assert_eq!(dump(&mut c, "g"), g);
     // Malformed: truncated, trailing, wrong version.
-    for bad in [&delta[..25], &[&delta[..], &[0]].concat()[..], &[&[9], &delta[1..]].concat()[..]] {
+    for bad in [
+        &delta[..25],
+        &[&delta[..], &[0]].concat()[..],
+        &[&[9], &delta[1..]].concat()[..],
+    ] {
         let e = setdelta(&mut c, "k", bad);
         assert!(e.contains("invalid limiter state"), "{e}");
     }

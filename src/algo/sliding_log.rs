@@ -410,15 +410,18 @@ impl SlidingLog {
         self.set_header(HASH, hash);
     }
 
-    /// Room for one more entry: a full ring doubles (at least 4, at most L entries); one at most a
-    /// quarter full halves, so a log that shrank gives its memory back. Amortised O(1).
+    /// Room for one more entry: a full ring doubles (at most L entries, which a log never
+    /// exceeds); one at most half full after the entry shrinks to 1.5 times its entries, so a log
+    /// that shrank gives its memory back. A reallocation copies the entries and comes after at
+    /// least a third of their number of changes since the last: amortised O(1). The ring holds at
+    /// most twice the entries' words, and at most L.
     fn reserve_one(&mut self, limit: u64) {
         let (len, cap) = (self.len(), self.capacity());
         let limit = usize::try_from(limit).unwrap_or(usize::MAX);
         let wanted = if len == cap {
-            (cap * 2).max(4).min(limit).max(len + 1)
-        } else if cap > 8 && (len + 1) * 4 <= cap {
-            ((len + 1) * 2).max(4)
+            (cap * 2).max(1).min(limit).max(len + 1)
+        } else if cap > 4 && (len + 1) * 2 <= cap {
+            (len + 1) + len.div_ceil(2)
         } else {
             return;
         };
@@ -592,12 +595,14 @@ pub fn refund(state: &SlidingLog, policy: &Policy, now_ns: u64, n: u64) -> Slidi
 pub fn inspect(state: &SlidingLog, policy: &Policy, now_ns: u64) -> Vec<Field> {
     let shift = tick_shift(policy);
     let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    let mut own = vec![("entries", int(state.words.len() as u64))];
-    let instant = |w: Option<&u64>| w.map(|&w| relative_ms(state.instant(w, shift).into(), now_ns));
-    if let (Some(oldest), Some(newest)) =
-        (instant(state.words.first()), instant(state.words.last()))
-    {
-        own.extend([("oldest_ms", oldest), ("newest_ms", newest)]);
+    let mut own = vec![("entries", int(state.len() as u64))];
+    if !state.is_empty() {
+        let oldest = state.instant(state.word(0), shift);
+        let ms = |at: u64| relative_ms(at.into(), now_ns);
+        own.extend([
+            ("oldest_ms", ms(oldest)),
+            ("newest_ms", ms(state.newest_ns())),
+        ]);
     }
     let count = live_entries(state, policy, now_ns)
         .iter()

@@ -5,6 +5,7 @@ use std::cell::RefCell;
 
 use super::{Ctx, RString};
 use crate::algo::{ms_ceil, Decision};
+use crate::state::delta::{Delta, DELTA_LEN};
 use crate::state::Limiter;
 
 /// The shortest TTL a limiter key gets: 1 s.
@@ -46,6 +47,27 @@ pub fn propagate(
         let at = decimal(expire_at_ms, &mut digits);
         ctx.replicate(c"RL.SETSTATE", name, [buf, b"PXAT", at]);
     });
+    ctx.changed(name);
+    expire_at_ms
+}
+
+/// [`propagate`] for a change that a delta carries (an admit on a sliding log held under the
+/// same policy): `RL.SETSTATE name DELTA <delta> PXAT <ms>`, some 80 bytes whatever the log's
+/// length, where the full state is 8 bytes per entry. Replicas and the AOF apply it to the state
+/// they hold, or refuse it if that is not the state it was made on (see `state::delta`).
+pub fn propagate_delta(
+    ctx: &Ctx,
+    name: RString<'_>,
+    delta: &Delta,
+    now_ns: u64,
+    decision: &Decision,
+) -> u64 {
+    let expire_at_ms = expire_at_ms(now_ns, decision);
+    let mut buf = [0u8; DELTA_LEN];
+    delta.encode_into(&mut buf);
+    let mut digits = [0u8; 20];
+    let at = decimal(expire_at_ms, &mut digits);
+    ctx.replicate4(c"RL.SETSTATE", name, [b"DELTA", &buf, b"PXAT", at]);
     ctx.changed(name);
     expire_at_ms
 }

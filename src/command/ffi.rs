@@ -152,6 +152,31 @@ impl Ctx {
         }
     }
 
+    /// [`Ctx::replicate`] with four buffers after the key (the sliding log's delta effect).
+    pub fn replicate4(&self, command: &CStr, key: RString<'_>, args: [&[u8]; 4]) {
+        let [a, b, c, d] = args;
+        // SAFETY: the format "sbbbb" matches (RedisModuleString*, then four (char*, size_t)
+        // pairs); every buffer outlives the call, which copies them.
+        unsafe {
+            if let Some(replicate) = raw::RedisModule_Replicate {
+                replicate(
+                    self.ptr,
+                    command.as_ptr(),
+                    c"sbbbb".as_ptr(),
+                    key.ptr,
+                    a.as_ptr(),
+                    a.len(),
+                    b.as_ptr(),
+                    b.len(),
+                    c.as_ptr(),
+                    c.len(),
+                    d.as_ptr(),
+                    d.len(),
+                );
+            }
+        }
+    }
+
     /// Passes the command on to replicas and the AOF exactly as it came (it must be
     /// deterministic).
     pub fn replicate_verbatim(&self) {

@@ -9,7 +9,9 @@ use super::args::{parse_request, Amount, Options, Request};
 use super::ffi::Key;
 use super::{effect, Args, Ctx, Reply};
 use crate::algo::step::{step, Step};
-use crate::algo::{lease, sliding_log::MAX_LOG_LIMIT, token_bucket::TokenBucket, Outcome, Policy};
+use crate::algo::{
+    lease, sliding_log::MAX_LOG_LIMIT, token_bucket::TokenBucket, Decision, Outcome, Policy,
+};
 use crate::clock;
 use crate::error::Error;
 use crate::metrics;
@@ -23,10 +25,10 @@ pub fn request<A: Stored>(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
     };
     let request = parse_request(args, options)?;
     let (policy, cost) = (request.policy, request.amount);
-    let decided = decide::<A>(ctx, &request, |state, now_ns| {
+    let decision = decide::<A>(ctx, &request, true, |state, now_ns| {
         A::check(state, &policy, now_ns, cost)
     })?;
-    Ok(Reply::decision(&decided.decision))
+    Ok(Reply::decision(&decision))
 }
 
 /// `RL.LEASE key L W [BURST B] WANT n`: field 1 of the reply is the number of tokens granted.
@@ -37,21 +39,24 @@ pub fn lease(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
     };
     let request = parse_request(args, options)?;
     let (policy, want) = (request.policy, request.amount);
-    let decided = decide::<TokenBucket>(ctx, &request, |state, now_ns| {
+    let decision = decide::<TokenBucket>(ctx, &request, false, |state, now_ns| {
         lease::lease(state, &policy, now_ns, want)
     })?;
-    metrics::leased(want, decided.decision.allowed);
-    Ok(Reply::decision(&decided.decision))
+    metrics::leased(want, decision.allowed);
+    Ok(Reply::decision(&decision))
 }
 
 /// Load, decide, persist and propagate: the steps every limiter command shares. `decision` is
 /// the algorithm's decision on the state the request starts from (see `algo::step` for which
-/// state that is, and when a denied request still stores a new policy).
+/// state that is, and when a denied request still stores a new policy). `check` says that
+/// `decision` is the algorithm's `check` with the request's amount as its cost, so that
+/// [`Stored::check_in_place`] may stand in for it.
 pub fn decide<A: Stored>(
     ctx: &Ctx,
     request: &Request<'_>,
+    check: bool,
     decision: impl FnOnce(Option<&A>, u64) -> Outcome<A>,
-) -> Result<Step<A>, Error> {
+) -> Result<Decision, Error> {
     accepts::<A>(&request.policy)?;
     let now_ns = clock::now_ns();
     let peek = request.amount == 0;
@@ -60,7 +65,26 @@ pub fn decide<A: Stored>(
     }
     // A peek opens read-only: it can neither create nor change the key.
     let mut key = ctx.open(request.key, !peek);
-    let stored = key.limiter(A::NAME)?;
+    let mut stored = key.limiter(A::NAME)?;
+    // A request under the policy the key already holds, on an algorithm that decides in place
+    // (the sliding log): the state changes where it is and the change goes out as a delta, in
+    // time and bytes independent of the log's length. Everything else (a first write, a policy
+    // change, a peek) takes the general path below and propagates the full state.
+    if let Some(limiter) = stored.as_deref_mut() {
+        if check && !peek && limiter.policy == request.policy {
+            let policy = limiter.policy;
+            let Some(state) = A::of_mut(&mut limiter.state) else {
+                return Err(wrong_type::<A>(limiter));
+            };
+            if let Some((decision, delta)) = state.check_in_place(&policy, now_ns, request.amount) {
+                if let Some(delta) = delta {
+                    let at = effect::propagate_delta(ctx, request.key, &delta, now_ns, &decision);
+                    key.expire_at(Some(at));
+                }
+                return Ok(decision);
+            }
+        }
+    }
     let held = match &stored {
         Some(limiter) => Some((limiter.policy, of::<A>(limiter)?)),
         None => None,
@@ -72,21 +96,29 @@ pub fn decide<A: Stored>(
         peek,
         |state| decision(state, now_ns),
     );
-    if let Some(next) = &decided.store {
-        let limiter = store(&mut key, request.policy, next.clone())?;
-        let expire_at_ms = effect::propagate(ctx, request.key, limiter, now_ns, &decided.decision);
+    let Step {
+        decision,
+        store: next,
+    } = decided;
+    if let Some(next) = next {
+        let limiter = store(&mut key, request.policy, next)?;
+        let expire_at_ms = effect::propagate(ctx, request.key, limiter, now_ns, &decision);
         key.expire_at(Some(expire_at_ms));
     }
-    Ok(decided)
+    Ok(decision)
 }
 
 /// The state of algorithm `A` in a stored limiter; WRONGTYPE naming what it holds otherwise.
 pub fn of<A: Stored>(limiter: &Limiter) -> Result<&A, Error> {
-    A::of(&limiter.state).ok_or_else(|| Error::WrongType {
+    A::of(&limiter.state).ok_or_else(|| wrong_type::<A>(limiter))
+}
+
+fn wrong_type<A: Stored>(limiter: &Limiter) -> Error {
+    Error::WrongType {
         holds: format!("a {} limiter", limiter.state.name()),
         wanted: A::NAME,
         key: None,
-    })
+    }
 }
 
 /// Stores `state` with `policy` in the key.

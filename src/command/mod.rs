@@ -264,8 +264,9 @@ pub const COMMANDS: &[Spec] = &[
         name: "RL.SETSTATE",
         flags: "write deny-oom",
         arity: -3,
-        keys: Keys::Overwrite,
-        summary: "Internal: stores a limiter state (replication and AOF effects)",
+        // The DELTA form reads the state it changes.
+        keys: Keys::ReadWrite,
+        summary: "Internal: stores a limiter state, or applies a sliding log's delta (replication and AOF effects)",
         event: c"rl.setstate",
         handler: setstate::set_state,
     },

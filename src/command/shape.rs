@@ -19,7 +19,7 @@ pub fn shape(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
     let (request, undelayed) = parse(args)?;
     let (policy, cost) = (request.policy, request.amount);
     let delay_ns = Cell::new(0);
-    let decided = decide::<Shape>(ctx, &request, |state, now_ns| {
+    let decision = decide::<Shape>(ctx, &request, false, |state, now_ns| {
         let configured = Shape::configured(state, undelayed);
         let shaped = shape::check(Some(&configured), &policy, now_ns, cost);
         delay_ns.set(shaped.delay_ns);
@@ -31,7 +31,7 @@ pub fn shape(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
         }
         outcome
     })?;
-    let mut reply = fields(&decided.decision).to_vec();
+    let mut reply = fields(&decision).to_vec();
     reply.push(i64::try_from(ms_ceil(delay_ns.get())).unwrap_or(i64::MAX));
     Ok(Reply::Integers(reply))
 }

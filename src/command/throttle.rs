@@ -90,10 +90,10 @@ pub fn throttle(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
             return Ok(counted(quantity, reply(quantity, &peeked)));
         }
     }
-    let decided = decide::<Gcra>(ctx, &request, |state, now_ns| {
+    let decision = decide::<Gcra>(ctx, &request, true, |state, now_ns| {
         Gcra::check(state, &policy, now_ns, request.amount)
     })?;
-    Ok(counted(quantity, reply(quantity, &decided.decision)))
+    Ok(counted(quantity, reply(quantity, &decision)))
 }
 
 /// The reply, noted for `INFO ratelimit`: redis-cell's field 1 is "limited", the opposite of

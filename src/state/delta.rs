@@ -16,6 +16,7 @@
 //! `[format u8 = 1][algorithm u8 = 3][prior fingerprint u64][dropped u32][at_ns u64][count u32]`
 
 use crate::algo::sliding_log::{mix, Change, SlidingLog};
+use crate::algo::Policy;
 use crate::error::Error;
 use crate::state::{AlgoState, Limiter, Reader};
 
@@ -41,15 +42,15 @@ pub fn fingerprint(limiter: &Limiter) -> Option<u64> {
     let AlgoState::SlidingLog(log) = &limiter.state else {
         return None;
     };
-    Some(log_fingerprint(limiter, log))
+    Some(log_fingerprint(&limiter.policy, log))
 }
 
-fn log_fingerprint(limiter: &Limiter, log: &SlidingLog) -> u64 {
-    let p = &limiter.policy;
+/// [`fingerprint`] of a sliding log held under `p`.
+pub fn log_fingerprint(p: &Policy, log: &SlidingLog) -> u64 {
     [
         p.limit(),
         p.window_ms(),
-        p.burst(),
+        p.capacity(),
         log.len() as u64,
         log.total(),
         log.newest_ns(),
@@ -71,14 +72,28 @@ impl Delta {
 
     /// Appends the encoding to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.push(DELTA_FORMAT);
-        out.push(SLIDING_LOG);
-        out.extend_from_slice(&self.prior.to_le_bytes());
-        out.extend_from_slice(&self.change.dropped.to_le_bytes());
-        out.extend_from_slice(&self.change.at_ns.to_le_bytes());
+        let mut buf = [0u8; DELTA_LEN];
+        self.encode_into(&mut buf);
+        out.extend_from_slice(&buf);
+    }
+
+    /// The encoding, into a fixed buffer (no allocation on the command path).
+    pub fn encode_into(&self, out: &mut [u8; DELTA_LEN]) {
         // A count is at most L <= 10^6 (checked again on apply).
         let count = u32::try_from(self.change.count).unwrap_or(u32::MAX);
-        out.extend_from_slice(&count.to_le_bytes());
+        let fields: [&[u8]; 5] = [
+            &[DELTA_FORMAT, SLIDING_LOG],
+            &self.prior.to_le_bytes(),
+            &self.change.dropped.to_le_bytes(),
+            &self.change.at_ns.to_le_bytes(),
+            &count.to_le_bytes(),
+        ];
+        let mut rest: &mut [u8] = out;
+        for field in fields {
+            let (head, tail) = rest.split_at_mut(field.len().min(rest.len()));
+            head.copy_from_slice(field.get(..head.len()).unwrap_or_default());
+            rest = tail;
+        }
     }
 
     /// Decodes; a wrong version or algorithm, a truncated or a trailing byte is an error. The
@@ -135,7 +150,7 @@ impl Delta {
 mod tests {
     use super::*;
     use crate::algo::props::T0;
-    use crate::algo::{sliding_log, Policy};
+    use crate::algo::sliding_log;
     use proptest::prelude::*;
 
     const MS: u64 = 1_000_000;

@@ -13,9 +13,12 @@
 use crate::algo::fixed_window::FixedWindow;
 use crate::algo::shape::Shape;
 use crate::algo::sliding_counter::SlidingCounter;
-use crate::algo::sliding_log::SlidingLog;
-use crate::algo::{gcra::Gcra, token_bucket, token_bucket::TokenBucket, Algorithm, Policy};
+use crate::algo::sliding_log::{self, SlidingLog};
+use crate::algo::{
+    gcra::Gcra, token_bucket, token_bucket::TokenBucket, Algorithm, Decision, Policy,
+};
 use crate::error::Error;
+use delta::Delta;
 
 pub mod delta;
 pub mod rdb;
@@ -49,6 +52,19 @@ pub trait Stored: Algorithm {
     /// Heap bytes held beyond the `Limiter` itself, for `MEMORY USAGE`.
     fn heap_bytes(&self) -> usize {
         0
+    }
+    /// Decides a request of `cost` (at least 1) on this state, held under the request's own
+    /// `policy`, changing it in place, where that is cheaper than building the next state with
+    /// `check`: the sliding log, whose admit touches only the entries it drops and adds, where a
+    /// new state copies the log. Returns the decision and, if the state changed, the delta that
+    /// carries the change to replicas and the AOF; None when the algorithm has no such path.
+    fn check_in_place(
+        &mut self,
+        _policy: &Policy,
+        _now_ns: u64,
+        _cost: u64,
+    ) -> Option<(Decision, Option<Delta>)> {
+        None
     }
     /// This algorithm's state inside a stored limiter, or None if it holds another one.
     fn of(state: &AlgoState) -> Option<&Self>;
@@ -231,6 +247,21 @@ impl Stored for SlidingLog {
         SlidingLog::heap_bytes(self)
     }
 
+    fn check_in_place(
+        &mut self,
+        policy: &Policy,
+        now_ns: u64,
+        cost: u64,
+    ) -> Option<(Decision, Option<Delta>)> {
+        let (decision, change) = sliding_log::decide(Some(self), policy, now_ns, cost);
+        let delta = change.map(|change| {
+            let prior = delta::log_fingerprint(policy, self);
+            self.apply(policy, &change);
+            Delta { prior, change }
+        });
+        Some((decision, delta))
+    }
+
     variant_access!(SlidingLog);
 }
 
@@ -319,7 +350,7 @@ impl Limiter {
     /// Sliding-log entries held (8 bytes each); 0 for the other algorithms.
     pub fn log_entries(&self) -> u64 {
         match &self.state {
-            AlgoState::SlidingLog(log) => log.words().len() as u64,
+            AlgoState::SlidingLog(log) => log.len() as u64,
             _ => 0,
         }
     }
