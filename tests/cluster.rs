@@ -135,13 +135,14 @@ fn command_getkeysandflags_names_the_key_of_every_command() {
             limiter.command
         );
     }
-    // The internal effect command overwrites its key; the debug command has none.
+    // The internal effect command changes its key (its DELTA form reads the state it changes);
+    // the debug command has none.
     let setstate = call(&["RL.SETSTATE", KEY, "state", "PXAT", "5"], "k");
     assert_eq!(
         keys_and_flags(&mut c, &setstate),
         [(
             "k".to_string(),
-            vec!["OW".to_string(), "update".to_string()]
+            vec!["RW".to_string(), "update".to_string()]
         )]
     );
     assert_eq!(

@@ -72,6 +72,9 @@ pub enum Keys {
     ReadOnly,
     /// The first argument, replaced.
     Overwrite,
+    /// The first argument, read and changed, nothing of it returned (`RL.SETSTATE`, whose DELTA
+    /// form changes the state the key holds).
+    Update,
     /// `numkeys key [key ...]`: read and updated, like `ReadWrite`.
     NumKeys,
 }
@@ -82,7 +85,7 @@ impl Keys {
     fn legacy_range(self) -> (c_int, c_int, c_int) {
         match self {
             Keys::None | Keys::NumKeys => (0, 0, 0),
-            Keys::ReadWrite | Keys::ReadOnly | Keys::Overwrite => (1, 1, 1),
+            Keys::ReadWrite | Keys::ReadOnly | Keys::Overwrite | Keys::Update => (1, 1, 1),
         }
     }
 
@@ -92,7 +95,7 @@ impl Keys {
     fn extra_flags(self) -> &'static str {
         match self {
             Keys::NumKeys => " getkeys-api",
-            Keys::None | Keys::ReadWrite | Keys::ReadOnly | Keys::Overwrite => "",
+            Keys::None | Keys::ReadWrite | Keys::ReadOnly | Keys::Overwrite | Keys::Update => "",
         }
     }
 
@@ -111,6 +114,7 @@ impl Keys {
             Keys::ReadWrite => Some(first(read_write)),
             Keys::ReadOnly => Some(first(KeySpecFlags::READ_ONLY | KeySpecFlags::ACCESS)),
             Keys::Overwrite => Some(first(KeySpecFlags::OVERWRITE | KeySpecFlags::UPDATE)),
+            Keys::Update => Some(first(KeySpecFlags::READ_WRITE | KeySpecFlags::UPDATE)),
             Keys::NumKeys => Some(KeySpec::new(
                 None,
                 read_write,
@@ -265,7 +269,7 @@ pub const COMMANDS: &[Spec] = &[
         flags: "write deny-oom",
         arity: -3,
         // The DELTA form reads the state it changes.
-        keys: Keys::ReadWrite,
+        keys: Keys::Update,
         summary: "Internal: stores a limiter state, or applies a sliding log's delta (replication and AOF effects)",
         event: c"rl.setstate",
         handler: setstate::set_state,
