@@ -1,5 +1,6 @@
 //! The replication stream itself, read as a replica reads it (`PSYNC` on a raw connection): an
-//! admit sends exactly `RL.SETSTATE key <state> PXAT <unix-ms>`; a denial, a peek, a lease that
+//! admit sends exactly `RL.SETSTATE key <effect>` (the state and the key's absolute expiry in one
+//! argument, `[0xE5][unix-ms u64 LE][state]`); a denial, a peek, a lease that
 //! grants nothing and a refund to a missing key send nothing. A `SET` after each step marks where the step's effects end.
 
 mod support;
@@ -131,24 +132,36 @@ fn an_admit_sends_its_state_and_a_denial_or_a_peek_sends_nothing() {
     );
     let setstate = &sent[0];
     let expiry = (T0_MS + 1000).to_string();
-    assert_eq!(setstate.len(), 5, "{:?}", text(setstate));
+    assert_eq!(setstate.len(), 3, "{:?}", text(setstate));
     assert_eq!(text(&setstate[..2]), ["RL.SETSTATE", "k"]);
-    assert_eq!(text(&setstate[3..]), ["PXAT", expiry.as_str()]);
+    let effect = &setstate[2];
+    assert_eq!(effect[0], 0xE5, "a full state");
+    let at = u64::from_le_bytes(effect[1..9].try_into().unwrap());
+    assert_eq!(at.to_string(), expiry);
     assert_eq!(
         pexpiretime(&mut c, "k").to_string(),
         expiry,
         "the stream carries the key's own expiry"
     );
-    // The state it carries is the key's: applied to another key, it gives the same DUMP.
-    let state = setstate[2].clone();
+    // The effect is the key's state and expiry: applied to another key, it gives the same DUMP
+    // and expiry; so does its state in the explicit form (`<state> PXAT <ms>`, the AOF
+    // rewrite's and that of earlier versions).
     redis::cmd("RL.SETSTATE")
         .arg("copy")
-        .arg(state)
+        .arg(effect.clone())
+        .query::<()>(&mut c)
+        .unwrap();
+    assert_eq!(dump(&mut c, "copy"), dump(&mut c, "k"));
+    assert_eq!(pexpiretime(&mut c, "copy").to_string(), expiry);
+    redis::cmd("RL.SETSTATE")
+        .arg("explicit")
+        .arg(&effect[9..])
         .arg("PXAT")
         .arg(&expiry)
         .query::<()>(&mut c)
         .unwrap();
-    assert_eq!(dump(&mut c, "copy"), dump(&mut c, "k"));
+    assert_eq!(dump(&mut c, "explicit"), dump(&mut c, "k"));
+    assert_eq!(pexpiretime(&mut c, "explicit").to_string(), expiry);
     mark(&mut c, "copied");
     stream.until_marker("copied");
 

@@ -1,5 +1,5 @@
-//! The sliding log's delta effects (`RL.SETSTATE key DELTA <delta> PXAT ms`, see
-//! `src/state/delta.rs`): a replica and an AOF replay under a random sliding-log workload with
+//! The sliding log's delta effects (`RL.SETSTATE key <effect>` with a delta and the key's expiry,
+//! see `src/state/delta.rs`): a replica and an AOF replay under a random sliding-log workload with
 //! policy changes and refunds end digest-identical to the master; an admit on a long log
 //! propagates a few dozen bytes, not the log; and a delta for another state than the key's is
 //! refused with the key left as it was.
@@ -154,7 +154,9 @@ fn aof_replay_with_deltas_ends_digest_identical() {
     wait_persistence_idle(&mut c);
     random_workload(&mut c, &mut rng, 800);
     assert!(
-        incr_aof(&s).windows(5).any(|w| w == b"DELTA"),
+        incr_aof(&s)
+            .windows(DELTA_MARKER.len())
+            .any(|w| w == DELTA_MARKER),
         "the AOF holds deltas"
     );
     let (before, digest_before) = (snapshot(&mut c), digest(&mut c));
@@ -166,25 +168,30 @@ fn aof_replay_with_deltas_ends_digest_identical() {
     assert!(!s.log().contains("invalid limiter state"), "{}", s.log());
 }
 
-/// The last delta in the AOF: the 26 bytes after `$5 DELTA $26`.
+/// A delta effect as the AOF holds it: a 35-byte argument, kind 0xED, then the expiry and the
+/// 26-byte delta.
+const DELTA_MARKER: &[u8] = b"$35\r\n\xED";
+
+/// The last delta in the AOF: the 26 bytes after the effect's kind and expiry.
 fn last_delta(s: &Server) -> Vec<u8> {
     let aof = incr_aof(s);
-    let marker = b"$5\r\nDELTA\r\n$26\r\n";
     let at = aof
-        .windows(marker.len())
-        .rposition(|w| w == marker)
+        .windows(DELTA_MARKER.len())
+        .rposition(|w| w == DELTA_MARKER)
         .expect("a delta in the AOF")
-        + marker.len();
+        + DELTA_MARKER.len()
+        + 8;
     aof[at..at + 26].to_vec()
 }
 
+/// Sends a delta effect (the delta with an expiry); the error it is refused with.
 fn setdelta(c: &mut Connection, key: &str, delta: &[u8]) -> String {
+    let mut effect = vec![0xED];
+    effect.extend_from_slice(&(T0_MS + 100_000).to_le_bytes());
+    effect.extend_from_slice(delta);
     redis::cmd("RL.SETSTATE")
         .arg(key)
-        .arg("DELTA")
-        .arg(delta)
-        .arg("PXAT")
-        .arg(T0_MS + 100_000)
+        .arg(effect)
         .query::<()>(c)
         .unwrap_err()
         .to_string()

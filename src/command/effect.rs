@@ -5,7 +5,7 @@ use std::cell::RefCell;
 
 use super::{Ctx, RString};
 use crate::algo::{ms_ceil, Decision};
-use crate::state::delta::{Delta, DELTA_LEN};
+use crate::state::delta::{state_effect_header, Delta};
 use crate::state::Limiter;
 
 /// The shortest TTL a limiter key gets: 1 s.
@@ -29,9 +29,10 @@ pub fn expire_at_ms(now_ns: u64, decision: &Decision) -> u64 {
 }
 
 /// After the limiter in key `name` changed (`decision` describes it as it now stands):
-/// propagates `RL.SETSTATE name <state> PXAT <ms>` so replicas and the AOF store exactly this
-/// state and expiry (they never decide again on their own clock), and signals the change (WATCH,
-/// the command's keyspace event). Returns the absolute expiry the caller gives the key.
+/// propagates `RL.SETSTATE name <effect>` (the state and its absolute expiry in one argument, see
+/// `state::delta`'s effect envelope) so replicas and the AOF store exactly this state and expiry
+/// (they never decide again on their own clock), and signals the change (WATCH, the command's
+/// keyspace event). Returns the absolute expiry the caller gives the key.
 pub fn propagate(
     ctx: &Ctx,
     name: RString<'_>,
@@ -42,18 +43,17 @@ pub fn propagate(
     let expire_at_ms = expire_at_ms(now_ns, decision);
     ENCODE_BUF.with_borrow_mut(|buf| {
         buf.clear();
+        state_effect_header(expire_at_ms, buf);
         limiter.encode(buf);
-        let mut digits = [0u8; 20];
-        let at = decimal(expire_at_ms, &mut digits);
-        ctx.replicate(c"RL.SETSTATE", name, [buf, b"PXAT", at]);
+        ctx.replicate(c"RL.SETSTATE", name, buf);
     });
     ctx.changed(name);
     expire_at_ms
 }
 
 /// [`propagate`] for a change that a delta carries (an admit on a sliding log held under the
-/// same policy): `RL.SETSTATE name DELTA <delta> PXAT <ms>`, some 80 bytes whatever the log's
-/// length, where the full state is 8 bytes per entry. Replicas and the AOF apply it to the state
+/// same policy): `RL.SETSTATE name <effect>` with a delta and the expiry, 35 bytes whatever the
+/// log's length, where the full state is 8 bytes per entry. Replicas and the AOF apply it to the state
 /// they hold, or refuse it if that is not the state it was made on (see `state::delta`).
 pub fn propagate_delta(
     ctx: &Ctx,
@@ -63,11 +63,7 @@ pub fn propagate_delta(
     decision: &Decision,
 ) -> u64 {
     let expire_at_ms = expire_at_ms(now_ns, decision);
-    let mut buf = [0u8; DELTA_LEN];
-    delta.encode_into(&mut buf);
-    let mut digits = [0u8; 20];
-    let at = decimal(expire_at_ms, &mut digits);
-    ctx.replicate4(c"RL.SETSTATE", name, [b"DELTA", &buf, b"PXAT", at]);
+    ctx.replicate(c"RL.SETSTATE", name, &delta.effect(expire_at_ms));
     ctx.changed(name);
     expire_at_ms
 }
@@ -75,32 +71,4 @@ pub fn propagate_delta(
 thread_local! {
     /// Reused for every encoding: commands run on Redis's main thread, one at a time.
     static ENCODE_BUF: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
-/// `n` in decimal ASCII, written at the end of `buf` (20 digits hold any u64).
-fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut start = buf.len();
-    for slot in buf.iter_mut().rev() {
-        // n % 10 < 10: the cast is exact.
-        *slot = b'0' + (n % 10) as u8;
-        start -= 1;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    buf.get(start..).unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::decimal;
-
-    #[test]
-    fn decimal_digits() {
-        let mut buf = [0u8; 20];
-        for n in [0, 7, 10, 1_800_000_000_123, u64::MAX] {
-            assert_eq!(decimal(n, &mut buf), n.to_string().as_bytes());
-        }
-    }
 }

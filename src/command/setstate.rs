@@ -1,20 +1,19 @@
-//! `RL.SETSTATE key <state> [PXAT ms]` — stores an encoded limiter state with an absolute expiry.
-//! `RL.SETSTATE key DELTA <delta> PXAT ms` — applies a sliding log's delta to the state the key
-//! holds (see `state::delta`), or refuses it, the key untouched, if that is not the state the
-//! delta was made on.
+//! `RL.SETSTATE key <effect>` — applies an effect: a limiter state, or a sliding log's delta,
+//! with the key's absolute expiry, in one argument (see `state::delta`'s effect envelope). A
+//! delta applies to the state the key holds, or is refused, the key untouched, if that is not the
+//! state it was made on.
+//! `RL.SETSTATE key <state> [PXAT ms]` — stores an encoded limiter state with an absolute expiry
+//! (or none): what the AOF rewrite emits, and the effect of earlier versions.
 //!
-//! This is how decisions reach replicas and the AOF (as effects, never re-decided), and what the
-//! AOF rewrite emits. The state is validated exactly like an RDB load. Clients have no reason to
-//! call it; production ACLs should deny it to gateway users (`-rl.setstate`).
-//!
-//! The delta is a form of this command rather than a command of its own so that the one ACL rule
-//! operators already have (`-rl.setstate`) covers it, and the replication stream keeps one
-//! internal command; a state's first byte (its format version) can never be the word `DELTA`.
+//! This is how decisions reach replicas and the AOF (as effects, never re-decided). The state is
+//! validated exactly like an RDB load. Clients have no reason to call it; production ACLs should
+//! deny it to gateway users (`-rl.setstate`). Deltas are a form of this command rather than one
+//! of their own so that this one ACL rule covers them.
 
 use super::args::parse_u64;
 use super::{Args, Ctx, RString, Reply};
 use crate::error::{echo, Error};
-use crate::state::delta::Delta;
+use crate::state::delta::{Delta, Effect};
 use crate::state::Limiter;
 
 /// The largest PXAT accepted: year 33658, far beyond any limiter's reset.
@@ -22,26 +21,52 @@ const MAX_PXAT_MS: u64 = 1_000_000_000_000_000;
 
 pub fn set_state(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     let name = args.next_string()?;
-    let state = args.next_bytes()?;
-    if state.eq_ignore_ascii_case(b"DELTA") {
-        return set_delta(ctx, name, args);
-    }
-    let limiter = match Limiter::decode(state) {
-        Ok(limiter) => limiter,
-        Err(e) => {
-            // In an AOF being loaded, a refused line drops that key's limit: say which and why.
-            ctx.log_warning(&format!(
-                "RL.SETSTATE refused for key '{}': {e}",
-                echo(name.bytes())
-            ));
-            return Err(e);
+    let bytes = args.next_bytes()?;
+    match Effect::parse(bytes) {
+        Some(Effect::State {
+            state,
+            expire_at_ms,
+        }) => {
+            let limiter = decode(ctx, name, state)?;
+            args.done()?;
+            store(ctx, name, limiter, Some(in_range(expire_at_ms)?))
         }
-    };
-    let expire_at = match args.remaining() {
-        0 => None,
-        _ => Some(pxat(&mut args)?),
-    };
-    args.done()?;
+        Some(Effect::Delta {
+            delta,
+            expire_at_ms,
+        }) => {
+            args.done()?;
+            set_delta(ctx, name, delta, in_range(expire_at_ms)?)
+        }
+        None => {
+            let limiter = decode(ctx, name, bytes)?;
+            let expire_at = match args.remaining() {
+                0 => None,
+                _ => Some(pxat(&mut args)?),
+            };
+            args.done()?;
+            store(ctx, name, limiter, expire_at)
+        }
+    }
+}
+
+/// Decodes a state; a refusal is logged: in an AOF being loaded, a refused line drops that key's
+/// limit, so the log says which and why.
+fn decode(ctx: &Ctx, name: RString<'_>, state: &[u8]) -> Result<Limiter, Error> {
+    Limiter::decode(state).inspect_err(|e| {
+        ctx.log_warning(&format!(
+            "RL.SETSTATE refused for key '{}': {e}",
+            echo(name.bytes())
+        ));
+    })
+}
+
+fn store(
+    ctx: &Ctx,
+    name: RString<'_>,
+    limiter: Limiter,
+    expire_at: Option<u64>,
+) -> Result<Reply, Error> {
     let mut key = ctx.open(name, true);
     // Replaces a limiter of any algorithm, never a value of another type.
     key.limiter("")?;
@@ -65,14 +90,20 @@ fn pxat(args: &mut Args<'_>) -> Result<u64, Error> {
     parse_u64("PXAT", args.next_bytes()?, 1, MAX_PXAT_MS)
 }
 
-/// `RL.SETSTATE key DELTA <delta> PXAT ms`: the delta applies to the sliding log the key holds,
-/// or is refused with the key untouched (missing key, another algorithm or type, another state,
-/// a change that does not fit). A refusal is logged: on a replica or an AOF load it means that
-/// key no longer matches the master's, until its next full state.
-fn set_delta(ctx: &Ctx, name: RString<'_>, mut args: Args<'_>) -> Result<Reply, Error> {
-    let delta = args.next_bytes()?;
-    let expire_at = pxat(&mut args)?;
-    args.done()?;
+/// An effect's expiry, within the bounds `PXAT` has.
+fn in_range(expire_at_ms: u64) -> Result<u64, Error> {
+    if (1..=MAX_PXAT_MS).contains(&expire_at_ms) {
+        Ok(expire_at_ms)
+    } else {
+        Err(Error::BadState("effect expiry out of range"))
+    }
+}
+
+/// A delta applies to the sliding log the key holds, or is refused with the key untouched
+/// (missing key, another algorithm or type, another state, a change that does not fit). A
+/// refusal is logged: on a replica or an AOF load it means that key no longer matches the
+/// master's, until its next full state.
+fn set_delta(ctx: &Ctx, name: RString<'_>, delta: &[u8], expire_at: u64) -> Result<Reply, Error> {
     let mut key = ctx.open(name, true);
     let applied = Delta::decode(delta).and_then(|delta| match key.limiter("sliding log")? {
         Some(limiter) => delta.apply(limiter),
@@ -80,7 +111,7 @@ fn set_delta(ctx: &Ctx, name: RString<'_>, mut args: Args<'_>) -> Result<Reply, 
     });
     if let Err(e) = applied {
         ctx.log_warning(&format!(
-            "RL.SETSTATE DELTA refused for key '{}': {e}",
+            "RL.SETSTATE delta refused for key '{}': {e}",
             echo(name.bytes())
         ));
         return Err(e);
