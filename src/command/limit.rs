@@ -72,12 +72,13 @@ pub fn decide<A: Stored>(
     // change, a peek) takes the general path below and propagates the full state.
     if let Some(limiter) = stored.as_deref_mut() {
         if check && !peek && limiter.policy == request.policy {
-            let policy = limiter.policy;
+            let (policy, before) = (limiter.policy, metrics::Footprint::of(limiter));
             let Some(state) = A::of_mut(&mut limiter.state) else {
                 return Err(wrong_type::<A>(limiter));
             };
             if let Some((decision, delta)) = state.check_in_place(&policy, now_ns, request.amount) {
                 if let Some(delta) = delta {
+                    metrics::limiter_changed(before, limiter);
                     let at = effect::propagate_delta(ctx, request.key, &delta, now_ns, &decision);
                     key.expire_at(Some(at));
                 }

@@ -13,6 +13,7 @@
 use super::args::parse_u64;
 use super::{Args, Ctx, RString, Reply};
 use crate::error::{echo, Error};
+use crate::metrics;
 use crate::state::delta::{Delta, Effect};
 use crate::state::Limiter;
 
@@ -106,7 +107,12 @@ fn in_range(expire_at_ms: u64) -> Result<u64, Error> {
 fn set_delta(ctx: &Ctx, name: RString<'_>, delta: &[u8], expire_at: u64) -> Result<Reply, Error> {
     let mut key = ctx.open(name, true);
     let applied = Delta::decode(delta).and_then(|delta| match key.limiter("sliding log")? {
-        Some(limiter) => delta.apply(limiter),
+        Some(limiter) => {
+            let before = metrics::Footprint::of(limiter);
+            delta.apply(limiter)?;
+            metrics::limiter_changed(before, limiter);
+            Ok(())
+        }
         None => Err(Error::BadState("delta for a missing key")),
     });
     if let Err(e) = applied {
