@@ -12,7 +12,7 @@
 //! window keeps the stored window and its count: a window never restarts because time ran
 //! backwards.
 
-use super::{inspection, relative_ms, Algorithm, Decision, Field, Outcome, Policy};
+use super::{inspection, relative_ms, Decision, Field, Outcome, Policy};
 
 /// Stored state: the window the count belongs to, and the count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,27 +110,7 @@ pub fn inspect(state: &FixedWindow, policy: &Policy, now_ns: u64) -> Vec<Field> 
     inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
 }
 
-impl Algorithm for FixedWindow {
-    const NAME: &'static str = "fixed window";
-    const TAG: u8 = 5;
-    const BURST: bool = false;
-
-    fn check(state: Option<&Self>, policy: &Policy, now_ns: u64, cost: u64) -> Outcome<Self> {
-        check(state, policy, now_ns, cost)
-    }
-
-    fn rescale(&self, from: &Policy, to: &Policy, now_ns: u64) -> Self {
-        rescale(self, from, to, now_ns)
-    }
-
-    fn refund(&self, policy: &Policy, now_ns: u64, n: u64) -> Self {
-        refund(self, policy, now_ns, n)
-    }
-
-    fn inspect(&self, policy: &Policy, now_ns: u64) -> Vec<Field> {
-        inspect(self, policy, now_ns)
-    }
-}
+super::algorithm!(FixedWindow, name: "fixed window", tag: 5, burst: false);
 
 #[cfg(test)]
 mod tests {

@@ -11,8 +11,7 @@
 //! Admits exactly what a token bucket with the same L, W, B admits (see `token_bucket`).
 
 use super::{
-    inspection, millitokens, relative_ms, rescale_units, Algorithm, Decision, Field, Outcome,
-    Policy,
+    inspection, millitokens, relative_ms, rescale_units, Decision, Field, Outcome, Policy,
 };
 
 /// Stored state: the theoretical arrival time, in units of the policy it was decided under.
@@ -94,27 +93,7 @@ pub fn inspect(state: &Gcra, policy: &Policy, now_ns: u64) -> Vec<Field> {
     inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
 }
 
-impl Algorithm for Gcra {
-    const NAME: &'static str = "GCRA";
-    const TAG: u8 = 1;
-    const BURST: bool = true;
-
-    fn check(state: Option<&Self>, policy: &Policy, now_ns: u64, cost: u64) -> Outcome<Self> {
-        check(state, policy, now_ns, cost)
-    }
-
-    fn rescale(&self, from: &Policy, to: &Policy, now_ns: u64) -> Self {
-        rescale(self, from, to, now_ns)
-    }
-
-    fn refund(&self, policy: &Policy, now_ns: u64, n: u64) -> Self {
-        refund(self, policy, now_ns, n)
-    }
-
-    fn inspect(&self, policy: &Policy, now_ns: u64) -> Vec<Field> {
-        inspect(self, policy, now_ns)
-    }
-}
+super::algorithm!(Gcra, name: "GCRA", tag: 1, burst: true);
 
 #[cfg(test)]
 mod tests {

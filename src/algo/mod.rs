@@ -253,6 +253,43 @@ pub trait Algorithm: Sized + Clone + PartialEq + std::fmt::Debug {
     }
 }
 
+/// Implements [`Algorithm`] for a state type through its module's free functions `check`,
+/// `rescale`, `refund` and `inspect` (the module's own tests call those directly). Extra items
+/// (an `entries` override) follow the name, tag and burst.
+macro_rules! algorithm {
+    ($state:ty, name: $name:literal, tag: $tag:literal, burst: $burst:literal $(, $item:item)*) => {
+        impl $crate::algo::Algorithm for $state {
+            const NAME: &'static str = $name;
+            const TAG: u8 = $tag;
+            const BURST: bool = $burst;
+
+            fn check(
+                state: Option<&Self>,
+                policy: &$crate::algo::Policy,
+                now_ns: u64,
+                cost: u64,
+            ) -> $crate::algo::Outcome<Self> {
+                check(state, policy, now_ns, cost)
+            }
+
+            fn rescale(&self, from: &$crate::algo::Policy, to: &$crate::algo::Policy, now_ns: u64) -> Self {
+                rescale(self, from, to, now_ns)
+            }
+
+            fn refund(&self, policy: &$crate::algo::Policy, now_ns: u64, n: u64) -> Self {
+                refund(self, policy, now_ns, n)
+            }
+
+            fn inspect(&self, policy: &$crate::algo::Policy, now_ns: u64) -> Vec<$crate::algo::Field> {
+                inspect(self, policy, now_ns)
+            }
+
+            $($item)*
+        }
+    };
+}
+pub(crate) use algorithm;
+
 /// Nanoseconds rounded up to whole milliseconds, so a client that waits this long is not early.
 pub fn ms_ceil(ns: u64) -> u64 {
     ns.div_ceil(NS_PER_MS)

@@ -17,7 +17,7 @@
 //! but only when the previous window's requests were bunched at its end; an interval that starts
 //! at a boundary, or follows a quiet window, gets at most L.
 
-use super::{inspection, relative_ms, Algorithm, Decision, Field, Outcome, Policy};
+use super::{inspection, relative_ms, Decision, Field, Outcome, Policy};
 
 /// Stored state: the current window's start and the two counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -199,27 +199,7 @@ pub fn inspect(state: &SlidingCounter, policy: &Policy, now_ns: u64) -> Vec<Fiel
     inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
 }
 
-impl Algorithm for SlidingCounter {
-    const NAME: &'static str = "sliding counter";
-    const TAG: u8 = 4;
-    const BURST: bool = false;
-
-    fn check(state: Option<&Self>, policy: &Policy, now_ns: u64, cost: u64) -> Outcome<Self> {
-        check(state, policy, now_ns, cost)
-    }
-
-    fn rescale(&self, from: &Policy, to: &Policy, now_ns: u64) -> Self {
-        rescale(self, from, to, now_ns)
-    }
-
-    fn refund(&self, policy: &Policy, now_ns: u64, n: u64) -> Self {
-        refund(self, policy, now_ns, n)
-    }
-
-    fn inspect(&self, policy: &Policy, now_ns: u64) -> Vec<Field> {
-        inspect(self, policy, now_ns)
-    }
-}
+super::algorithm!(SlidingCounter, name: "sliding counter", tag: 4, burst: false);
 
 #[cfg(test)]
 mod tests {

@@ -28,7 +28,7 @@
 //! is the oldest entry's instant and each word `offset << 20 | count` with `offset` the distance
 //! from it in ticks (the first 0), so a log has exactly one encoding.
 
-use super::{inspection, relative_ms, Algorithm, Decision, Field, Outcome, Policy};
+use super::{inspection, relative_ms, Decision, Field, Outcome, Policy};
 
 const COUNT_BITS: u32 = 20;
 const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;
@@ -612,31 +612,10 @@ pub fn inspect(state: &SlidingLog, policy: &Policy, now_ns: u64) -> Vec<Field> {
     inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
 }
 
-impl Algorithm for SlidingLog {
-    const NAME: &'static str = "sliding log";
-    const TAG: u8 = 3;
-    const BURST: bool = false;
-
-    fn check(state: Option<&Self>, policy: &Policy, now_ns: u64, cost: u64) -> Outcome<Self> {
-        check(state, policy, now_ns, cost)
-    }
-
-    fn rescale(&self, from: &Policy, to: &Policy, now_ns: u64) -> Self {
-        rescale(self, from, to, now_ns)
-    }
-
-    fn refund(&self, policy: &Policy, now_ns: u64, n: u64) -> Self {
-        refund(self, policy, now_ns, n)
-    }
-
-    fn inspect(&self, policy: &Policy, now_ns: u64) -> Vec<Field> {
-        inspect(self, policy, now_ns)
-    }
-
-    fn entries(policy: &Policy) -> u64 {
-        policy.limit()
-    }
-}
+super::algorithm!(SlidingLog, name: "sliding log", tag: 3, burst: false,
+fn entries(policy: &Policy) -> u64 {
+    policy.limit()
+});
 
 #[cfg(test)]
 mod tests {

@@ -6,8 +6,7 @@
 //! admits (a property test checks it); it stores a balance and an instant instead of one instant.
 
 use super::{
-    inspection, millitokens, relative_ms, rescale_units, Algorithm, Decision, Field, Outcome,
-    Policy,
+    inspection, millitokens, relative_ms, rescale_units, Decision, Field, Outcome, Policy,
 };
 
 /// Stored state: the balance at the last refill, and when that was.
@@ -126,27 +125,7 @@ pub fn inspect(state: &TokenBucket, policy: &Policy, now_ns: u64) -> Vec<Field> 
     inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
 }
 
-impl Algorithm for TokenBucket {
-    const NAME: &'static str = "token bucket";
-    const TAG: u8 = 2;
-    const BURST: bool = true;
-
-    fn check(state: Option<&Self>, policy: &Policy, now_ns: u64, cost: u64) -> Outcome<Self> {
-        check(state, policy, now_ns, cost)
-    }
-
-    fn rescale(&self, from: &Policy, to: &Policy, now_ns: u64) -> Self {
-        rescale(self, from, to, now_ns)
-    }
-
-    fn refund(&self, policy: &Policy, now_ns: u64, n: u64) -> Self {
-        refund(self, policy, now_ns, n)
-    }
-
-    fn inspect(&self, policy: &Policy, now_ns: u64) -> Vec<Field> {
-        inspect(self, policy, now_ns)
-    }
-}
+super::algorithm!(TokenBucket, name: "token bucket", tag: 2, burst: true);
 
 #[cfg(test)]
 mod tests {
