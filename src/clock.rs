@@ -27,11 +27,21 @@ pub fn now_ns() -> u64 {
     server_now_ns()
 }
 
-/// The server's wall clock: microseconds where the server has them (Redis 7.2+), else
+/// The server's wall clock: microseconds where the server has them (Redis 7.2+, Valkey), else
 /// milliseconds (Redis 7.0). A missing API function is `None`; never unwrap it.
+///
+/// `CachedMicroseconds` is preferred: it is the time the server read when it started the
+/// current top-level command (Redis 7.2.6, 7.4.1 and Valkey 8.0.1 refresh it in `call()` only
+/// at execution nesting 0, see `enterExecutionUnit`), so it saves a clock read per command and
+/// every limiter call inside one `MULTI`/`EXEC` or script sees the same instant, the one the
+/// server also uses for key expiry there. A script running past `busy-reply-threshold` may see
+/// it move forwards (the server refreshes it while serving other clients); never backwards.
 fn server_now_ns() -> u64 {
     // SAFETY: the API pointers are filled once at module load and never change afterwards.
     unsafe {
+        if let Some(cached) = raw::RedisModule_CachedMicroseconds {
+            return u64::try_from(cached()).unwrap_or(0).saturating_mul(1_000);
+        }
         if let Some(micros) = raw::RedisModule_Microseconds {
             return u64::try_from(micros()).unwrap_or(0).saturating_mul(1_000);
         }
@@ -40,6 +50,24 @@ fn server_now_ns() -> u64 {
         }
     }
     0
+}
+
+/// Which server clock `now_ns` reads, for the load log line.
+pub fn source() -> &'static str {
+    // SAFETY: copies function pointers filled at load (no reference to the statics).
+    let (cached, micros) = unsafe {
+        (
+            raw::RedisModule_CachedMicroseconds,
+            raw::RedisModule_Microseconds,
+        )
+    };
+    if cached.is_some() {
+        "µs (CachedMicroseconds)"
+    } else if micros.is_some() {
+        "µs (Microseconds)"
+    } else {
+        "ms (Milliseconds)"
+    }
 }
 
 /// The latest instant the debug clock can be moved to: 10^13 ms since the epoch (year 2286).

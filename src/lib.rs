@@ -8,6 +8,7 @@ pub mod clock;
 pub mod command;
 pub mod error;
 pub mod metrics;
+pub mod server;
 pub mod state;
 
 use std::sync::atomic::AtomicI64;
@@ -35,10 +36,12 @@ pub static MAX_LOG_ENTRIES: AtomicI64 = AtomicI64::new(10_000);
 /// Module arguments: `DEBUG-CLOCK yes|no`, `CELL-COMPAT yes|no` (see `command::throttle`) and `max-log-entries <n>` (the latter read by the
 /// configuration table). Anything else fails the load, so a typo is never silently ignored.
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
-    if !ffi::api_present() {
-        ctx.log_warning(
-            "this Redis lacks module API functions the module needs (Redis 7.0+ required)",
-        );
+    let found = server::detect(ctx.ctx);
+    if found.too_old() || !ffi::api_present() {
+        ctx.log_warning(&format!(
+            "not loaded: this server is {}; the module needs Redis 7.0 or later (or Valkey)",
+            found.describe()
+        ));
         return Status::Err;
     }
     let mut debug_clock = false;
@@ -79,7 +82,14 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
     }
     ffi::set_module_options(ctx);
     match ffi::register_all(ctx).and_then(|()| metrics::register(ctx)) {
-        Ok(()) => Status::Ok,
+        Ok(()) => {
+            ctx.log_notice(&format!(
+                "loaded on {}; module API used: {}",
+                found.describe(),
+                server::features()
+            ));
+            Status::Ok
+        }
         Err(e) => {
             ctx.log_warning(&e);
             Status::Err

@@ -1,0 +1,143 @@
+//! Which server the module was loaded into and which of its module API the module uses: found
+//! once at load, logged in one line, and the load refused below Redis 7.0.
+//!
+//! Valkey 8 reports itself to modules as Redis 7.2.4 (`RedisModule_GetServerVersion` and
+//! `redis_version`); its own name and version are in `INFO server` (`server_name`,
+//! `valkey_version`), read through `RedisModule_GetServerInfo`.
+
+use std::ffi::{c_char, CStr};
+
+use redis_module::raw;
+
+/// The oldest server the module supports (0x00MMmmpp, as `RedisModule_GetServerVersion`).
+pub const MIN_VERSION: i32 = 0x0007_0000;
+
+/// What the running server told the module about itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Server {
+    /// "Redis", or the `server_name` a fork reports (e.g. "valkey").
+    pub name: String,
+    /// Its own version string (`valkey_version` for Valkey), if known.
+    pub version: Option<String>,
+    /// The Redis version it reports to modules, 0x00MMmmpp, if the API exists.
+    pub redis_version: Option<i32>,
+}
+
+impl Server {
+    /// "Redis 7.2.6", "valkey 8.0.1 (module API of Redis 7.2.4)", "Redis (version unknown)".
+    pub fn describe(&self) -> String {
+        let mut s = self.name.clone();
+        match (&self.version, self.redis_version) {
+            (Some(v), Some(r)) if *v != version_string(r) => {
+                s.push_str(&format!(" {v} (module API of Redis {})", version_string(r)));
+            }
+            (Some(v), _) => s.push_str(&format!(" {v}")),
+            (None, Some(r)) => s.push_str(&format!(" {}", version_string(r))),
+            (None, None) => s.push_str(" (version unknown)"),
+        }
+        s
+    }
+
+    /// Below Redis 7.0 (by the version the server reports to modules).
+    pub fn too_old(&self) -> bool {
+        self.redis_version.is_some_and(|v| v < MIN_VERSION)
+    }
+}
+
+/// 0x00070206 → "7.2.6".
+pub fn version_string(v: i32) -> String {
+    format!("{}.{}.{}", (v >> 16) & 0xff, (v >> 8) & 0xff, v & 0xff)
+}
+
+/// Asks the running server. Every API pointer is checked: a missing one is `None`.
+pub fn detect(ctx: *mut raw::RedisModuleCtx) -> Server {
+    // SAFETY: API pointers are filled at load; `ctx` is the load context.
+    let redis_version = unsafe { raw::RedisModule_GetServerVersion.map(|f| f()) };
+    let mut server = Server {
+        name: "Redis".to_string(),
+        version: None,
+        redis_version,
+    };
+    let field = |data: *mut raw::RedisModuleServerInfoData, name: &CStr| -> Option<String> {
+        // SAFETY: `data` is live until freed below; the field is a NUL-terminated string
+        // owned by `data`, copied out at once.
+        unsafe {
+            let get = raw::RedisModule_ServerInfoGetFieldC?;
+            let p: *const c_char = get(data, name.as_ptr());
+            (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
+        }
+    };
+    // SAFETY: as above; the info data is freed before returning.
+    unsafe {
+        if let (Some(get), Some(free)) = (
+            raw::RedisModule_GetServerInfo,
+            raw::RedisModule_FreeServerInfo,
+        ) {
+            let data = get(ctx, c"server".as_ptr());
+            if !data.is_null() {
+                if let Some(name) = field(data, c"server_name") {
+                    let own = format!("{name}_version");
+                    if let Ok(own) = std::ffi::CString::new(own) {
+                        server.version = field(data, &own);
+                    }
+                    server.name = name;
+                } else {
+                    server.version = field(data, c"redis_version");
+                }
+                free(ctx, data);
+            }
+        }
+    }
+    server
+}
+
+/// The module API features the module uses where the server offers them, for the load line.
+pub fn features() -> String {
+    // SAFETY: copies function pointers filled at load (no reference to the statics).
+    let (categories, add_category) = unsafe {
+        (
+            raw::RedisModule_SetCommandACLCategories,
+            raw::RedisModule_AddACLCategory,
+        )
+    };
+    let (categories, add_category) = (categories.is_some(), add_category.is_some());
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    format!(
+        "clock {}; ACL categories {}; @ratelimit category {}",
+        crate::clock::source(),
+        yes(categories),
+        yes(add_category),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn describes_redis_and_forks() {
+        let redis = Server {
+            name: "Redis".into(),
+            version: Some("7.2.6".into()),
+            redis_version: Some(0x0007_0206),
+        };
+        assert_eq!(redis.describe(), "Redis 7.2.6");
+        assert!(!redis.too_old());
+        let valkey = Server {
+            name: "valkey".into(),
+            version: Some("8.0.1".into()),
+            redis_version: Some(0x0007_0204),
+        };
+        assert_eq!(
+            valkey.describe(),
+            "valkey 8.0.1 (module API of Redis 7.2.4)"
+        );
+        let old = Server {
+            name: "Redis".into(),
+            version: None,
+            redis_version: Some(0x0006_020e),
+        };
+        assert_eq!(old.describe(), "Redis 6.2.14");
+        assert!(old.too_old());
+    }
+}
