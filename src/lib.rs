@@ -36,7 +36,7 @@ pub static MAX_LOG_ENTRIES: AtomicI64 = AtomicI64::new(10_000);
 /// Module arguments: `DEBUG-CLOCK yes|no`, `CELL-COMPAT yes|no` (see `command::throttle`) and `max-log-entries <n>` (the latter read by the
 /// configuration table). Anything else fails the load, so a typo is never silently ignored.
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
-    let found = server::detect(ctx.ctx);
+    let found = server::detect(ctx);
     if found.too_old() || !ffi::api_present() {
         ctx.log_warning(&format!(
             "not loaded: this server is {}; the module needs Redis 7.0 or later (or Valkey)",

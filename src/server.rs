@@ -7,7 +7,7 @@
 
 use std::ffi::{c_char, CStr};
 
-use redis_module::raw;
+use redis_module::{raw, Context};
 
 /// The oldest server the module supports (0x00MMmmpp, as `RedisModule_GetServerVersion`).
 pub const MIN_VERSION: i32 = 0x0007_0000;
@@ -50,7 +50,8 @@ pub fn version_string(v: i32) -> String {
 }
 
 /// Asks the running server. Every API pointer is checked: a missing one is `None`.
-pub fn detect(ctx: *mut raw::RedisModuleCtx) -> Server {
+pub fn detect(ctx: &Context) -> Server {
+    let ctx = ctx.ctx;
     // SAFETY: API pointers are filled at load; `ctx` is the load context.
     let redis_version = unsafe { raw::RedisModule_GetServerVersion.map(|f| f()) };
     let mut server = Server {
