@@ -2,7 +2,9 @@
 # make test  — every test: unit, property and integration (real redis-server on loopback)
 # make lint  — rustfmt and clippy, warnings are errors
 # make bench — performance against INCR and Lua limiters (see README)
-.PHONY: deps build release run test lint bench
+# make test-servers — the integration tests against each server built from ../shared/servers
+#                     (SERVERS="redis-7.2.6 ..." picks some; TESTS="--test NAME" some tests)
+.PHONY: deps build release run test lint bench test-servers
 
 deps:
 	@scripts/install-deps
@@ -27,3 +29,8 @@ lint:
 
 bench: release
 	scripts/bench
+
+# Builds each server source once (cached in ~/.cache/redis-ratelimit/servers) and runs the
+# integration tests with it first on PATH; see scripts/test-servers.
+test-servers: build
+	scripts/test-servers $(SERVERS)
