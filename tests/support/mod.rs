@@ -38,8 +38,16 @@ pub fn free_port() -> u16 {
         .expect("no free loopback port")
 }
 
+/// The server the tests start: the first `redis-server` on PATH. `scripts/test-servers` runs
+/// the suite with each server it built first on PATH (Valkey's under that name too).
+pub const SERVER: &str = "redis-server";
+
+/// Debian's packaged server (7.0.15): the "old" side of the cross-version tests.
+pub const OLD_SERVER: &str = "/usr/bin/redis-server";
+
 pub struct Server {
     pub port: u16,
+    program: String,
     pub dir: tempdir::Dir,
     extra: Vec<String>,
     module_args: Vec<String>,
@@ -62,8 +70,24 @@ impl Server {
     /// another process took the port meanwhile (cluster nodes pick their ports themselves: the
     /// cluster bus needs port+10000 too).
     pub fn on_port(port: u16, extra: &[&str], module_args: &[&str]) -> Result<Server, String> {
+        Server::program_on_port(SERVER, port, extra, module_args)
+    }
+
+    /// Like `with`, but running the given redis-server binary (e.g. `OLD_SERVER`).
+    pub fn using(program: &str, extra: &[&str], module_args: &[&str]) -> Server {
+        Server::program_on_port(program, free_port(), extra, module_args)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn program_on_port(
+        program: &str,
+        port: u16,
+        extra: &[&str],
+        module_args: &[&str],
+    ) -> Result<Server, String> {
         let mut server = Server {
             port,
+            program: program.to_string(),
             dir: tempdir::Dir::new(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             module_args: module_args.iter().map(|s| s.to_string()).collect(),
@@ -96,14 +120,17 @@ impl Server {
         args.push(module_path().display().to_string());
         args.extend(["DEBUG-CLOCK".to_string(), "yes".to_string()]);
         args.extend(self.module_args.iter().cloned());
-        let child = Command::new("redis-server")
+        let child = Command::new(&self.program)
             .args(&args)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .expect(
-                "redis-server not found: run scripts/install-deps (apt-get install redis-server)",
-            );
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{}: {e}; run scripts/install-deps (apt-get install redis-server)",
+                    self.program
+                )
+            });
         self.child = Some(child);
         self.wait_ready()
     }
