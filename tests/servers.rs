@@ -333,3 +333,102 @@ fn the_load_log_names_the_server_and_the_clock() {
     };
     assert!(line.contains(clock), "{line}");
 }
+
+fn info(c: &mut Connection, section: &str) -> String {
+    redis::cmd("INFO").arg(section).query(c).unwrap()
+}
+
+#[test]
+fn swapdb_diskless_load_and_async_loading_keep_replicas_identical() {
+    let master = Server::with(
+        &[
+            "--repl-diskless-sync",
+            "yes",
+            "--repl-diskless-sync-delay",
+            "0",
+            "--repl-backlog-size",
+            "16384",
+        ],
+        &[],
+    );
+    let replica = Server::with(&["--repl-diskless-load", "swapdb"], &[]);
+    let (mut m, mut r) = (master.connect(), replica.connect());
+    clock_set(&mut m, T0_MS);
+    run_workload(&mut m, 2);
+    cmd(
+        &mut r,
+        &["REPLICAOF", "127.0.0.1", &master.port.to_string()],
+    )
+    .unwrap();
+    let synced = |r: &mut Connection| {
+        let i = info(r, "replication") + &info(r, "persistence");
+        i.contains("master_link_status:up") && i.contains("async_loading:0")
+    };
+    wait_for("first sync", || synced(&mut r));
+    let log = replica.log();
+    assert!(!log.contains("Skipping diskless-load"), "{log}");
+    assert!(
+        log.contains("Swapping active DB with loaded DB"),
+        "no swapdb load:\n{log}"
+    );
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    assert_eq!(snapshot(&mut r), snapshot(&mut m));
+    let before = snapshot(&mut r);
+
+    // A second full sync with the same replication id loads asynchronously: the replica serves
+    // reads from its old data meanwhile. Slow the load down (5 ms per key, serving clients
+    // every KB), drop the replica's link and write more than the backlog holds, so that it
+    // cannot resume partially.
+    let mut more = redis::pipe();
+    for i in 0..400 {
+        more.cmd("RL.GCRA")
+            .arg(format!("more:{i}"))
+            .arg(10)
+            .arg(1000)
+            .ignore();
+    }
+    let () = more.query(&mut m).unwrap();
+    cmd(
+        &mut r,
+        &[
+            "CONFIG",
+            "SET",
+            "loading-process-events-interval-bytes",
+            "1024",
+        ],
+    )
+    .unwrap();
+    cmd(&mut r, &["CONFIG", "SET", "key-load-delay", "5000"]).unwrap();
+    let mut pipe = redis::pipe();
+    pipe.atomic()
+        .cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("replica")
+        .ignore()
+        .cmd("SET")
+        .arg("filler")
+        .arg("x".repeat(100_000))
+        .ignore();
+    let () = pipe.query(&mut m).unwrap();
+    run_workload(&mut m, 1);
+    wait_for("async loading", || {
+        info(&mut r, "persistence").contains("async_loading:1")
+    });
+    // Still the old data while the new loads.
+    assert_eq!(dump(&mut r, "gcra:a"), before["gcra:a"].0.clone().into());
+    cmd(&mut r, &["CONFIG", "SET", "key-load-delay", "0"]).unwrap();
+    wait_for("second sync", || synced(&mut r));
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut m).unwrap();
+    assert_eq!(acked, 1);
+    assert_eq!(snapshot(&mut r), snapshot(&mut m));
+    assert_eq!(digest(&mut r), digest(&mut m));
+    assert!(
+        replica
+            .log()
+            .matches("Swapping active DB with loaded DB")
+            .count()
+            >= 2
+    );
+}

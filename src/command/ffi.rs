@@ -639,9 +639,19 @@ const _: () = assert!(COMMANDS.len() <= DISPATCHERS.len());
 /// Module-wide options, set at load: loading garbage fails the load (`RESTORE` says "Bad data
 /// format") instead of exiting, and a write-opened key is not signalled as modified when it is
 /// closed: the module signals real changes itself ([`Ctx::changed`]), so a denial is not a write.
+///
+/// HANDLE_REPL_ASYNC_LOAD (7.0+; older servers ignore the bit): with `repl-diskless-load
+/// swapdb` a replica loads the master's RDB into a temporary db (serving reads from the old one
+/// meanwhile when the replication id is unchanged) and swaps or discards it at the end, so
+/// rdb_load/free run for values of a db that is not the live one, and free may run on the
+/// lazy-free thread. Safe while no module state is derived from the dataset (today: only the
+/// debug clock and max-log-entries). A gauge of live limiters kept by the type callbacks would
+/// count both dbs during such a load and must be atomic; it can follow the ReplAsyncLoad server
+/// event (started/aborted/completed) if that matters.
 pub fn set_module_options(ctx: &Context) {
     let options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
-        | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED;
+        | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED
+        | raw::REDISMODULE_OPTIONS_HANDLE_REPL_ASYNC_LOAD;
     // SAFETY: called at load with the load context; the function exists (checked at load).
     unsafe {
         if let Some(set_options) = raw::RedisModule_SetModuleOptions {
