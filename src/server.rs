@@ -1,9 +1,10 @@
 //! Which server the module was loaded into and which of its module API the module uses: found
 //! once at load, logged in one line, and the load refused below Redis 7.0.
 //!
-//! Valkey 8 reports itself to modules as Redis 7.2.4 (`RedisModule_GetServerVersion` and
-//! `redis_version`); its own name and version are in `INFO server` (`server_name`,
-//! `valkey_version`), read through `RedisModule_GetServerInfo`.
+//! Valkey 8 answers `RedisModule_GetServerVersion` with its own version (8.0.1 → 0x00080001)
+//! while `INFO server` says `redis_version:7.2.4` (the Redis it is compatible with); its name
+//! and own version are there too (`server_name:valkey`, `valkey_version`), read through
+//! `RedisModule_GetServerInfo`. Redis has no `server_name` field.
 
 use std::ffi::{c_char, CStr};
 
@@ -19,12 +20,14 @@ pub struct Server {
     pub name: String,
     /// Its own version string (`valkey_version` for Valkey), if known.
     pub version: Option<String>,
-    /// The Redis version it reports to modules, 0x00MMmmpp, if the API exists.
+    /// The version it reports to modules (`RedisModule_GetServerVersion`), 0x00MMmmpp, if the
+    /// API exists.
     pub redis_version: Option<i32>,
 }
 
 impl Server {
-    /// "Redis 7.2.6", "valkey 8.0.1 (module API of Redis 7.2.4)", "Redis (version unknown)".
+    /// "Redis 7.2.6", "valkey 8.0.1", "Redis (version unknown)"; a fork whose own version
+    /// differs from the one it gives modules shows both.
     pub fn describe(&self) -> String {
         let mut s = self.name.clone();
         match (&self.version, self.redis_version) {
@@ -127,12 +130,15 @@ mod tests {
         let valkey = Server {
             name: "valkey".into(),
             version: Some("8.0.1".into()),
+            redis_version: Some(0x0008_0001),
+        };
+        assert_eq!(valkey.describe(), "valkey 8.0.1");
+        let fork = Server {
+            name: "fork".into(),
+            version: Some("1.2.3".into()),
             redis_version: Some(0x0007_0204),
         };
-        assert_eq!(
-            valkey.describe(),
-            "valkey 8.0.1 (module API of Redis 7.2.4)"
-        );
+        assert_eq!(fork.describe(), "fork 1.2.3 (module API of Redis 7.2.4)");
         let old = Server {
             name: "Redis".into(),
             version: None,
