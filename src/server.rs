@@ -6,7 +6,8 @@
 //! and own version are there too (`server_name:valkey`, `valkey_version`), read through
 //! `RedisModule_GetServerInfo`. Redis has no `server_name` field.
 
-use std::ffi::{c_char, CStr};
+use std::ffi::{c_char, CStr, CString};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::{raw, Context};
 
@@ -95,23 +96,58 @@ pub fn detect(ctx: &Context) -> Server {
     server
 }
 
+/// The module's own ACL category, granting the gateway commands.
+pub const ACL_CATEGORY: &str = "ratelimit";
+
+/// Whether `@ratelimit` exists on this server (added at load, Redis 7.4+ and Valkey 8).
+static OWN_CATEGORY: AtomicBool = AtomicBool::new(false);
+
+/// Adds `@ratelimit` where the server can (`RedisModule_AddACLCategory`, only during load).
+/// A category of that name that already exists (another module's) is used as it is.
+pub fn add_acl_category(ctx: &Context) -> bool {
+    // SAFETY: a function pointer filled at load, called from OnLoad with its context.
+    let added = unsafe {
+        raw::RedisModule_AddACLCategory.is_some_and(|add| {
+            add(ctx.ctx, c"ratelimit".as_ptr()) == raw::Status::Ok as i32
+                || std::io::Error::last_os_error().raw_os_error() == Some(EBUSY)
+        })
+    };
+    OWN_CATEGORY.store(added, Ordering::Relaxed);
+    added
+}
+
+/// `errno` for "the category exists" (Linux; the only platform the module is built for).
+const EBUSY: i32 = 16;
+
+/// A command's ACL categories for `RedisModule_SetCommandACLCategories`: the row's, without
+/// `ratelimit` where the server has no such category (7.2). None where the server has no
+/// categories for module commands at all (7.0: grant by command name).
+pub fn acl_categories(row: &str) -> Option<CString> {
+    // SAFETY: copies a function pointer filled at load.
+    let supported = unsafe { raw::RedisModule_SetCommandACLCategories }.is_some();
+    if !supported {
+        return None;
+    }
+    CString::new(categories_for(row, OWN_CATEGORY.load(Ordering::Relaxed))).ok()
+}
+
+fn categories_for(row: &str, own_category: bool) -> String {
+    row.split_whitespace()
+        .filter(|c| own_category || *c != ACL_CATEGORY)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The module API features the module uses where the server offers them, for the load line.
 pub fn features() -> String {
-    // SAFETY: copies function pointers filled at load (no reference to the statics).
-    let (categories, add_category) = unsafe {
-        (
-            raw::RedisModule_SetCommandACLCategories,
-            raw::RedisModule_AddACLCategory,
-        )
+    // SAFETY: copies a function pointer filled at load (no reference to the static).
+    let categories = unsafe { raw::RedisModule_SetCommandACLCategories }.is_some();
+    let acl = match (categories, OWN_CATEGORY.load(Ordering::Relaxed)) {
+        (true, true) => "ACL categories built-in + @ratelimit",
+        (true, false) => "ACL categories built-in only (no @ratelimit before Redis 7.4)",
+        (false, _) => "no ACL categories for module commands (grant by name)",
     };
-    let (categories, add_category) = (categories.is_some(), add_category.is_some());
-    let yes = |b: bool| if b { "yes" } else { "no" };
-    format!(
-        "clock {}; ACL categories {}; @ratelimit category {}",
-        crate::clock::source(),
-        yes(categories),
-        yes(add_category),
-    )
+    format!("clock {}; {acl}", crate::clock::source())
 }
 
 #[cfg(test)]
@@ -146,5 +182,18 @@ mod tests {
         };
         assert_eq!(old.describe(), "Redis 6.2.14");
         assert!(old.too_old());
+    }
+
+    #[test]
+    fn ratelimit_category_only_where_the_server_added_it() {
+        assert_eq!(
+            categories_for("write fast ratelimit", true),
+            "write fast ratelimit"
+        );
+        assert_eq!(categories_for("write fast ratelimit", false), "write fast");
+        assert_eq!(
+            categories_for("admin dangerous fast", false),
+            "admin dangerous fast"
+        );
     }
 }

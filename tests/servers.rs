@@ -432,3 +432,91 @@ fn swapdb_diskless_load_and_async_loading_keep_replicas_identical() {
             >= 2
     );
 }
+
+/// A connection as a new ACL user with the given rules (`on >pw ~*` added).
+fn as_user(s: &Server, c: &mut Connection, name: &str, rules: &[&str]) -> Connection {
+    let mut words = vec!["ACL", "SETUSER", name, "reset", "on", ">pw", "~*"];
+    words.extend_from_slice(rules);
+    cmd(c, &words).unwrap();
+    let client = redis::Client::open(format!("redis://{name}:pw@127.0.0.1:{}/", s.port)).unwrap();
+    client.get_connection().unwrap()
+}
+
+/// True when the command was refused by ACL (not by its own checks).
+fn noperm(c: &mut Connection, words: &[&str]) -> bool {
+    match cmd(c, words) {
+        Err(e) => e.code() == Some("NOPERM"),
+        Ok(_) => false,
+    }
+}
+
+const GATEWAY_CALLS: &[&[&str]] = &[
+    &["RL.GCRA", "g", "10", "1000"],
+    &["RL.TOKENBUCKET", "t", "10", "1000"],
+    &["RL.LEASE", "t", "10", "1000", "WANT", "2"],
+    &["RL.REFUND", "t", "1"],
+    &["RL.SLIDINGLOG", "l", "10", "1000"],
+    &["RL.SLIDINGCOUNTER", "c", "10", "1000"],
+    &["RL.FIXEDWINDOW", "f", "10", "1000"],
+    &["RL.ALL", "1", "a", "GCRA", "10", "1000"],
+];
+const SETSTATE: &[&str] = &["RL.SETSTATE", "k", "garbage"];
+const DEBUG: &[&str] = &["RL.DEBUG", "CLOCK", "GET"];
+
+#[test]
+fn acl_categories_where_the_server_has_them() {
+    let s = Server::start();
+    let mut c = s.connect();
+    let (name, version, reported) = identity(&mut c);
+    let categories = reported >= (7, 2, 0);
+    let own = name == "valkey" || reported >= (7, 4, 0);
+    println!("{name} {version}: ACL categories {categories}, @ratelimit {own}");
+
+    // The operator's view: everything but the dangerous commands.
+    let mut ops = as_user(&s, &mut c, "ops", &["+@all", "-@dangerous"]);
+    for words in GATEWAY_CALLS {
+        assert!(!noperm(&mut ops, words), "{words:?}");
+    }
+    // On 7.0 module commands belong to no category: -@dangerous does not remove them.
+    assert_eq!(noperm(&mut ops, SETSTATE), categories);
+    assert_eq!(noperm(&mut ops, DEBUG), categories);
+    // Write/read split: -@write removes the limiters (they write) where categories exist.
+    let mut reader = as_user(&s, &mut c, "reader", &["+@all", "-@write"]);
+    assert_eq!(noperm(&mut reader, GATEWAY_CALLS[0]), categories);
+
+    if own {
+        let mut gw = as_user(&s, &mut c, "gw", &["-@all", "+@ratelimit"]);
+        for words in GATEWAY_CALLS {
+            assert!(!noperm(&mut gw, words), "{words:?}");
+        }
+        assert!(noperm(&mut gw, SETSTATE));
+        assert!(noperm(&mut gw, DEBUG));
+        assert!(noperm(&mut gw, &["GET", "g"]));
+    } else {
+        let e = err(&mut c, &["ACL", "SETUSER", "gw", "+@ratelimit"]);
+        assert!(e.contains("ratelimit"), "{e}");
+    }
+
+    // The allow-list by name (the README's recipe for 7.0) works everywhere.
+    let mut named = as_user(
+        &s,
+        &mut c,
+        "named",
+        &[
+            "-@all",
+            "+rl.gcra",
+            "+rl.tokenbucket",
+            "+rl.lease",
+            "+rl.refund",
+            "+rl.slidinglog",
+            "+rl.slidingcounter",
+            "+rl.fixedwindow",
+            "+rl.all",
+        ],
+    );
+    for words in GATEWAY_CALLS {
+        assert!(!noperm(&mut named, words), "{words:?}");
+    }
+    assert!(noperm(&mut named, SETSTATE));
+    assert!(noperm(&mut named, DEBUG));
+}

@@ -663,6 +663,7 @@ pub fn set_module_options(ctx: &Context) {
 /// Registers every command of the table, then its arity, summary and key spec so that
 /// `COMMAND INFO`, `COMMAND GETKEYSANDFLAGS` and cluster clients see it right.
 pub fn register_all(ctx: &Context) -> Result<(), String> {
+    crate::server::add_acl_category(ctx);
     for (spec, handler) in COMMANDS.iter().zip(DISPATCHERS) {
         if super::throttle::registered(spec) {
             register(ctx.ctx, spec, handler).map_err(|e| super::throttle::explain(spec, e))?;
@@ -728,6 +729,18 @@ fn register(
             != raw::Status::Ok as c_int
         {
             return Err(format!("cannot set the command info of {}", spec.name));
+        }
+        // Redis 7.2+ and Valkey; absent on 7.0, where module commands have no categories.
+        if let (Some(set_acl), Some(categories)) = (
+            raw::RedisModule_SetCommandACLCategories,
+            crate::server::acl_categories(spec.acl),
+        ) {
+            if set_acl(command, categories.as_ptr()) != raw::Status::Ok as c_int {
+                return Err(format!(
+                    "cannot set the ACL categories '{}' of {}",
+                    spec.acl, spec.name
+                ));
+            }
         }
     }
     Ok(())

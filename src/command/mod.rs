@@ -140,10 +140,16 @@ pub struct Spec {
     pub summary: &'static str,
     /// The keyspace event sent when it changes a key: the name in lower case.
     pub event: &'static CStr,
+    /// ACL categories, where the server has them (Redis 7.2+, Valkey): built-in ones plus
+    /// `ratelimit`, the module's own, which is left out where the server cannot add categories
+    /// (7.2). See `server::acl_categories`.
+    pub acl: &'static str,
     pub handler: Handler,
 }
 
 const WRITE: &str = "write deny-oom fast";
+/// What a gateway calls: granted by `+@ratelimit`.
+const GATEWAY: &str = "write fast ratelimit";
 
 /// Every command of the module.
 pub const COMMANDS: &[Spec] = &[
@@ -154,6 +160,7 @@ pub const COMMANDS: &[Spec] = &[
         keys: Keys::ReadWrite,
         summary: "Decides one request with GCRA: at most L per W ms plus a burst of B",
         event: c"rl.gcra",
+        acl: GATEWAY,
         handler: limit::request::<Gcra>,
     },
     Spec {
@@ -163,6 +170,7 @@ pub const COMMANDS: &[Spec] = &[
         keys: Keys::ReadWrite,
         summary: "Decides one request with a token bucket: at most L per W ms plus a burst of B",
         event: c"rl.tokenbucket",
+        acl: GATEWAY,
         handler: limit::request::<TokenBucket>,
     },
     Spec {
@@ -172,6 +180,7 @@ pub const COMMANDS: &[Spec] = &[
         keys: Keys::ReadWrite,
         summary: "Takes up to n tokens at once from a token bucket, for a gateway to spend locally",
         event: c"rl.lease",
+        acl: GATEWAY,
         handler: limit::lease,
     },
     Spec {
@@ -181,6 +190,7 @@ pub const COMMANDS: &[Spec] = &[
         keys: Keys::ReadWrite,
         summary: "Gives back n unspent tokens to the limiter at key, never above its capacity",
         event: c"rl.refund",
+        acl: GATEWAY,
         handler: refund::refund,
     },
     Spec {
@@ -190,6 +200,7 @@ pub const COMMANDS: &[Spec] = &[
         keys: Keys::ReadWrite,
         summary: "Decides one request with a sliding log: never more than L in any W ms",
         event: c"rl.slidinglog",
+        acl: GATEWAY,
         handler: limit::request::<SlidingLog>,
     },
     Spec {
@@ -199,6 +210,7 @@ pub const COMMANDS: &[Spec] = &[
         keys: Keys::ReadWrite,
         summary: "Decides one request with a sliding window counter (two weighted windows)",
         event: c"rl.slidingcounter",
+        acl: GATEWAY,
         handler: limit::request::<SlidingCounter>,
     },
     Spec {
@@ -208,6 +220,7 @@ pub const COMMANDS: &[Spec] = &[
         keys: Keys::ReadWrite,
         summary: "Decides one request with a fixed window counter: at most L per aligned W ms",
         event: c"rl.fixedwindow",
+        acl: GATEWAY,
         handler: limit::request::<FixedWindow>,
     },
     Spec {
@@ -217,6 +230,7 @@ pub const COMMANDS: &[Spec] = &[
         keys: Keys::NumKeys,
         summary: "Decides one request over several limiters at once: admitted only if all admit, then all charged",
         event: c"rl.all",
+        acl: GATEWAY,
         handler: all::all,
     },
     Spec {
@@ -272,6 +286,7 @@ pub const COMMANDS: &[Spec] = &[
         keys: Keys::Update,
         summary: "Internal: stores a limiter state, or applies a sliding log's delta (replication and AOF effects)",
         event: c"rl.setstate",
+        acl: "write slow dangerous",
         handler: setstate::set_state,
     },
     Spec {
@@ -281,6 +296,7 @@ pub const COMMANDS: &[Spec] = &[
         keys: Keys::None,
         summary: "Test support: pins or moves the module's clock (needs DEBUG-CLOCK yes)",
         event: c"rl.debug",
+        acl: "admin dangerous fast",
         handler: debug::debug,
     },
 ];
