@@ -142,7 +142,9 @@ pub struct Spec {
     pub event: &'static CStr,
     /// ACL categories, where the server has them (Redis 7.2+, Valkey): built-in ones plus
     /// `ratelimit`, the module's own, which is left out where the server cannot add categories
-    /// (7.2). See `server::acl_categories`.
+    /// (7.2). See `server::acl_categories`. A gateway command is `GATEWAY` (or `read fast
+    /// ratelimit` if it only reads, like a peek or an inspection); an operator-only one is in
+    /// `dangerous` and never in `ratelimit`.
     pub acl: &'static str,
     pub handler: Handler,
 }

@@ -63,7 +63,7 @@ impl Server {
     /// `extra` are redis-server options (`["--appendonly", "yes"]`); `module_args` are appended
     /// to the module's load arguments.
     pub fn with(extra: &[&str], module_args: &[&str]) -> Server {
-        Server::on_port(free_port(), extra, module_args).unwrap_or_else(|e| panic!("{e}"))
+        Server::using(SERVER, extra, module_args)
     }
 
     /// A server on the given port; `Err` (with the log) when it did not start, e.g. because
@@ -74,9 +74,17 @@ impl Server {
     }
 
     /// Like `with`, but running the given redis-server binary (e.g. `OLD_SERVER`).
+    /// A port found free can be taken by another process before the server binds it (many
+    /// test processes share the machine): then it tries another, up to 5 times.
     pub fn using(program: &str, extra: &[&str], module_args: &[&str]) -> Server {
-        Server::program_on_port(program, free_port(), extra, module_args)
-            .unwrap_or_else(|e| panic!("{e}"))
+        let mut attempt = 0;
+        loop {
+            match Server::program_on_port(program, free_port(), extra, module_args) {
+                Ok(server) => return server,
+                Err(e) if attempt < 4 && e.contains("Address already in use") => attempt += 1,
+                Err(e) => panic!("{e}"),
+            }
+        }
     }
 
     fn program_on_port(
