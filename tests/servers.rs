@@ -459,6 +459,8 @@ const GATEWAY_CALLS: &[&[&str]] = &[
     &["RL.SLIDINGCOUNTER", "c", "10", "1000"],
     &["RL.FIXEDWINDOW", "f", "10", "1000"],
     &["RL.ALL", "1", "a", "GCRA", "10", "1000"],
+    &["RL.SHAPE", "s", "10", "1000"],
+    &["RL.THROTTLE", "th", "5", "10", "60"],
 ];
 const SETSTATE: &[&str] = &["RL.SETSTATE", "k", "garbage"];
 const DEBUG: &[&str] = &["RL.DEBUG", "CLOCK", "GET"];
@@ -512,6 +514,8 @@ fn acl_categories_where_the_server_has_them() {
             "+rl.slidingcounter",
             "+rl.fixedwindow",
             "+rl.all",
+            "+rl.shape",
+            "+rl.throttle",
         ],
     );
     for words in GATEWAY_CALLS {

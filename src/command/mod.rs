@@ -242,6 +242,7 @@ pub const COMMANDS: &[Spec] = &[
         keys: Keys::ReadWrite,
         summary: "Shapes with a leaky bucket queue (nginx limit_req): admits with the delay to wait, or denies",
         event: c"rl.shape",
+        acl: GATEWAY,
         handler: shape::shape,
     },
     Spec {
@@ -251,6 +252,7 @@ pub const COMMANDS: &[Spec] = &[
         keys: Keys::ReadWrite,
         summary: "redis-cell's CL.THROTTLE (same arguments and reply), decided by RL.GCRA",
         event: c"rl.throttle",
+        acl: GATEWAY,
         handler: throttle::throttle,
     },
     Spec {
@@ -260,6 +262,7 @@ pub const COMMANDS: &[Spec] = &[
         keys: Keys::ReadWrite,
         summary: "RL.THROTTLE under redis-cell's name (loaded with CELL-COMPAT yes)",
         event: c"cl.throttle",
+        acl: GATEWAY,
         handler: throttle::throttle,
     },
     Spec {
