@@ -424,6 +424,18 @@ fn swapdb_diskless_load_and_async_loading_keep_replicas_identical() {
     assert_eq!(acked, 1);
     assert_eq!(snapshot(&mut r), snapshot(&mut m));
     assert_eq!(digest(&mut r), digest(&mut m));
+    // The gauges counted the temporary db while it loaded; once the old db is freed (in the
+    // background) they are the master's again.
+    let gauges = |c: &mut Connection| {
+        let text = info(c, "ratelimit");
+        text.lines()
+            .filter(|l| l.contains("_keys:") || l.contains("_memory:"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let on_master = gauges(&mut m);
+    assert!(!on_master.is_empty(), "{}", info(&mut m, "ratelimit"));
+    wait_for("the replica's gauges", || gauges(&mut r) == on_master);
     assert!(
         replica
             .log()
@@ -461,6 +473,8 @@ const GATEWAY_CALLS: &[&[&str]] = &[
     &["RL.ALL", "1", "a", "GCRA", "10", "1000"],
     &["RL.SHAPE", "s", "10", "1000"],
     &["RL.THROTTLE", "th", "5", "10", "60"],
+    &["RL.PEEK", "g"],
+    &["RL.INSPECT", "g"],
 ];
 const SETSTATE: &[&str] = &["RL.SETSTATE", "k", "garbage"];
 const DEBUG: &[&str] = &["RL.DEBUG", "CLOCK", "GET"];
@@ -516,6 +530,8 @@ fn acl_categories_where_the_server_has_them() {
             "+rl.all",
             "+rl.shape",
             "+rl.throttle",
+            "+rl.peek",
+            "+rl.inspect",
         ],
     );
     for words in GATEWAY_CALLS {

@@ -644,10 +644,10 @@ const _: () = assert!(COMMANDS.len() <= DISPATCHERS.len());
 /// swapdb` a replica loads the master's RDB into a temporary db (serving reads from the old one
 /// meanwhile when the replication id is unchanged) and swaps or discards it at the end, so
 /// rdb_load/free run for values of a db that is not the live one, and free may run on the
-/// lazy-free thread. Safe while no module state is derived from the dataset (today: only the
-/// debug clock and max-log-entries). A gauge of live limiters kept by the type callbacks would
-/// count both dbs during such a load and must be atomic; it can follow the ReplAsyncLoad server
-/// event (started/aborted/completed) if that matters.
+/// lazy-free thread. The only module state derived from the dataset is the gauges in
+/// `metrics` (atomics, moved by rdb_load and free): during such a load they count both dbs,
+/// which is the memory really held, and they return to the live db's values once the other is
+/// freed (tests/servers.rs checks a replica's gauges equal its master's after an async load).
 pub fn set_module_options(ctx: &Context) {
     let options = raw::REDISMODULE_OPTIONS_HANDLE_IO_ERRORS
         | raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED

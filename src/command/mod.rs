@@ -142,9 +142,8 @@ pub struct Spec {
     pub event: &'static CStr,
     /// ACL categories, where the server has them (Redis 7.2+, Valkey): built-in ones plus
     /// `ratelimit`, the module's own, which is left out where the server cannot add categories
-    /// (7.2). See `server::acl_categories`. A gateway command is `GATEWAY` (or `read fast
-    /// ratelimit` if it only reads, like a peek or an inspection); an operator-only one is in
-    /// `dangerous` and never in `ratelimit`.
+    /// (7.2). See `server::acl_categories`. A gateway command is `GATEWAY` (or `GATEWAY_READ`
+    /// if it only reads); an operator-only one is in `dangerous` and never in `ratelimit`.
     pub acl: &'static str,
     pub handler: Handler,
 }
@@ -152,6 +151,8 @@ pub struct Spec {
 const WRITE: &str = "write deny-oom fast";
 /// What a gateway calls: granted by `+@ratelimit`.
 const GATEWAY: &str = "write fast ratelimit";
+/// What a gateway or a dashboard calls to look without changing anything.
+const GATEWAY_READ: &str = "read fast ratelimit";
 
 /// Every command of the module.
 pub const COMMANDS: &[Spec] = &[
@@ -272,6 +273,7 @@ pub const COMMANDS: &[Spec] = &[
         keys: Keys::ReadOnly,
         summary: "Answers what a cost-1 request would get now under the key's stored policy, spending nothing",
         event: c"rl.peek",
+        acl: GATEWAY_READ,
         handler: peek::peek,
     },
     Spec {
@@ -281,6 +283,7 @@ pub const COMMANDS: &[Spec] = &[
         keys: Keys::ReadOnly,
         summary: "Explains the limiter at key: its policy and state in human units",
         event: c"rl.inspect",
+        acl: GATEWAY_READ,
         handler: inspect::inspect,
     },
     Spec {
