@@ -895,11 +895,6 @@ fn offset(c: &mut Connection) -> i64 {
         .expect("master_repl_offset")
 }
 
-fn sync(m: &mut Connection) {
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(m).unwrap();
-    assert_eq!(acked, 1);
-}
-
 /// A workload of RL.ALL calls: admits, denials, peeks, costs, policy changes.
 const ALL_WORKLOAD: &[&[&str]] = &[
     &[
@@ -1017,7 +1012,7 @@ fn a_replica_on_another_clock_ends_digest_identical() {
             clock_advance(&mut m, 137);
         }
     }
-    sync(&mut m);
+    wait_replica(&mut m);
     let (on_master, on_replica) = (snapshot(&mut m), snapshot(&mut r));
     assert_eq!(on_master.len(), 5);
     assert_eq!(on_master, on_replica);
@@ -1077,7 +1072,7 @@ fn effects_of_one_call_arrive_together_changed_keys_only() {
         "0", "GCRA", "1", "60000",
     ];
     assert_eq!(all(&mut m, &c_not_b).0[0], 1);
-    sync(&mut m);
+    wait_replica(&mut m);
     let before = offset(&mut m);
     // r:a is spent: denied; then peeks, over stored and over fresh keys.
     assert_eq!(all(&mut m, &admit_both).0[0], 0);

@@ -337,22 +337,8 @@ fn pair() -> (Server, Server, Connection, Connection) {
     let (mut m, mut r) = (master.connect(), replica.connect());
     clock_set(&mut m, T0_MS);
     clock_set(&mut r, T0_MS);
-    cmd(
-        &mut r,
-        &["REPLICAOF", "127.0.0.1", &master.port.to_string()],
-    )
-    .unwrap();
-    wait_for("replica link up", || {
-        let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
-        info.contains("master_link_status:up")
-    });
+    replicate(&mut r, &master);
     (master, replica, m, r)
-}
-
-/// Waits until the replica acknowledged everything the master sent.
-fn sync(m: &mut Connection) {
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(m).unwrap();
-    assert_eq!(acked, 1);
 }
 
 /// A denied call that brings a new policy is an effect: the replica gets the same state and
@@ -363,11 +349,11 @@ fn denied_tightening_reaches_the_replica() {
     for &(command, a, b) in TIGHTENINGS {
         let key = format!("r:{command}");
         rl(&mut m, &words(&call(command, &key, a, &["COST", "10"])));
-        sync(&mut m);
+        wait_replica(&mut m);
         let before = dump(&mut m, &key);
         assert_eq!(dump(&mut r, &key), before, "{command}: replica out of sync");
         assert_eq!(rl(&mut m, &words(&call(command, &key, b, &[])))[0], 0);
-        sync(&mut m);
+        wait_replica(&mut m);
         let after = dump(&mut m, &key);
         assert_ne!(
             after, before,
@@ -426,7 +412,7 @@ fn gcra_full_state() -> String {
 /// The master's keys and what its replica holds: a key the master gave the replica, with
 /// everything else equal (no key created or changed on the replica).
 fn assert_replica_mirrors(m: &mut Connection, r: &mut Connection) {
-    sync(m);
+    wait_replica(m);
     assert_eq!(
         snapshot(r),
         snapshot(m),

@@ -345,15 +345,7 @@ fn a_replica_answers_peek_and_inspect() {
     let (mut m, mut r) = (master.connect(), replica.connect());
     clock_set(&mut m, T0_MS);
     clock_set(&mut r, T0_MS);
-    cmd(
-        &mut r,
-        &["REPLICAOF", "127.0.0.1", &master.port.to_string()],
-    )
-    .unwrap();
-    wait_for("replica link up", || {
-        let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
-        info.contains("master_link_status:up")
-    });
+    replicate(&mut r, &master);
     let sessions: [&[&str]; 6] = [
         &["RL.GCRA", "g", "10", "1000", "BURST", "5"],
         &["RL.TOKENBUCKET", "t", "10", "1000", "BURST", "5"],
@@ -366,8 +358,7 @@ fn a_replica_answers_peek_and_inspect() {
         for words in sessions {
             rl(&mut m, words);
         }
-        let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut m).unwrap();
-        assert_eq!(acked, 1);
+        wait_replica(&mut m);
         for words in sessions {
             let key = words[1];
             let mut peek: Vec<&str> = words.iter().copied().take_while(|w| *w != "WANT").collect();

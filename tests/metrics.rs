@@ -328,36 +328,16 @@ fn keys_gauge(c: &mut Connection) -> i64 {
     field(&info(c), "keys")
 }
 
-fn attach(replica: &mut Connection, master: &Server) {
-    cmd(
-        replica,
-        &["REPLICAOF", "127.0.0.1", &master.port.to_string()],
-    )
-    .unwrap();
-    wait_for("replica link up", || {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query(replica)
-            .unwrap();
-        info.contains("master_link_status:up")
-    });
-}
-
-fn sync(m: &mut Connection) {
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(m).unwrap();
-    assert_eq!(acked, 1);
-}
-
 #[test]
 fn gauges_follow_every_lifecycle_event_on_master_and_replica() {
     let (master, replica) = (Server::start(), Server::start());
     let (mut m, mut r) = (master.connect(), replica.connect());
     clock_set(&mut m, T0_MS);
     clock_set(&mut r, T0_MS);
-    attach(&mut r, &master);
+    replicate(&mut r, &master);
     let (mut om, mut or) = (None, None);
     let mut check = |m: &mut Connection, r: &mut Connection, when: &str| {
-        sync(m);
+        wait_replica(m);
         assert_gauges(m, &mut om, &format!("{when} (master)"));
         assert_gauges(r, &mut or, &format!("{when} (replica)"));
     };
@@ -483,13 +463,13 @@ fn gauges_follow_every_lifecycle_event_on_master_and_replica() {
     // diverges (promoted, written to), so the resync cannot be partial.
     cmd(&mut r, &["REPLICAOF", "NO", "ONE"]).unwrap();
     create(&mut r, 500, 503);
-    attach(&mut r, &master);
+    replicate(&mut r, &master);
     check(&mut m, &mut r, "full sync");
     // Again with a diskless load into a temporary database (`repl-diskless-load swapdb`).
     cmd(&mut r, &["REPLICAOF", "NO", "ONE"]).unwrap();
     create(&mut r, 600, 603);
     cmd(&mut r, &["CONFIG", "SET", "repl-diskless-load", "swapdb"]).unwrap();
-    attach(&mut r, &master);
+    replicate(&mut r, &master);
     check(&mut m, &mut r, "full sync with a swapdb diskless load");
 
     // FLUSHALL ASYNC frees on a background thread; FLUSHALL frees at once.

@@ -12,15 +12,7 @@ fn pair() -> (Server, Server, Connection, Connection) {
     let (mut m, mut r) = (master.connect(), replica.connect());
     clock_set(&mut m, T0_MS);
     clock_set(&mut r, T0_MS + 3 * 3_600_000);
-    cmd(
-        &mut r,
-        &["REPLICAOF", "127.0.0.1", &master.port.to_string()],
-    )
-    .unwrap();
-    wait_for("replica link up", || {
-        let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
-        info.contains("master_link_status:up")
-    });
+    replicate(&mut r, &master);
     (master, replica, m, r)
 }
 
@@ -32,16 +24,11 @@ fn offset(c: &mut Connection) -> i64 {
         .expect("master_repl_offset")
 }
 
-fn sync(m: &mut Connection) {
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(m).unwrap();
-    assert_eq!(acked, 1);
-}
-
 #[test]
 fn replica_on_another_clock_ends_byte_identical() {
     let (_ms, _rs, mut m, mut r) = pair();
     run_workload(&mut m, 4);
-    sync(&mut m);
+    wait_replica(&mut m);
     let (on_master, on_replica) = (snapshot(&mut m), snapshot(&mut r));
     assert!(on_master.len() >= 4);
     assert_eq!(on_master, on_replica);
@@ -61,7 +48,7 @@ fn replica_refuses_limiter_commands() {
 fn denials_and_peeks_propagate_nothing() {
     let (_ms, _rs, mut m, _r) = pair();
     rl(&mut m, &["RL.GCRA", "d", "1", "60000"]);
-    sync(&mut m);
+    wait_replica(&mut m);
     let before = offset(&mut m);
     for words in [
         &["RL.GCRA", "d", "1", "60000"][..],
@@ -91,7 +78,7 @@ fn the_stream_carries_state_with_an_absolute_expiry() {
         &mut m,
         &["RL.GCRA", "s", "1", "1000", "BURST", "2", "COST", "2"],
     );
-    sync(&mut m);
+    wait_replica(&mut m);
     assert_eq!(pexpiretime(&mut r, "s"), (T0_MS + 2000) as i64);
     assert_eq!(dump(&mut r, "s"), dump(&mut m, "s"));
 }
@@ -105,7 +92,7 @@ fn zero_grants_and_refunds_that_change_nothing_propagate_nothing() {
     );
     rl(&mut m, &["RL.GCRA", "full", "10", "1000"]);
     assert_eq!(rl(&mut m, &["RL.REFUND", "full", "5"])[0], 1);
-    sync(&mut m);
+    wait_replica(&mut m);
     let before = offset(&mut m);
     assert_eq!(
         rl(&mut m, &["RL.LEASE", "z", "1", "60000", "WANT", "5"])[0],
@@ -124,7 +111,7 @@ fn zero_grants_and_refunds_that_change_nothing_propagate_nothing() {
     // A refund that gives back does propagate: state and absolute expiry, not the command.
     assert_eq!(rl(&mut m, &["RL.REFUND", "z", "1"]), [1, 1, 1, -1, 0]);
     assert!(offset(&mut m) > before);
-    sync(&mut m);
+    wait_replica(&mut m);
     assert_eq!(dump(&mut r, "z"), dump(&mut m, "z"));
     assert_eq!(pexpiretime(&mut r, "z"), (T0_MS + 1000) as i64);
 }
@@ -136,7 +123,7 @@ fn window_limiter_denials_and_peeks_propagate_nothing() {
     for command in commands {
         rl(&mut m, &[command, command, "1", "60000"]);
     }
-    sync(&mut m);
+    wait_replica(&mut m);
     let before = offset(&mut m);
     for command in commands {
         assert_eq!(rl(&mut m, &[command, command, "1", "60000"])[0], 0);
@@ -204,6 +191,6 @@ fn transactions_and_scripts_replicate_effects() {
         .query(&mut m)
         .unwrap();
     assert_eq!(got, [1, 0]);
-    sync(&mut m);
+    wait_replica(&mut m);
     assert_eq!(snapshot(&mut m), snapshot(&mut r));
 }

@@ -205,18 +205,9 @@ fn replica_of_a_redis_7_0_master_ends_digest_identical() {
     clock_set(&mut m, T0_MS);
     // Some state before the full sync (it travels as an RDB), the rest as a command stream.
     run_workload(&mut m, 1);
-    cmd(
-        &mut r,
-        &["REPLICAOF", "127.0.0.1", &master.port.to_string()],
-    )
-    .unwrap();
-    wait_for("replica link up", || {
-        let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
-        info.contains("master_link_status:up")
-    });
+    replicate(&mut r, &master);
     run_workload(&mut m, 2);
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut m).unwrap();
-    assert_eq!(acked, 1);
+    wait_replica(&mut m);
     let on_master = portable_snapshot(&mut m);
     assert!(on_master.len() >= 10);
     assert_eq!(portable_snapshot(&mut r), on_master);
@@ -371,8 +362,7 @@ fn swapdb_diskless_load_and_async_loading_keep_replicas_identical() {
         log.contains("Swapping active DB with loaded DB"),
         "no swapdb load:\n{log}"
     );
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut m).unwrap();
-    assert_eq!(acked, 1);
+    wait_replica(&mut m);
     assert_eq!(snapshot(&mut r), snapshot(&mut m));
     let before = snapshot(&mut r);
 
@@ -420,8 +410,7 @@ fn swapdb_diskless_load_and_async_loading_keep_replicas_identical() {
     assert_eq!(dump(&mut r, "gcra:a"), before["gcra:a"].0.clone().into());
     cmd(&mut r, &["CONFIG", "SET", "key-load-delay", "0"]).unwrap();
     wait_for("second sync", || synced(&mut r));
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut m).unwrap();
-    assert_eq!(acked, 1);
+    wait_replica(&mut m);
     assert_eq!(snapshot(&mut r), snapshot(&mut m));
     assert_eq!(digest(&mut r), digest(&mut m));
     // The gauges counted the temporary db while it loaded; once the old db is freed (in the

@@ -240,18 +240,9 @@ fn replica_on_another_clock_ends_byte_identical() {
     let (mut m, mut r) = (master.connect(), replica.connect());
     clock_set(&mut m, T0_MS);
     clock_set(&mut r, T0_MS + 3 * 3_600_000);
-    cmd(
-        &mut r,
-        &["REPLICAOF", "127.0.0.1", &master.port.to_string()],
-    )
-    .unwrap();
-    wait_for("replica link up", || {
-        let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
-        info.contains("master_link_status:up")
-    });
+    replicate(&mut r, &master);
     workload(&mut m);
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut m).unwrap();
-    assert_eq!(acked, 1);
+    wait_replica(&mut m);
     let on_master = keys(&mut m);
     assert_eq!(on_master.len(), 3);
     assert_eq!(on_master, keys(&mut r));

@@ -71,21 +71,8 @@ fn pair() -> (Server, Server, Connection, Connection) {
     let (mut m, mut r) = (master.connect(), replica.connect());
     clock_set(&mut m, T0_MS);
     clock_set(&mut r, T0_MS + 3_600_000);
-    cmd(
-        &mut r,
-        &["REPLICAOF", "127.0.0.1", &master.port.to_string()],
-    )
-    .unwrap();
-    wait_for("replica link up", || {
-        let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
-        info.contains("master_link_status:up")
-    });
+    replicate(&mut r, &master);
     (master, replica, m, r)
-}
-
-fn sync(m: &mut Connection) {
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(m).unwrap();
-    assert_eq!(acked, 1);
 }
 
 #[test]
@@ -93,7 +80,7 @@ fn replica_under_a_random_workload_ends_digest_identical() {
     let (_ms, rs, mut m, mut r) = pair();
     let mut rng = Rng(0x5eed_1234_abcd_0001);
     random_workload(&mut m, &mut rng, 1500);
-    sync(&mut m);
+    wait_replica(&mut m);
     assert!(snapshot(&mut m).len() >= 3);
     assert_eq!(snapshot(&mut m), snapshot(&mut r));
     assert_eq!(digest(&mut m), digest(&mut r));
@@ -114,17 +101,9 @@ fn a_replica_attached_late_applies_the_deltas_that_follow() {
     random_workload(&mut m, &mut rng, 600);
     let replica = Server::start();
     let mut r = replica.connect();
-    cmd(
-        &mut r,
-        &["REPLICAOF", "127.0.0.1", &master.port.to_string()],
-    )
-    .unwrap();
-    wait_for("replica link up", || {
-        let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
-        info.contains("master_link_status:up")
-    });
+    replicate(&mut r, &master);
     random_workload(&mut m, &mut rng, 600);
-    sync(&mut m);
+    wait_replica(&mut m);
     assert_eq!(snapshot(&mut m), snapshot(&mut r));
     assert_eq!(digest(&mut m), digest(&mut r));
     assert!(!replica.log().contains("refused"), "{}", replica.log());
@@ -138,7 +117,7 @@ fn an_admit_on_a_long_log_propagates_a_delta_not_the_log() {
         clock_advance(&mut m, 1);
         assert_eq!(rl(&mut m, &["RL.SLIDINGLOG", "long", "1000", "1000"])[0], 1);
     }
-    sync(&mut m);
+    wait_replica(&mut m);
     let before = repl_offset(&mut m);
     for _ in 0..100 {
         clock_advance(&mut m, 1);
@@ -147,7 +126,7 @@ fn an_admit_on_a_long_log_propagates_a_delta_not_the_log() {
     let per_admit = (repl_offset(&mut m) - before) / 100;
     // The full state would be 8 KB.
     assert!(per_admit < 120, "{per_admit} bytes per admit");
-    sync(&mut m);
+    wait_replica(&mut m);
     assert_eq!(dump(&mut m, "long"), dump(&mut r, "long"));
     assert_eq!(digest(&mut m), digest(&mut r));
 }

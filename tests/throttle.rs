@@ -319,21 +319,12 @@ fn adoption_reaches_the_replica_as_an_effect() {
     let (mut m, mut r) = (master.connect(), replica.connect());
     clock_set(&mut m, T0_MS);
     clock_set(&mut r, T0_MS + 3 * 3_600_000);
-    cmd(
-        &mut r,
-        &["REPLICAOF", "127.0.0.1", &master.port.to_string()],
-    )
-    .unwrap();
-    wait_for("replica link up", || {
-        let info: String = redis::cmd("INFO").arg("replication").query(&mut r).unwrap();
-        info.contains("master_link_status:up")
-    });
+    replicate(&mut r, &master);
     cell_key(&mut m, "a", 2000);
     cell_key(&mut m, "b", 5000);
     rl(&mut m, &["CL.THROTTLE", "a", "4", "1", "1"]);
     rl(&mut m, &["CL.THROTTLE", "b", "4", "1", "1"]);
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(&mut m).unwrap();
-    assert_eq!(acked, 1);
+    wait_replica(&mut m);
     for key in ["a", "b"] {
         assert_eq!(
             cmd(&mut r, &["TYPE", key]).unwrap(),

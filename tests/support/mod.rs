@@ -377,6 +377,28 @@ pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Makes the server behind `replica` replicate `master`, and waits until the link is up.
+pub fn replicate(replica: &mut Connection, master: &Server) {
+    cmd(
+        replica,
+        &["REPLICAOF", "127.0.0.1", &master.port.to_string()],
+    )
+    .unwrap();
+    wait_for("replica link up", || {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(replica)
+            .unwrap();
+        info.contains("master_link_status:up")
+    });
+}
+
+/// Waits until one replica acknowledged everything the master behind `master` sent.
+pub fn wait_replica(master: &mut Connection) {
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(master).unwrap();
+    assert_eq!(acked, 1, "the replica did not acknowledge");
+}
+
 /// Redis's CRC-64 (Jones polynomial, reflected), as `DUMP` payloads carry it: lets a test
 /// forge a payload whose checksum is right but whose contents are garbage.
 pub fn crc64(data: &[u8]) -> u64 {
