@@ -67,6 +67,9 @@ const COMMANDS: &[&str] = &[
     "RL.SETSTATE",
     "RL.SHAPE",
     "RL.THROTTLE",
+    "RL.ALL",
+    "RL.PEEK",
+    "RL.INSPECT",
 ];
 
 /// A valid encoded GCRA state, then mangled: random bytes, truncations and edits.
@@ -104,6 +107,31 @@ fn well_formed(call: &mut redis::Cmd, command: &str, rng: &mut Rng) {
         rng.pick(values)
     };
     match command {
+        "RL.PEEK" | "RL.INSPECT" => {}
+        "RL.ALL" => {
+            // A second key (numkeys 2 wants it), then one limiter per key, now and then one more.
+            if rng.next().is_multiple_of(2) {
+                call.arg("RL.ALL:other");
+            }
+            for _ in 0..1 + rng.next() % 3 {
+                let algorithm = rng.pick(&[
+                    "GCRA",
+                    "TOKENBUCKET",
+                    "SLIDINGLOG",
+                    "SLIDINGCOUNTER",
+                    "FIXEDWINDOW",
+                    "gcra",
+                    "LEAKY",
+                ]);
+                call.arg(algorithm).arg(value(rng)).arg(value(rng));
+                if rng.next().is_multiple_of(3) {
+                    call.arg("BURST").arg(value(rng));
+                }
+                if rng.next().is_multiple_of(2) {
+                    call.arg("COST").arg(value(rng));
+                }
+            }
+        }
         "RL.REFUND" => {
             call.arg(value(rng));
         }
@@ -165,6 +193,9 @@ fn random_arguments_never_panic_or_crash() {
         }
         let command = rng.pick(COMMANDS);
         let mut call = redis::cmd(command);
+        if command == "RL.ALL" {
+            call.arg(rng.pick(&["1", "2", "2", "0", "33", "x"]));
+        }
         // Mostly a key of the command's own, sometimes one shared by every command (WRONGTYPE).
         let key = match rng.next() % 5 {
             0 => rng.pick(&["k", "str", "fresh"]).to_string(),
@@ -183,11 +214,20 @@ fn random_arguments_never_panic_or_crash() {
         }
         match call.query::<Value>(&mut c) {
             Ok(Value::Array(fields)) => {
-                let len = if command == "RL.SHAPE" { 6 } else { 5 };
-                assert_eq!(fields.len(), len, "{command}: {fields:?}");
+                match command {
+                    // The combined decision, then one per limiter.
+                    "RL.ALL" => assert!(fields.len() >= 2, "{command}: {fields:?}"),
+                    // Field names and values.
+                    "RL.INSPECT" => assert!(fields.len() > 10, "{command}: {fields:?}"),
+                    "RL.SHAPE" => assert_eq!(fields.len(), 6, "{command}: {fields:?}"),
+                    _ => assert_eq!(fields.len(), 5, "{command}: {fields:?}"),
+                }
                 decisions += 1;
             }
-            Ok(Value::Nil) => assert_eq!(command, "RL.REFUND"),
+            Ok(Value::Nil) => assert!(
+                ["RL.REFUND", "RL.PEEK", "RL.INSPECT"].contains(&command),
+                "{command}: nil"
+            ),
             Ok(Value::Okay) | Ok(Value::SimpleString(_)) => assert_eq!(command, "RL.SETSTATE"),
             Ok(other) => panic!("{command}: unexpected reply {other:?}"),
             Err(e) => {
