@@ -4,17 +4,6 @@
 mod support;
 use support::*;
 
-/// `CONFIG GET ratelimit.max-log-entries`.
-fn max_log_entries(c: &mut Connection) -> String {
-    let v: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("ratelimit.max-log-entries")
-        .query(c)
-        .unwrap();
-    assert_eq!(v[0], "ratelimit.max-log-entries");
-    v[1].clone()
-}
-
 #[test]
 fn a_panic_in_a_handler_is_an_error_not_a_crash() {
     let (mut s, mut c) = server();

@@ -11,16 +11,6 @@ fn memory_usage(c: &mut Connection, key: &str) -> i64 {
     redis::cmd("MEMORY").arg("USAGE").arg(key).query(c).unwrap()
 }
 
-fn max_log_entries(c: &mut Connection) -> String {
-    let v: Vec<String> = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("ratelimit.max-log-entries")
-        .query(c)
-        .unwrap();
-    assert_eq!(v[0], "ratelimit.max-log-entries");
-    v[1].clone()
-}
-
 #[test]
 fn exact_replies_at_pinned_times() {
     let (_s, mut c) = server();

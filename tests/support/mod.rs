@@ -377,6 +377,17 @@ pub fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// `CONFIG GET ratelimit.max-log-entries`.
+pub fn max_log_entries(c: &mut Connection) -> String {
+    let v: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("ratelimit.max-log-entries")
+        .query(c)
+        .unwrap();
+    assert_eq!(v[0], "ratelimit.max-log-entries");
+    v[1].clone()
+}
+
 /// Makes the server behind `replica` replicate `master`, and waits until the link is up.
 pub fn replicate(replica: &mut Connection, master: &Server) {
     cmd(
