@@ -12,6 +12,24 @@ impl Args<'_> {
         parse_u64(name, bytes, min, max)
     }
 
+    /// Reads the value of option `label` into `slot`: given once, with a value in `min..=max`.
+    pub fn option_value(
+        &mut self,
+        slot: &mut Option<u64>,
+        label: &'static str,
+        min: u64,
+        max: u64,
+    ) -> Result<(), Error> {
+        if slot.is_some() {
+            return Err(Error::RepeatedOption(label));
+        }
+        if self.remaining() == 0 {
+            return Err(Error::MissingValue(label));
+        }
+        *slot = Some(self.next_u64(label, min, max)?);
+        Ok(())
+    }
+
     /// Fails if anything is left unread.
     pub fn done(&self) -> Result<(), Error> {
         if self.remaining() > 0 {
@@ -19,6 +37,20 @@ impl Args<'_> {
         }
         Ok(())
     }
+}
+
+/// The policy L per W ms with `capacity`, each already range-checked: the one refusal left is a
+/// capacity that takes too long to refill.
+pub fn policy(limit: u64, window_ms: u64, capacity: u64) -> Result<Policy, Error> {
+    Policy::new(limit, window_ms, capacity).map_err(|e| match e {
+        PolicyError::RefillTooSlow => Error::RefillTooSlow {
+            capacity,
+            limit,
+            window_ms,
+        },
+        // Each field was range-checked by the caller.
+        PolicyError::Limit | PolicyError::Window | PolicyError::Capacity => Error::Internal,
+    })
 }
 
 /// A decimal integer in `min..=max`: digits only (no sign, spaces or exponent).
@@ -122,24 +154,10 @@ pub fn parse_limiter<'a>(
                 echo(name)
             )));
         };
-        if slot.is_some() {
-            return Err(Error::RepeatedOption(label));
-        }
-        if args.remaining() == 0 {
-            return Err(Error::MissingValue(label));
-        }
-        *slot = Some(args.next_u64(label, min, MAX_LIMIT)?);
+        args.option_value(slot, label, min, MAX_LIMIT)?;
     }
     let capacity = burst.unwrap_or(limit);
-    let policy = Policy::new(limit, window_ms, capacity).map_err(|e| match e {
-        PolicyError::RefillTooSlow => Error::RefillTooSlow {
-            capacity,
-            limit,
-            window_ms,
-        },
-        // Each field was range-checked above.
-        PolicyError::Limit | PolicyError::Window | PolicyError::Capacity => Error::Internal,
-    })?;
+    let policy = policy(limit, window_ms, capacity)?;
     let amount = match (options.amount, amount) {
         (_, Some(n)) => n,
         (Amount::Cost, None) => 1,

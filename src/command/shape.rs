@@ -12,7 +12,7 @@ use super::args::Request;
 use super::limit::decide;
 use super::{fields, Args, Ctx, Reply};
 use crate::algo::shape::{self, Shape};
-use crate::algo::{ms_ceil, Policy, PolicyError, MAX_LIMIT, MAX_WINDOW_MS};
+use crate::algo::{ms_ceil, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::error::{echo, Error};
 
 pub fn shape(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
@@ -66,13 +66,7 @@ fn parse(mut args: Args<'_>) -> Result<(Request<'_>, u64), Error> {
                 echo(name)
             )));
         };
-        if slot.is_some() {
-            return Err(Error::RepeatedOption(label));
-        }
-        if args.remaining() == 0 {
-            return Err(Error::MissingValue(label));
-        }
-        *slot = Some(args.next_u64(label, 0, max)?);
+        args.option_value(slot, label, 0, max)?;
     }
     let queue = queue.unwrap_or(0);
     let undelayed = match (delay, nodelay) {
@@ -90,15 +84,7 @@ fn parse(mut args: Args<'_>) -> Result<(Request<'_>, u64), Error> {
         )));
     }
     let capacity = queue + 1;
-    let policy = Policy::new(limit, window_ms, capacity).map_err(|e| match e {
-        PolicyError::RefillTooSlow => Error::RefillTooSlow {
-            capacity,
-            limit,
-            window_ms,
-        },
-        // Each field was range-checked above.
-        PolicyError::Limit | PolicyError::Window | PolicyError::Capacity => Error::Internal,
-    })?;
+    let policy = super::args::policy(limit, window_ms, capacity)?;
     let cost = cost.unwrap_or(1);
     if cost > capacity {
         return Err(Error::CostExceedsCapacity { cost, capacity });

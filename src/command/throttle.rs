@@ -38,7 +38,7 @@ use super::args::{parse_u64, Request};
 use super::limit::{decide, store};
 use super::{effect, Args, Ctx, Reply, Spec};
 use crate::algo::gcra::{self, Gcra};
-use crate::algo::{Algorithm, Decision, Policy, PolicyError, MAX_LIMIT, MAX_WINDOW_MS};
+use crate::algo::{Algorithm, Decision, Policy, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::clock;
 use crate::error::Error;
 use crate::metrics;
@@ -181,15 +181,7 @@ pub fn parse(
         None => 1,
     };
     let (window_ms, capacity) = (period_s * 1000, max_burst + 1);
-    let policy = Policy::new(count, window_ms, capacity).map_err(|e| match e {
-        PolicyError::RefillTooSlow => Error::RefillTooSlow {
-            capacity,
-            limit: count,
-            window_ms,
-        },
-        // Each field was range-checked above.
-        PolicyError::Limit | PolicyError::Window | PolicyError::Capacity => Error::Internal,
-    })?;
+    let policy = super::args::policy(count, window_ms, capacity)?;
     let quantity = match quantity {
         0 => Quantity::Peek,
         n if n > capacity => Quantity::Never,
