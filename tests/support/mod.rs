@@ -121,6 +121,10 @@ impl Server {
             "yes".into(),
             "--logfile".into(),
             "redis.log".into(),
+            // A replica's first sync starts at once instead of after the default 5 s wait for
+            // more replicas to share it.
+            "--repl-diskless-sync-delay".into(),
+            "0".into(),
         ];
         args.extend(self.extra.iter().cloned());
         // Each load argument is its own word; a later DEBUG-CLOCK overrides the first.
@@ -149,7 +153,19 @@ impl Server {
             if let Ok(mut c) = self.try_connect() {
                 let loading: Result<String, _> = redis::cmd("PING").query(&mut c);
                 if loading.is_ok() {
-                    return Ok(());
+                    // Another test's server may hold the port this one failed to bind (a port
+                    // found free can be taken meanwhile): only our own child counts as ready.
+                    if self.answers_as_our_child(&mut c) {
+                        return Ok(());
+                    }
+                    if let Some(mut child) = self.child.take() {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                    }
+                    return Err(format!(
+                        "port {} answered by another process: Address already in use",
+                        self.port
+                    ));
                 }
             }
             if let Some(child) = self.child.as_mut() {
@@ -165,6 +181,18 @@ impl Server {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    fn answers_as_our_child(&self, c: &mut Connection) -> bool {
+        let info: String = redis::cmd("INFO")
+            .arg("server")
+            .query(c)
+            .unwrap_or_default();
+        let pid = info
+            .lines()
+            .find_map(|l| l.strip_prefix("process_id:"))
+            .and_then(|v| v.trim().parse::<u32>().ok());
+        pid.is_some() && pid == self.child.as_ref().map(Child::id)
     }
 
     fn try_connect(&self) -> redis::RedisResult<Connection> {
@@ -406,8 +434,14 @@ pub fn replicate(replica: &mut Connection, master: &Server) {
 
 /// Waits until one replica acknowledged everything the master behind `master` sent.
 pub fn wait_replica(master: &mut Connection) {
-    let acked: i64 = redis::cmd("WAIT").arg(1).arg(10_000).query(master).unwrap();
-    assert_eq!(acked, 1, "the replica did not acknowledge");
+    let acked: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(master).unwrap();
+    if acked != 1 {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(master)
+            .unwrap_or_default();
+        panic!("the replica did not acknowledge within 30 s; the master says:\n{info}");
+    }
 }
 
 /// Redis's CRC-64 (Jones polynomial, reflected), as `DUMP` payloads carry it: lets a test
