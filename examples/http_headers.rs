@@ -1,7 +1,7 @@
 //! From a limiter's reply to the HTTP response a gateway sends: status, `Retry-After` (RFC 9110)
 //! and the `RateLimit-Policy` / `RateLimit` fields of draft-ietf-httpapi-ratelimit-headers (draft
 //! 11). The README's "From the reply to HTTP" gives the mapping and docs/http.md explains it;
-//! `tests/http_headers.rs` includes this file and checks the README's worked table against it.
+//! `tests/http_headers.rs` includes this file and checks the worked table of docs/http.md against it.
 //!
 //! `cargo run --example http_headers -- KEY L W [B] [HOST PORT]` calls `RL.GCRA KEY L W BURST B`
 //! once (default 127.0.0.1 6379) and prints the response head a gateway would send.

@@ -1,4 +1,4 @@
-//! The HTTP mapping of examples/http_headers.rs (included here): the README's worked table comes
+//! The HTTP mapping of examples/http_headers.rs (included here): the worked table of docs/http.md comes
 //! out of it for the replies a server gives, and it is right for any L, W and B.
 
 #[path = "../examples/http_headers.rs"]
@@ -9,7 +9,7 @@ mod support;
 use http_headers::{quota, response, Policy, Response};
 use support::*;
 
-/// A README table row: its first cell, the commands run in order (the last one's reply is the
+/// A table row of docs/http.md: its first cell, the commands run in order (the last one's reply is the
 /// row's), and the policy.
 struct Row {
     label: &'static str,
@@ -51,7 +51,7 @@ const ROWS: &[Row] = &[
     },
 ];
 
-/// The row as the README prints it, up to the "was" column.
+/// The row as docs/http.md prints it, up to the "was" column.
 fn row_text(row: &Row, reply: [i64; 5], r: &Response) -> String {
     let header = |name: &str| {
         r.headers
@@ -78,9 +78,9 @@ fn row_text(row: &Row, reply: [i64; 5], r: &Response) -> String {
 }
 
 #[test]
-fn the_readme_table_is_what_the_mapping_gives() {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .expect("README.md");
+fn the_documented_table_is_what_the_mapping_gives() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/http.md"))
+        .expect("docs/http.md");
     let (_s, mut c) = server();
     for row in ROWS {
         let mut reply = [0; 5];
@@ -90,7 +90,7 @@ fn the_readme_table_is_what_the_mapping_gives() {
         let text = row_text(row, reply, &response("default", row.policy, reply, 0));
         assert!(
             readme.contains(&text),
-            "README.md lacks the row, or it drifted:\n{text}"
+            "docs/http.md lacks the row, or it drifted:\n{text}"
         );
     }
 }
