@@ -330,6 +330,97 @@ fn ttl_never_shorter_than_the_last_reset_across_policy_switches() {
 // ---------------------------------------------------------------------------------------------
 // Replicas
 
+/// A debt carried to a policy so slow that it would outlast the last instant a clock can read
+/// (100 spent, then 1 per 10^12 ms) is stored at that instant, which a stored state may hold: the
+/// key denies, reloads and replicates (the unbounded carried debt failed validation, so the
+/// replica refused the effect and a reload refused the RDB).
+#[test]
+fn a_debt_carried_past_the_end_of_time_is_stored_validly() {
+    let (_ms, _rs, mut m, mut r) = pair();
+    for command in ["RL.GCRA", "RL.SHAPE"] {
+        let key = format!("slow:{command}");
+        // The same capacities: BURST 100 and 1, QUEUE 99 and 0.
+        let (size, big, one) = match command {
+            "RL.SHAPE" => ("QUEUE", "99", "0"),
+            _ => ("BURST", "100", "1"),
+        };
+        let (fast, slow) = (
+            ["100", "1000", size, big],
+            ["1", "1000000000000", size, one],
+        );
+        let first: Vec<&str> = [command, &key]
+            .into_iter()
+            .chain(fast)
+            .chain(["COST", "100"])
+            .collect();
+        assert_eq!(allowed(&mut m, &first), 1, "{command}");
+        let tightened: Vec<&str> = [command, &key].into_iter().chain(slow).collect();
+        assert_eq!(allowed(&mut m, &tightened), 0, "{command}");
+        wait_replica(&mut m);
+        assert_eq!(dump(&mut r, &key), dump(&mut m, &key), "{command}: replica");
+        let before = dump(&mut m, &key);
+        cmd(&mut m, &["DEBUG", "RELOAD"]).unwrap();
+        assert_eq!(dump(&mut m, &key), before, "{command}: reload");
+        assert_eq!(allowed(&mut m, &tightened), 0, "{command}");
+    }
+}
+
+/// Field 1 of a limiter's reply (five integers, or `RL.SHAPE`'s six).
+fn allowed(c: &mut Connection, words: &[&str]) -> i64 {
+    let mut command = redis::cmd(words[0]);
+    for w in &words[1..] {
+        command.arg(*w);
+    }
+    let reply: Vec<i64> = command
+        .query(c)
+        .unwrap_or_else(|e| panic!("{words:?}: {e}"));
+    reply[0]
+}
+
+/// A rollout: gateways with the old configuration (100 per minute) and the new one (10 per
+/// minute) call one key alternately after the old one spent its 100. Every call is denied: a
+/// lowered L keeps counting what was spent (a count clamped to the new L let every call under
+/// the old policy through, for the three window algorithms). The key's state, with more spent
+/// than its L, survives a reload and reaches a replica unchanged.
+#[test]
+fn alternating_limits_during_a_rollout_admit_nothing_more() {
+    let (_ms, _rs, mut m, mut r) = pair();
+    for command in ["RL.SLIDINGLOG", "RL.SLIDINGCOUNTER", "RL.FIXEDWINDOW"] {
+        let key = format!("rollout:{command}");
+        assert_eq!(
+            rl(&mut m, &[command, &key, "100", "60000", "COST", "100"])[0],
+            1
+        );
+        let mut admitted = 0;
+        for i in 0..40 {
+            clock_advance(&mut m, 10);
+            let limit = if i % 2 == 0 { "10" } else { "100" };
+            admitted += rl(&mut m, &[command, &key, limit, "60000"])[0];
+        }
+        assert_eq!(
+            admitted, 0,
+            "{command}: alternating policies refilled the key"
+        );
+        // Stored under L = 100 by the last call, with all 100 still counted.
+        assert_eq!(
+            rl(&mut m, &[command, &key, "100", "60000", "COST", "0"])[2],
+            0
+        );
+        assert_eq!(rl(&mut m, &[command, &key, "10", "60000"])[0], 0);
+        // Now stored under L = 10 holding 100: valid on reload and on the replica.
+        wait_replica(&mut m);
+        assert_eq!(dump(&mut r, &key), dump(&mut m, &key), "{command}");
+        let before = dump(&mut m, &key);
+        cmd(&mut m, &["DEBUG", "RELOAD"]).unwrap();
+        assert_eq!(dump(&mut m, &key), before, "{command}: changed by a reload");
+        assert_eq!(
+            rl(&mut m, &[command, &key, "100", "60000"])[0],
+            0,
+            "{command}"
+        );
+    }
+}
+
 /// A master and a replica (both with the module, clocks pinned at T0).
 fn pair() -> (Server, Server, Connection, Connection) {
     let master = Server::start();

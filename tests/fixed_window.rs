@@ -69,11 +69,11 @@ fn new_policy_applies_at_once_and_carries_the_count() {
         rl(&mut c, &["RL.FIXEDWINDOW", "p", "5", "500"]),
         [0, 5, 0, 250, 250]
     );
-    // That denial stored the new policy (a tightening that is denied must hold), with the
-    // count carried to it: at most its L, 5. Back at 20 per second, those 5 carry over.
+    // That denial stored the new policy (a tightening that is denied must hold), with all 7
+    // carried to it, above its L. Back at 20 per second, the 7 still count.
     assert_eq!(
         rl(&mut c, &["RL.FIXEDWINDOW", "p", "20", "1000"]),
-        [1, 20, 14, -1, 750]
+        [1, 20, 12, -1, 750]
     );
 }
 

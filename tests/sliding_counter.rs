@@ -79,11 +79,12 @@ fn new_policy_applies_at_once_and_carries_the_counts() {
         rl(&mut c, &["RL.SLIDINGCOUNTER", "p", "20", "1000"]),
         [1, 20, 13, -1, 1750]
     );
-    // 5 per 500 ms: the 7 may all lie in [T0, T0 + 500), a full window (kept at 5). The next
-    // window weighs it 5 at its start: denied until 1 ns after it.
+    // 5 per 500 ms: the 7 may all lie in [T0, T0 + 500), all of them counted there (above the
+    // new L: nothing spent is forgotten). The next window weighs them 7·(500 − e)/500, below 5
+    // from e = 142.9 ms on: 250 + 142.9 ms from now.
     assert_eq!(
         rl(&mut c, &["RL.SLIDINGCOUNTER", "p", "5", "500"]),
-        [0, 5, 0, 251, 750]
+        [0, 5, 0, 393, 750]
     );
 }
 

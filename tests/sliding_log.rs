@@ -137,16 +137,17 @@ fn new_policy_applies_at_once_and_carries_the_entries() {
     clock_set(&mut c, T0_MS + 600);
     rl(&mut c, &["RL.SLIDINGLOG", "p", "10", "1000", "COST", "4"]);
     clock_set(&mut c, T0_MS + 700);
-    // L = 5: the newest 5 of the 10 spent are kept; the next one leaves at T0 + 1300.
+    // L = 5: all 10 spent still count; one more fits once 6 have left, at T0 + 1300.
     assert_eq!(
         rl(&mut c, &["RL.SLIDINGLOG", "p", "5", "1000"]),
         [0, 5, 0, 600, 900]
     );
-    // That denial stored L = 5 and its log, the newest 5 (a tightening that is denied must
-    // hold). 20 per 500 ms: those 5, all in the new window, carry over.
+    // That denial stored L = 5 and the whole log (a tightening that is denied must hold, and a
+    // lowered L forgets nothing). 20 per 500 ms: the 7 of T0 + 300 and T0 + 600 lie in the new
+    // window and carry over.
     assert_eq!(
         rl(&mut c, &["RL.SLIDINGLOG", "p", "20", "500"]),
-        [1, 20, 14, -1, 500]
+        [1, 20, 12, -1, 500]
     );
 }
 

@@ -76,14 +76,15 @@ pub fn check(
 }
 
 /// The window under a new policy. What was counted arrived between the window's start and now,
-/// so all of it may lie in the new policy's current window: it is all counted there (at most the
-/// new L: the window is full either way). The new window is the one holding the later of now and
-/// the stored start, so a clock that went back does not restart it.
+/// so all of it may lie in the new policy's current window: it is all counted there, even above
+/// a lower L (a key tightened from 100 to 10 and called again under 100, as two gateway
+/// configurations do during a rollout, must still count the 100). The new window is the one
+/// holding the later of now and the stored start, so a clock that went back does not restart it.
 pub fn rescale(state: &FixedWindow, from: &Policy, to: &Policy, now_ns: u64) -> FixedWindow {
     let window = FixedWindow::current(Some(state), from, now_ns);
     FixedWindow {
         start_ns: to.window_start(now_ns.max(window.start_ns)),
-        count: window.count.min(to.limit()),
+        count: window.count,
     }
 }
 
@@ -259,9 +260,24 @@ mod tests {
                 count: 4
             }
         );
-        // A lower limit than what was spent: full.
+        // A lower limit than what was spent: all 4 still count (full), so that going back to
+        // the old policy in the same window counts them too.
         let to = policy(2, 1000);
-        assert_eq!(rescale(&s, &from, &to, T0 + 800 * MS).count, 2);
+        let lowered = rescale(&s, &from, &to, T0 + 800 * MS);
+        assert_eq!(lowered.count, 4);
+        assert_eq!(
+            check(Some(&lowered), &to, T0 + 800 * MS, 1)
+                .decision
+                .allowed,
+            0
+        );
+        let back = rescale(&lowered, &to, &from, T0 + 800 * MS);
+        assert_eq!(
+            check(Some(&back), &from, T0 + 800 * MS, 0)
+                .decision
+                .remaining,
+            6
+        );
         // A stale window carries nothing.
         assert_eq!(rescale(&s, &from, &to, T0 + 1000 * MS).count, 0);
     }

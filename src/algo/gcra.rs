@@ -53,14 +53,23 @@ pub fn check(state: Option<&Gcra>, policy: &Policy, now_ns: u64, cost: u64) -> O
     Outcome { decision, next }
 }
 
-/// The same debt under a new policy: what was already spent carries over.
+/// The same debt under a new policy: what was already spent carries over. A debt so large that
+/// it would last past the last instant a clock can read (a u64 of ns, the year 2554) denies until
+/// then either way: it is kept at [`max_tat`], which a stored state may hold.
 pub fn rescale(state: &Gcra, from: &Policy, to: &Policy, now_ns: u64) -> Gcra {
     let debt = state.tat.saturating_sub(from.units_at(now_ns));
     Gcra {
         tat: to
             .units_at(now_ns)
-            .saturating_add(rescale_units(debt, from, to, true)),
+            .saturating_add(rescale_units(debt, from, to, true))
+            .min(max_tat(to)),
     }
+}
+
+/// The latest arrival time a stored state may hold under `policy`: any instant a u64 of
+/// nanoseconds can hold, plus a full bucket of debt. At most about 2^105, so it fits a u128.
+pub fn max_tat(policy: &Policy) -> u128 {
+    policy.units_at(u64::MAX) + u128::from(policy.capacity()) * policy.units_per_token()
 }
 
 /// Gives back `n` unspent tokens at `now_ns`: `tat` moves back by n emission intervals, never

@@ -17,7 +17,7 @@
 //! but only when the previous window's requests were bunched at its end; an interval that starts
 //! at a boundary, or follows a quiet window, gets at most L.
 
-use super::{inspection, relative_ms, Decision, Field, Outcome, Policy};
+use super::{inspection, relative_ms, Decision, Field, Outcome, Policy, MAX_LIMIT};
 
 /// Stored state: the current window's start and the two counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -146,21 +146,23 @@ pub fn check(
 /// between the stored window's start and now, so it may all lie in the new current window and is
 /// counted there; `prev` arrived in the window before, so it counts in the new current window if
 /// that window may reach back into it, else in the new previous window if that one may, else
-/// nowhere. Counts above the new L are kept at L (a full window). A clock that went back does not
+/// nowhere. Counts above a lower L are kept whole (what was spent is never forgotten: a key called
+/// alternately under two L during a rollout must count all of it). A clock that went back does not
 /// restart the window (as in `fixed_window::rescale`).
 pub fn rescale(state: &SlidingCounter, from: &Policy, to: &Policy, now_ns: u64) -> SlidingCounter {
     let old = SlidingCounter::current(Some(state), from, now_ns);
     let start_ns = to.window_start(now_ns.max(old.start_ns));
     let (mut prev, mut curr) = (0, old.curr);
     if old.start_ns > start_ns {
-        curr += old.prev;
+        curr = curr.saturating_add(old.prev);
     } else if u128::from(old.start_ns) + u128::from(to.window_ns()) > u128::from(start_ns) {
         prev = old.prev;
     }
     SlidingCounter {
         start_ns,
-        prev: prev.min(to.limit()),
-        curr: curr.min(to.limit()),
+        // A count of MAX_LIMIT fills a window under any policy: saturating there forgets nothing.
+        prev: prev.min(MAX_LIMIT),
+        curr: curr.min(MAX_LIMIT),
     }
 }
 
@@ -361,8 +363,18 @@ mod tests {
             rescale(&s, &from, &to, T0 + 250 * MS),
             state(T0 + 200 * MS, 0, 3)
         );
-        // Counts above the new L: a full window.
-        assert_eq!(rescale(&s, &from, &policy(2, 1000), T0), state(T0, 2, 2));
+        // Counts above the new L are kept: a full window now, and all of it counts again if the
+        // old policy comes back.
+        assert_eq!(rescale(&s, &from, &policy(2, 1000), T0), state(T0, 4, 3));
+        // Merged counts saturate at the most any policy allows.
+        let huge = state(T0 + 1000 * MS, MAX_LIMIT, MAX_LIMIT);
+        let r = rescale(
+            &huge,
+            &policy(MAX_LIMIT, 1000),
+            &policy(MAX_LIMIT, 2000),
+            T0 + 1500 * MS,
+        );
+        assert_eq!(r, state(T0, 0, MAX_LIMIT));
     }
 
     #[test]

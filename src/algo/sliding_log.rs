@@ -258,7 +258,8 @@ impl SlidingLog {
     }
 
     /// A log from its stored parts, validated against the policy it was stored under: at most L
-    /// entries whose counts are 1..=L and sum to at most L, strictly increasing offsets starting
+    /// entries whose counts are at least 1 and sum to at most `MAX_LOG_LIMIT` (above L only after
+    /// a policy was lowered, see [`rescale`]), strictly increasing offsets starting
     /// at 0, a base on a tick, and instants a u64 can hold.
     pub fn from_parts(
         policy: &Policy,
@@ -291,8 +292,10 @@ impl SlidingLog {
             }
             last = Some(offset);
         }
-        if total > policy.limit() {
-            return Err("sliding log total above its limit");
+        // Above L after a policy was lowered (what was spent is kept), never above the most any
+        // policy allows.
+        if total > MAX_LOG_LIMIT {
+            return Err("sliding log total out of range");
         }
         if base_ns.checked_add(last.unwrap_or(0) << shift).is_none() {
             return Err("sliding log instant out of range");
@@ -562,21 +565,28 @@ fn drop_newest(entries: &mut Vec<(u64, u64)>, mut n: u64) {
 }
 
 /// The log under a new policy. The requests really arrived when they did, so every entry keeps
-/// its instant (rounded up to the new tick) and counts while it lies in the new window. If they
-/// add up to more than the new L, only the newest L are kept: the decisions are the same (a full
-/// log denies either way, and the window empties from the oldest end), and the log fits. A longer
-/// window cannot bring back entries that already left the shorter one.
+/// its instant (rounded up to the new tick) and counts while it lies in the new window. What was
+/// spent is never forgotten, even above a lower L: a key tightened from 100 to 10 and called
+/// again under 100 (two gateway configurations during a rollout) must still count the 100. To
+/// keep at most L entries (memory is bounded by the policy in force), the oldest entries beyond
+/// L − 1 are merged into the newest of them: they then leave the window together, at the latest
+/// of their instants, which never admits earlier, and under the new policy admits exactly as the
+/// unmerged log would (it can pass only once fewer than L remain, and then all of them have
+/// left). A longer window cannot bring back entries that already left the shorter one.
 pub fn rescale(state: &SlidingLog, from: &Policy, to: &Policy, now_ns: u64) -> SlidingLog {
     let window = to.window_ns();
     let mut entries: Vec<(u64, u64)> = state
         .entries(tick_shift(from))
         .filter(|&(at, _)| in_window(at, window, now_ns))
         .collect();
-    let total: u64 = entries.iter().map(|&(_, count)| count).sum();
-    // Dropping the excess from the oldest end: reverse, drop from the (new) end, reverse back.
-    entries.reverse();
-    drop_newest(&mut entries, total.saturating_sub(to.limit()));
-    entries.reverse();
+    let keep = usize::try_from(to.limit()).unwrap_or(usize::MAX);
+    if entries.len() > keep {
+        // keep >= 1 (L >= 1), so at least two entries merge into one.
+        let rest = entries.split_off(entries.len() - keep + 1);
+        let at = entries.last().map_or(0, |&(at, _)| at);
+        let count = entries.iter().map(|&(_, count)| count).sum();
+        entries = std::iter::once((at, count)).chain(rest).collect();
+    }
     SlidingLog::pack(tick_shift(to), &entries)
 }
 
@@ -792,10 +802,32 @@ mod tests {
         let to = policy(20, 500);
         let r = rescale(&log, &from, &to, T0 + 700 * MS);
         assert_eq!(entries(&r, &to), [(300 * MS, 3), (600 * MS, 4)]);
-        // A lower limit: the newest 5; the same decisions as the unclamped log.
+        // A lower limit: every request still counts (9 above L = 5), in at most L entries.
         let to = policy(5, 1000);
         let r = rescale(&log, &from, &to, T0 + 700 * MS);
-        assert_eq!(entries(&r, &to), [(300 * MS, 1), (600 * MS, 4)]);
+        assert_eq!(r, log);
+        // L = 2 below the 3 entries: the two oldest merge at the later instant, and decide
+        // exactly as the unmerged log would under the new policy.
+        let to = policy(2, 1000);
+        let r = rescale(&log, &from, &to, T0 + 700 * MS);
+        assert_eq!(entries(&r, &to), [(300 * MS, 5), (600 * MS, 4)]);
+        for at in [700, 1000, 1299, 1300, 1599, 1600] {
+            let now = T0 + at * MS;
+            let merged = check(Some(&r), &to, now, 1).decision;
+            assert_eq!(
+                merged,
+                check(Some(&log), &to, now, 1).decision,
+                "at {at} ms"
+            );
+        }
+        // Back to the old policy: all 9 still count.
+        let back = rescale(&r, &to, &from, T0 + 700 * MS);
+        assert_eq!(
+            check(Some(&back), &from, T0 + 700 * MS, 0)
+                .decision
+                .remaining,
+            1
+        );
         // A window so long that the tick grows: instants round up.
         let to = policy(10, 1_000_000_000);
         let r = rescale(&log, &from, &to, T0 + 700 * MS);
@@ -834,7 +866,14 @@ mod tests {
         assert!(bad(base_ns, vec![w[0], w[0]]), "repeated instant");
         assert!(bad(base_ns, vec![w[1]]), "first offset not 0");
         assert!(bad(base_ns, vec![w[0] & !COUNT_MASK, w[1]]), "count 0");
-        assert!(bad(base_ns, vec![w[0] | 9, w[1]]), "total above L");
+        assert!(
+            !bad(base_ns, vec![w[0] | 9, w[1]]),
+            "total above L, after a lowered policy"
+        );
+        assert!(
+            bad(base_ns, vec![w[0] | COUNT_MASK, w[1]]),
+            "total above MAX_LOG_LIMIT"
+        );
         assert!(bad(5, vec![]), "empty with a base");
         assert!(bad(u64::MAX, vec![0, w[1]]), "instant beyond u64");
         assert!(bad(0, vec![1; 11]), "more entries than L");

@@ -188,6 +188,108 @@ mod tests {
         }
     }
 
+    /// A rollout: two gateway configurations call one key with the same W and different L, in
+    /// any order. Runs `trace` and returns every admitted request (instant, cost, its policy's L).
+    fn rollout<S: Algorithm>(
+        w_ms: u64,
+        l1: u64,
+        l2: u64,
+        trace: &[(u64, u64, bool)],
+    ) -> Result<Vec<(u64, u64, u64)>, TestCaseError> {
+        let (p1, p2) = (
+            Policy::new(l1, w_ms, l1).unwrap(),
+            Policy::new(l2, w_ms, l2).unwrap(),
+        );
+        let mut key = Key::<S> {
+            stored: None,
+            expire_at_ms: 0,
+        };
+        let (mut now, mut admitted) = (T0, Vec::new());
+        for &(gap, cost, second) in trace {
+            now += gap;
+            let p = if second { &p2 } else { &p1 };
+            let cost = cost.min(p.limit());
+            if key.call(p, now, cost)?.allowed == 1 && cost > 0 {
+                admitted.push((now, cost, p.limit()));
+            }
+        }
+        Ok(admitted)
+    }
+
+    /// What the `i`-th admission and those before it admitted in `(from, to]`.
+    fn admitted_in(admitted: &[(u64, u64, u64)], i: usize, from: u64, to: u64) -> u64 {
+        admitted
+            .iter()
+            .take(i + 1)
+            .filter(|&&(at, _, _)| at > from && at <= to)
+            .map(|&(_, cost, _)| cost)
+            .sum()
+    }
+
+    fn rollout_strategy() -> impl Strategy<Value = (u64, u64, u64, Vec<(u64, u64, bool)>)> {
+        (
+            prop_oneof![Just(10u64), Just(1000u64), Just(60_000u64)],
+            1u64..=20,
+            1u64..=20,
+            switching_trace(),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        /// A request admitted under L finds at most L (itself included) in the W before it,
+        /// whichever policy admitted the others: lowering L never forgets what was spent, so
+        /// alternating calls cannot refill the looser policy.
+        #[test]
+        fn a_rollout_never_beats_the_policy_in_force_sliding_log((w, l1, l2, t) in rollout_strategy()) {
+            let admitted = rollout::<SlidingLog>(w, l1, l2, &t)?;
+            for (i, &(at, _, limit)) in admitted.iter().enumerate() {
+                let held = admitted_in(&admitted, i, at.saturating_sub(w * MS), at);
+                prop_assert!(held <= limit, "{} in the W before {} under L = {}", held, at, limit);
+            }
+        }
+
+        /// The fixed window's form of it: at most L in the aligned window of each admission.
+        #[test]
+        fn a_rollout_never_beats_the_policy_in_force_fixed_window((w, l1, l2, t) in rollout_strategy()) {
+            let admitted = rollout::<FixedWindow>(w, l1, l2, &t)?;
+            for (i, &(at, _, limit)) in admitted.iter().enumerate() {
+                let start = at - at % (w * MS);
+                let held = admitted_in(&admitted, i, start.saturating_sub(1), at);
+                prop_assert!(held <= limit, "{} in the window of {} under L = {}", held, at, limit);
+            }
+        }
+
+        /// The sliding counter's form of it: its own bound, L plus what the previous window
+        /// admitted (at most the larger L), in the W before each admission.
+        #[test]
+        fn a_rollout_never_beats_the_policy_in_force_sliding_counter((w, l1, l2, t) in rollout_strategy()) {
+            let admitted = rollout::<SlidingCounter>(w, l1, l2, &t)?;
+            for (i, &(at, _, limit)) in admitted.iter().enumerate() {
+                let held = admitted_in(&admitted, i, at.saturating_sub(w * MS), at);
+                let bound = limit + l1.max(l2);
+                prop_assert!(held <= bound, "{} in the W before {} under L = {}", held, at, limit);
+            }
+        }
+    }
+
+    /// The trace that found it: 100 spent under L = 100, then calls alternating between L = 10
+    /// and L = 100 in the same minute. Clamping the count to 10 on each tightening let every
+    /// call under 100 through.
+    #[test]
+    fn alternating_limits_admit_nothing_more() {
+        let trace: Vec<(u64, u64, bool)> = std::iter::once((0, 100, false))
+            .chain((0..40).map(|i| (MS, 1, i % 2 == 0)))
+            .collect();
+        let admitted = rollout::<FixedWindow>(60_000, 100, 10, &trace).unwrap();
+        assert_eq!(admitted.len(), 1);
+        let admitted = rollout::<SlidingLog>(60_000, 100, 10, &trace).unwrap();
+        assert_eq!(admitted.len(), 1);
+        let admitted = rollout::<SlidingCounter>(60_000, 100, 10, &trace).unwrap();
+        assert_eq!(admitted.len(), 1);
+    }
+
     /// The trace: a sliding log spent at 10 per second, tightened to 10 per minute and
     /// denied, then tried again 2 s later. The old rule stored nothing on the denial and the key
     /// expired after 1 s: 10 more were admitted.

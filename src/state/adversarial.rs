@@ -105,9 +105,11 @@ fn must_validate(policy: Policy, state: AlgoState) {
     );
 }
 
-/// A state carried over to a new policy is stored only through a decision that admits: decide
-/// on it, and what would be stored must validate.
+/// A state carried over to a new policy is stored as it is (a denied call that brings a new
+/// policy stores it too, so that a tightening holds), and so is what a decision that admits
+/// makes of it: both must validate.
 fn carried(to: Policy, state: AlgoState, now: u64) {
+    must_validate(to, state.clone());
     let next = match &state {
         AlgoState::Gcra(s) => gcra::check(Some(s), &to, now, 1).next.map(AlgoState::Gcra),
         AlgoState::TokenBucket(s) => token_bucket::check(Some(s), &to, now, 1)

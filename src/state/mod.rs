@@ -15,7 +15,10 @@ use crate::algo::shape::Shape;
 use crate::algo::sliding_counter::SlidingCounter;
 use crate::algo::sliding_log::{self, SlidingLog};
 use crate::algo::{
-    gcra::Gcra, token_bucket, token_bucket::TokenBucket, Algorithm, Decision, Policy,
+    gcra::{self, Gcra},
+    token_bucket,
+    token_bucket::TokenBucket,
+    Algorithm, Decision, Policy, MAX_LIMIT,
 };
 use crate::error::Error;
 use delta::Delta;
@@ -185,10 +188,7 @@ impl Stored for Gcra {
 
     fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error> {
         let tat = r.u128()?;
-        // Any instant a u64 of nanoseconds can hold, plus a full bucket of debt.
-        let max =
-            policy.units_at(u64::MAX) + u128::from(policy.capacity()) * policy.units_per_token();
-        if tat > max {
+        if tat > gcra::max_tat(policy) {
             return Err(Error::BadState("GCRA arrival time out of range"));
         }
         Ok(Gcra { tat })
@@ -265,7 +265,8 @@ impl Stored for SlidingLog {
     variant_access!(SlidingLog);
 }
 
-/// 4 sliding counter: `start_ns u64` (a multiple of W), `prev u64`, `curr u64` (each <= L).
+/// 4 sliding counter: `start_ns u64` (a multiple of W), `prev u64`, `curr u64` (each <= L, or
+/// <= `MAX_LIMIT` after a policy was lowered).
 impl Stored for SlidingCounter {
     fn encode(&self, out: &mut Vec<u8>) {
         for n in [self.start_ns, self.prev, self.curr] {
@@ -278,8 +279,9 @@ impl Stored for SlidingCounter {
         if !start_ns.is_multiple_of(policy.window_ns()) {
             return Err(Error::BadState("sliding counter window not aligned"));
         }
-        if prev > policy.limit() || curr > policy.limit() {
-            return Err(Error::BadState("sliding counter count above its limit"));
+        // Above L only after a policy was lowered; never above the most any policy allows.
+        if prev > MAX_LIMIT || curr > MAX_LIMIT {
+            return Err(Error::BadState("sliding counter count out of range"));
         }
         Ok(SlidingCounter {
             start_ns,
@@ -291,7 +293,8 @@ impl Stored for SlidingCounter {
     variant_access!(SlidingCounter);
 }
 
-/// 5 fixed window: `start_ns u64` (a multiple of W), `count u64` (<= L).
+/// 5 fixed window: `start_ns u64` (a multiple of W), `count u64` (<= L, or <= `MAX_LIMIT` after a
+/// policy was lowered).
 impl Stored for FixedWindow {
     fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.start_ns.to_le_bytes());
@@ -303,8 +306,9 @@ impl Stored for FixedWindow {
         if !start_ns.is_multiple_of(policy.window_ns()) {
             return Err(Error::BadState("fixed window not aligned"));
         }
-        if count > policy.limit() {
-            return Err(Error::BadState("fixed window count above its limit"));
+        // Above L only after a policy was lowered; never above the most any policy allows.
+        if count > MAX_LIMIT {
+            return Err(Error::BadState("fixed window count out of range"));
         }
         Ok(FixedWindow { start_ns, count })
     }
@@ -322,9 +326,7 @@ impl Stored for Shape {
 
     fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error> {
         let (tat, undelayed) = (r.u128()?, r.u64()?);
-        let max =
-            policy.units_at(u64::MAX) + u128::from(policy.capacity()) * policy.units_per_token();
-        if tat > max {
+        if tat > gcra::max_tat(policy) {
             return Err(Error::BadState("leaky bucket arrival time out of range"));
         }
         if undelayed >= policy.capacity() {
@@ -545,20 +547,20 @@ mod tests {
             (edited(&fixed, 18, &n(11)), "window limiter with a burst"),
             (edited(&fixed, 26, &n(NS + 1)), "fixed window not aligned"),
             (
-                edited(&fixed, 34, &n(11)),
-                "fixed window count above its limit",
+                edited(&fixed, 34, &n(MAX_LIMIT + 1)),
+                "fixed window count out of range",
             ),
             (
                 edited(&counter, 26, &n(NS + 5)),
                 "sliding counter window not aligned",
             ),
             (
-                edited(&counter, 34, &n(11)),
-                "sliding counter count above its limit",
+                edited(&counter, 34, &n(MAX_LIMIT + 1)),
+                "sliding counter count out of range",
             ),
             (
-                edited(&counter, 42, &n(11)),
-                "sliding counter count above its limit",
+                edited(&counter, 42, &n(MAX_LIMIT + 1)),
+                "sliding counter count out of range",
             ),
             (
                 edited(&log, 34, &11u32.to_le_bytes()),
@@ -569,8 +571,8 @@ mod tests {
                 "sliding log entry count out of range",
             ),
             (
-                edited(&log, 38, &n(11)),
-                "sliding log total above its limit",
+                edited(&log, 38, &n((1 << 20) - 1)),
+                "sliding log total out of range",
             ),
             (first_entry_count_0, "sliding log entry with count 0"),
             (second_entry_first, "sliding log entries out of order"),
