@@ -19,12 +19,17 @@ use super::ffi::Key;
 use super::limit::{accepts, of};
 use super::{effect, fields, Args, Ctx, RString, Reply};
 use crate::algo::{
-    fixed_window::FixedWindow, gcra::Gcra, sliding_counter::SlidingCounter,
-    sliding_log::SlidingLog, token_bucket::TokenBucket, Algorithm, Decision, Policy,
+    fixed_window::FixedWindow,
+    gcra::Gcra,
+    sliding_counter::SlidingCounter,
+    sliding_log::{Change, SlidingLog},
+    token_bucket::TokenBucket,
+    Algorithm, Decision, Policy,
 };
 use crate::clock;
 use crate::error::{echo, Error};
-use crate::state::{AlgoState, Limiter, Stored};
+use crate::metrics;
+use crate::state::{delta::Delta, AlgoState, Limiter, Stored};
 
 /// The most limiters one call may name.
 pub const MAX_LIMITERS: u64 = 32;
@@ -39,6 +44,21 @@ struct Plan {
     charged: Option<AlgoState>,
     /// The state carried to a new policy: stored whatever the outcome.
     carried: Option<AlgoState>,
+    /// Instead of `charged`, for an algorithm that decides in place (the sliding log, under the
+    /// policy it holds): the change to apply when the whole request is admitted, which goes out
+    /// as a delta, in time and bytes independent of the log's length.
+    in_place: Option<(Change, Applier)>,
+}
+
+/// Applies a planned change to the state of its algorithm (see [`Stored::apply_in_place`]).
+type Applier = fn(&mut AlgoState, &Policy, &Change) -> Option<Delta>;
+
+fn apply_in_place<A: Stored>(
+    state: &mut AlgoState,
+    policy: &Policy,
+    change: &Change,
+) -> Option<Delta> {
+    A::of_mut(state)?.apply_in_place(policy, change)
 }
 
 type Planner = fn(Option<&Limiter>, &Policy, u64, u64) -> Result<Plan, Error>;
@@ -119,6 +139,11 @@ pub fn all(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     };
     let mut each = Vec::with_capacity(parts.len());
     for ((part, key), plan) in parts.iter().zip(keys.iter_mut()).zip(plans) {
+        if let (true, Some((change, apply))) = (admitted, plan.in_place) {
+            charge_in_place(ctx, key, part, (&change, apply), now_ns, &plan.decision)?;
+            each.push(plan.decision);
+            continue;
+        }
         let (store, decision) = match (admitted, plan.charged) {
             (true, Some(charged)) => (Some(charged), plan.decision),
             (true, None) => (plan.carried, plan.decision),
@@ -138,6 +163,31 @@ pub fn all(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
         fields(&combine(admitted, &each)),
         each.iter().map(fields).collect(),
     ))
+}
+
+/// Charges a limiter whose change was planned in place, and propagates it as a delta (the full
+/// state if the change could not be applied, which the plan rules out).
+fn charge_in_place(
+    ctx: &Ctx,
+    key: &mut Key<'_>,
+    part: &Part<'_>,
+    (change, apply): (&Change, Applier),
+    now_ns: u64,
+    decision: &Decision,
+) -> Result<(), Error> {
+    let name = part.request.key;
+    let Some(limiter) = key.limiter(part.name)? else {
+        return Ok(());
+    };
+    let before = metrics::Footprint::of(limiter);
+    let policy = limiter.policy;
+    let at = match apply(&mut limiter.state, &policy, change) {
+        Some(delta) => effect::propagate_delta(ctx, name, &delta, now_ns, decision),
+        None => effect::propagate(ctx, name, limiter, now_ns, decision),
+    };
+    metrics::limiter_changed(before, limiter);
+    key.expire_at(Some(at));
+    Ok(())
 }
 
 /// The combined decision: allowed when all admitted; the capacity and remaining of the limiter
@@ -242,6 +292,21 @@ fn plan<A: Stored>(
         Some((from, state)) if from != *policy => Some(state.rescale(&from, policy, now_ns)),
         _ => None,
     };
+    if let (None, Some((_, state)), true) = (&carried, held, cost > 0) {
+        if let Some((decision, change)) = state.decide_in_place(policy, now_ns, cost) {
+            let uncharged = match change {
+                Some(_) => A::check(Some(state), policy, now_ns, 0).decision,
+                None => decision,
+            };
+            return Ok(Plan {
+                decision,
+                uncharged,
+                charged: None,
+                carried: None,
+                in_place: change.map(|change| (change, apply_in_place::<A> as Applier)),
+            });
+        }
+    }
     let start = carried.as_ref().or(held.map(|(_, s)| s));
     let outcome = A::check(start, policy, now_ns, cost);
     // Admitted but not charged (another limiter denied): the key as it stands, which admits.
@@ -254,6 +319,7 @@ fn plan<A: Stored>(
         uncharged,
         charged: outcome.next.map(A::wrap),
         carried: carried.filter(|_| cost > 0).map(A::wrap),
+        in_place: None,
     })
 }
 

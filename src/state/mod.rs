@@ -13,7 +13,7 @@
 use crate::algo::fixed_window::FixedWindow;
 use crate::algo::shape::Shape;
 use crate::algo::sliding_counter::SlidingCounter;
-use crate::algo::sliding_log::{self, SlidingLog};
+use crate::algo::sliding_log::{self, Change, SlidingLog};
 use crate::algo::{
     gcra::{self, Gcra},
     token_bucket,
@@ -57,17 +57,33 @@ pub trait Stored: Algorithm {
         0
     }
     /// Decides a request of `cost` (at least 1) on this state, held under the request's own
-    /// `policy`, changing it in place, where that is cheaper than building the next state with
-    /// `check`: the sliding log, whose admit touches only the entries it drops and adds, where a
-    /// new state copies the log. Returns the decision and, if the state changed, the delta that
-    /// carries the change to replicas and the AOF; None when the algorithm has no such path.
-    fn check_in_place(
-        &mut self,
+    /// `policy`, without building the next state, where that is cheaper than `check`: the
+    /// sliding log, whose admit touches only the entries it drops and adds, where a new state
+    /// copies the log. Returns the decision and, when admitted, the change for
+    /// [`Stored::apply_in_place`]; None when the algorithm has no such path.
+    fn decide_in_place(
+        &self,
         _policy: &Policy,
         _now_ns: u64,
         _cost: u64,
-    ) -> Option<(Decision, Option<Delta>)> {
+    ) -> Option<(Decision, Option<Change>)> {
         None
+    }
+    /// Applies a change [`Stored::decide_in_place`] made on this very state, returning the delta
+    /// that carries it to replicas and the AOF.
+    fn apply_in_place(&mut self, _policy: &Policy, _change: &Change) -> Option<Delta> {
+        None
+    }
+    /// [`Stored::decide_in_place`] then, when admitted, [`Stored::apply_in_place`].
+    fn check_in_place(
+        &mut self,
+        policy: &Policy,
+        now_ns: u64,
+        cost: u64,
+    ) -> Option<(Decision, Option<Delta>)> {
+        let (decision, change) = self.decide_in_place(policy, now_ns, cost)?;
+        let delta = change.and_then(|change| self.apply_in_place(policy, &change));
+        Some((decision, delta))
     }
     /// This algorithm's state inside a stored limiter, or None if it holds another one.
     fn of(state: &AlgoState) -> Option<&Self>;
@@ -247,19 +263,22 @@ impl Stored for SlidingLog {
         SlidingLog::heap_bytes(self)
     }
 
-    fn check_in_place(
-        &mut self,
+    fn decide_in_place(
+        &self,
         policy: &Policy,
         now_ns: u64,
         cost: u64,
-    ) -> Option<(Decision, Option<Delta>)> {
-        let (decision, change) = sliding_log::decide(Some(self), policy, now_ns, cost);
-        let delta = change.map(|change| {
-            let prior = delta::log_fingerprint(policy, self);
-            self.apply(policy, &change);
-            Delta { prior, change }
-        });
-        Some((decision, delta))
+    ) -> Option<(Decision, Option<Change>)> {
+        Some(sliding_log::decide(Some(self), policy, now_ns, cost))
+    }
+
+    fn apply_in_place(&mut self, policy: &Policy, change: &Change) -> Option<Delta> {
+        let prior = delta::log_fingerprint(policy, self);
+        self.apply(policy, change);
+        Some(Delta {
+            prior,
+            change: *change,
+        })
     }
 
     variant_access!(SlidingLog);
