@@ -7,15 +7,7 @@ use support::*;
 
 /// RL.SHAPE's six-integer reply: the five standard fields and `delay_ms`.
 fn shape(c: &mut Connection, words: &[&str]) -> [i64; 6] {
-    let mut command = redis::cmd(words[0]);
-    for w in &words[1..] {
-        command.arg(*w);
-    }
-    let v: Vec<i64> = command
-        .query(c)
-        .unwrap_or_else(|e| panic!("{words:?}: {e}"));
-    v.try_into()
-        .unwrap_or_else(|v| panic!("{words:?}: reply {v:?}"))
+    ints(c, words)
 }
 
 /// `limit_req_zone … rate=1r/s; limit_req zone=one burst=5;`: of seven requests at once, the

@@ -261,6 +261,11 @@ pub fn cmd(c: &mut Connection, words: &[&str]) -> redis::RedisResult<Value> {
 
 /// A limiter command's five-integer reply.
 pub fn rl(c: &mut Connection, words: &[&str]) -> [i64; 5] {
+    ints(c, words)
+}
+
+/// A reply of exactly N integers (five for the limiters, six for `RL.SHAPE`).
+pub fn ints<const N: usize>(c: &mut Connection, words: &[&str]) -> [i64; N] {
     let mut command = redis::cmd(words[0]);
     for w in &words[1..] {
         command.arg(*w);
