@@ -5,6 +5,7 @@
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub use redis::{Connection, Value};
@@ -31,7 +32,23 @@ pub fn module_path() -> PathBuf {
     debug
 }
 
+/// A port for a test server, from [61000, 65535]: above the kernel's usual ephemeral range
+/// (32768–60999), where outgoing connections and `bind(0)` take theirs, and apart from the
+/// cluster nodes' range (`support::cluster`). Each call of a process takes the next port, so
+/// the threads of one test binary never pick the same one; a port another process holds is
+/// skipped, and a server that still loses its port is started again elsewhere (`Server::using`).
 pub fn free_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const FIRST: u32 = 61_000;
+    const SPAN: u32 = 4_536;
+    let start = std::process::id().wrapping_mul(7919);
+    for _ in 0..SPAN {
+        let n = start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed));
+        let port = (FIRST + n % SPAN) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
