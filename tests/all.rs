@@ -1258,4 +1258,18 @@ fn a_sliding_log_charged_by_rl_all_propagates_a_delta() {
         |c: &mut Connection| -> String { redis::cmd("DEBUG").arg("DIGEST").query(c).unwrap() };
     assert_eq!(digest(&mut m), digest(&mut r));
     assert_eq!(snapshot(&mut m), snapshot(&mut r));
+    // The in-place change keeps the entry gauge exact, on both sides.
+    for c in [&mut m, &mut r] {
+        let inspected: Vec<Value> = redis::cmd("RL.INSPECT").arg("d:{t}:log").query(c).unwrap();
+        let entries = inspected
+            .chunks(2)
+            .find(|kv| kv[0] == Value::BulkString(b"entries".to_vec()))
+            .map(|kv| redis::from_redis_value::<i64>(&kv[1]).unwrap());
+        let info: String = redis::cmd("INFO").arg("ratelimit").query(c).unwrap();
+        let gauge = info
+            .lines()
+            .find_map(|l| l.strip_prefix("ratelimit_sliding_log_entries:"))
+            .and_then(|v| v.trim().parse::<i64>().ok());
+        assert_eq!(gauge, entries);
+    }
 }
