@@ -22,29 +22,21 @@ use redis_module::{raw, Context};
 
 use crate::command::{Reply, COMMANDS};
 use crate::error::Error;
-use crate::state::Limiter;
+use crate::state::{Limiter, ALGORITHM_IDS, MAX_TAG};
 
 /// Room for the module's commands, indexed by their position in the command table.
 pub const MAX_COMMANDS: usize = 32;
 const _: () = assert!(COMMANDS.len() <= MAX_COMMANDS);
 
-/// The algorithms by their stored tag (1..=6), as INFO names them; index 0 is unused.
-pub const ALGORITHMS: [&str; 7] = [
-    "",
-    "gcra",
-    "token_bucket",
-    "sliding_log",
-    "sliding_counter",
-    "fixed_window",
-    "shape",
-];
+/// A gauge slot per stored tag (slot 0 unused).
+const SLOTS: usize = MAX_TAG as usize + 1;
 
 /// How INSPECT and INFO name the algorithm with stored tag `tag`.
 pub fn algorithm_name(tag: u8) -> &'static str {
-    ALGORITHMS
-        .get(usize::from(tag))
-        .copied()
-        .unwrap_or("unknown")
+    ALGORITHM_IDS
+        .iter()
+        .find(|&&(t, _)| t == tag)
+        .map_or("unknown", |&(_, id)| id)
 }
 
 /// What one command call came to, for its counters.
@@ -196,8 +188,8 @@ pub fn command_stats(index: usize) -> CommandStats {
 /// Live limiter values per algorithm tag, their memory (what `mem_usage` reports for each) and
 /// the sliding-log entries they hold. Signed: a transient negative would show a missed hook
 /// rather than wrap to 2^64.
-static KEYS: [AtomicI64; ALGORITHMS.len()] = [const { AtomicI64::new(0) }; ALGORITHMS.len()];
-static MEMORY: [AtomicI64; ALGORITHMS.len()] = [const { AtomicI64::new(0) }; ALGORITHMS.len()];
+static KEYS: [AtomicI64; SLOTS] = [const { AtomicI64::new(0) }; SLOTS];
+static MEMORY: [AtomicI64; SLOTS] = [const { AtomicI64::new(0) }; SLOTS];
 static LOG_ENTRIES: AtomicI64 = AtomicI64::new(0);
 
 /// What one limiter value contributes to the gauges.
@@ -302,8 +294,8 @@ pub fn info_fields() -> Vec<(String, i64)> {
     let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let mut fields = Vec::with_capacity(64);
     let (mut keys, mut memory) = (0i64, 0i64);
-    for (tag, name) in ALGORITHMS.iter().enumerate().skip(1) {
-        let (k, m) = algorithm_gauges(u8::try_from(tag).unwrap_or(0));
+    for &(tag, name) in ALGORITHM_IDS {
+        let (k, m) = algorithm_gauges(tag);
         keys = keys.saturating_add(k);
         memory = memory.saturating_add(m);
         fields.push((format!("{name}_keys"), k));

@@ -111,7 +111,7 @@ pub fn inspect(state: &FixedWindow, policy: &Policy, now_ns: u64) -> Vec<Field> 
     inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
 }
 
-super::algorithm!(FixedWindow, name: "fixed window", tag: 5, burst: false);
+super::algorithm!(FixedWindow, name: "fixed window", id: "fixed_window", tag: 5, burst: false);
 
 #[cfg(test)]
 mod tests {

@@ -102,7 +102,7 @@ pub fn inspect(state: &Gcra, policy: &Policy, now_ns: u64) -> Vec<Field> {
     inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
 }
 
-super::algorithm!(Gcra, name: "GCRA", tag: 1, burst: true);
+super::algorithm!(Gcra, name: "GCRA", id: "gcra", tag: 1, burst: true);
 
 #[cfg(test)]
 mod tests {

@@ -218,8 +218,10 @@ pub struct Outcome<S> {
 /// stored encoding, and its pure functions. The command layer and the stored format reach every
 /// algorithm through this trait.
 pub trait Algorithm: Sized + Clone + PartialEq + std::fmt::Debug {
-    /// How errors, `RL.INSPECT` and `INFO` name it: "GCRA", "token bucket", …
+    /// How errors name it: "GCRA", "token bucket", …
     const NAME: &'static str;
+    /// How `RL.INSPECT` and `INFO ratelimit` name it: "gcra", "token_bucket", …
+    const ID: &'static str;
     /// Its tag in the stored encoding; never reused.
     const TAG: u8;
     /// Whether it takes `BURST` (a capacity other than L). The window algorithms do not.
@@ -257,9 +259,10 @@ pub trait Algorithm: Sized + Clone + PartialEq + std::fmt::Debug {
 /// `rescale`, `refund` and `inspect` (the module's own tests call those directly). Extra items
 /// (an `entries` override) follow the name, tag and burst.
 macro_rules! algorithm {
-    ($state:ty, name: $name:literal, tag: $tag:literal, burst: $burst:literal $(, $item:item)*) => {
+    ($state:ty, name: $name:literal, id: $id:literal, tag: $tag:literal, burst: $burst:literal $(, $item:item)*) => {
         impl $crate::algo::Algorithm for $state {
             const NAME: &'static str = $name;
+            const ID: &'static str = $id;
             const TAG: u8 = $tag;
             const BURST: bool = $burst;
 

@@ -201,7 +201,7 @@ pub fn inspect(state: &SlidingCounter, policy: &Policy, now_ns: u64) -> Vec<Fiel
     inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
 }
 
-super::algorithm!(SlidingCounter, name: "sliding counter", tag: 4, burst: false);
+super::algorithm!(SlidingCounter, name: "sliding counter", id: "sliding_counter", tag: 4, burst: false);
 
 #[cfg(test)]
 mod tests {

@@ -622,7 +622,7 @@ pub fn inspect(state: &SlidingLog, policy: &Policy, now_ns: u64) -> Vec<Field> {
     inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
 }
 
-super::algorithm!(SlidingLog, name: "sliding log", tag: 3, burst: false,
+super::algorithm!(SlidingLog, name: "sliding log", id: "sliding_log", tag: 3, burst: false,
 fn entries(policy: &Policy) -> u64 {
     policy.limit()
 });

@@ -125,7 +125,7 @@ pub fn inspect(state: &TokenBucket, policy: &Policy, now_ns: u64) -> Vec<Field> 
     inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
 }
 
-super::algorithm!(TokenBucket, name: "token bucket", tag: 2, burst: true);
+super::algorithm!(TokenBucket, name: "token bucket", id: "token_bucket", tag: 2, burst: true);
 
 #[cfg(test)]
 mod tests {

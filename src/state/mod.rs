@@ -154,6 +154,9 @@ macro_rules! algorithms {
             }
         }
 
+        /// Every algorithm as (stored tag, how INFO and RL.INSPECT name it), in tag order.
+        pub const ALGORITHM_IDS: &[(u8, &str)] = &[$(($variant::TAG, $variant::ID)),*];
+
         $(
             impl From<$variant> for AlgoState {
                 fn from(s: $variant) -> AlgoState {
@@ -172,6 +175,18 @@ algorithms!(
     FixedWindow,
     Shape
 );
+
+/// The largest stored tag: the gauges keep a slot per tag.
+pub const MAX_TAG: u8 = {
+    let (mut i, mut max) = (0, 0);
+    while i < ALGORITHM_IDS.len() {
+        if ALGORITHM_IDS[i].0 > max {
+            max = ALGORITHM_IDS[i].0;
+        }
+        i += 1;
+    }
+    max
+};
 
 /// The `Stored` methods that only name the enum variant.
 macro_rules! variant_access {
