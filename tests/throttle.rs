@@ -348,3 +348,73 @@ fn cell_compat_takes_yes_or_no() {
     let e = err(&mut c, &["CL.THROTTLE", "k", "4", "1", "1"]);
     assert!(e.contains("unknown command"), "{e}");
 }
+
+/// A stand-in for redis-cell: a module of its own that owns `CL.THROTTLE` (answering `+OTHER`),
+/// written against the module ABI directly (the first word of a module context is the API
+/// lookup function), so the test needs only a C compiler.
+const CL_THROTTLE_OWNER: &str = r#"
+typedef struct RedisModuleCtx RedisModuleCtx;
+typedef struct RedisModuleString RedisModuleString;
+typedef int (*GetApi)(const char *, void *);
+typedef int (*CmdFunc)(RedisModuleCtx *, RedisModuleString **, int);
+static int (*SetModuleAttribs)(RedisModuleCtx *, const char *, int, int);
+static int (*CreateCommand)(RedisModuleCtx *, const char *, CmdFunc, const char *, int, int, int);
+static int (*ReplyWithSimpleString)(RedisModuleCtx *, const char *);
+static int other(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    (void)argv; (void)argc;
+    return ReplyWithSimpleString(ctx, "OTHER");
+}
+int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    (void)argv; (void)argc;
+    GetApi get = (GetApi)((void **)ctx)[0];
+    if (get("RedisModule_SetModuleAttribs", &SetModuleAttribs) ||
+        get("RedisModule_CreateCommand", &CreateCommand) ||
+        get("RedisModule_ReplyWithSimpleString", &ReplyWithSimpleString))
+        return 1;
+    SetModuleAttribs(ctx, "clowner", 1, 1);
+    return CreateCommand(ctx, "cl.throttle", other, "fast", 0, 0, 0);
+}
+"#;
+
+/// Compiles `CL_THROTTLE_OWNER` into `dir` with the system's C compiler (`scripts/install-deps`
+/// installs gcc for the server matrix).
+fn cl_throttle_owner(dir: &std::path::Path) -> String {
+    let source = dir.join("clowner.c");
+    let module = dir.join("clowner.so");
+    std::fs::write(&source, CL_THROTTLE_OWNER).unwrap();
+    let status = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&module)
+        .arg(&source)
+        .status()
+        .expect("cc (apt-get install gcc; scripts/install-deps does)");
+    assert!(status.success(), "cc failed to build the stand-in module");
+    module.display().to_string()
+}
+
+/// With another module owning `CL.THROTTLE`, loading this one with `CELL-COMPAT yes` fails and
+/// the log says why; without compat mode the two load side by side, each answering its own.
+#[test]
+fn cell_compat_refuses_a_cl_throttle_another_module_owns() {
+    let dir = tempdir::Dir::new();
+    let owner = cl_throttle_owner(dir.path());
+    let extra = ["--loadmodule", owner.as_str()];
+    let e = match Server::on_port(free_port(), &extra, &["CELL-COMPAT", "yes"]) {
+        Err(e) => e,
+        Ok(_) => panic!("the load should fail: CL.THROTTLE belongs to another module"),
+    };
+    assert!(
+        e.contains("CELL-COMPAT yes needs the name CL.THROTTLE, and another module"),
+        "{e}"
+    );
+    let s = Server::with(&extra, &[]);
+    let mut c = s.connect();
+    assert_eq!(
+        cmd(&mut c, &["CL.THROTTLE", "k", "4", "1", "1"]).unwrap(),
+        Value::SimpleString("OTHER".into())
+    );
+    assert_eq!(
+        rl(&mut c, &["RL.THROTTLE", "k", "4", "1", "1"]),
+        [0, 5, 4, -1, 1]
+    );
+}
