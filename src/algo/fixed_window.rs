@@ -12,7 +12,7 @@
 //! window keeps the stored window and its count: a window never restarts because time ran
 //! backwards.
 
-use super::{inspection, relative_ms, Decision, Field, Outcome, Policy};
+use super::{inspection, relative_ms, Decision, Field, Outcome, Policy, MAX_LIMIT};
 
 /// Stored state: the window the count belongs to, and the count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,6 +93,16 @@ pub fn refund(state: &FixedWindow, policy: &Policy, now_ns: u64, n: u64) -> Fixe
     let window = FixedWindow::current(Some(state), policy, now_ns);
     FixedWindow {
         count: window.count.saturating_sub(n),
+        ..window
+    }
+}
+
+/// Counts `n` in the current window whatever it holds (see `Algorithm::charge`), up to
+/// `MAX_LIMIT`, which fills a window under any policy.
+pub fn charge(state: &FixedWindow, policy: &Policy, now_ns: u64, n: u64) -> FixedWindow {
+    let window = FixedWindow::current(Some(state), policy, now_ns);
+    FixedWindow {
+        count: window.count.saturating_add(n).min(MAX_LIMIT),
         ..window
     }
 }

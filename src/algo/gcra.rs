@@ -82,6 +82,18 @@ pub fn refund(state: &Gcra, policy: &Policy, now_ns: u64, n: u64) -> Gcra {
     }
 }
 
+/// Spends `n` tokens at `now_ns` whatever the debt (see `Algorithm::charge`): the debt may grow
+/// past the capacity, up to [`max_tat`], which denies until the last instant a clock can read.
+pub fn charge(state: &Gcra, policy: &Policy, now_ns: u64, n: u64) -> Gcra {
+    let spent = u128::from(n).saturating_mul(policy.units_per_token());
+    Gcra {
+        tat: { state.tat }
+            .max(policy.units_at(now_ns))
+            .saturating_add(spent)
+            .min(max_tat(policy)),
+    }
+}
+
 fn whole_tokens(units: u128, per_token: u128) -> u64 {
     u64::try_from(units / per_token).unwrap_or(u64::MAX)
 }

@@ -237,6 +237,12 @@ pub trait Algorithm: Sized + Clone + PartialEq + std::fmt::Debug {
     /// Gives back `n` unspent tokens, never above the capacity.
     fn refund(&self, policy: &Policy, now_ns: u64, n: u64) -> Self;
 
+    /// Spends `n` at `now_ns` whatever the state holds: what another configuration of the key
+    /// admitted (see `step`). It may leave the state beyond empty (a debt past the capacity, a
+    /// count above L) so that this configuration, called again, still counts all of it; it
+    /// saturates where a stored state must stop, at a point that denies under this policy.
+    fn charge(&self, policy: &Policy, now_ns: u64, n: u64) -> Self;
+
     /// How many entries a state may hold under `policy`, when its memory grows with them (the
     /// sliding log: L); 0 for the fixed-size states.
     fn entries(_policy: &Policy) -> u64 {
@@ -256,7 +262,7 @@ pub trait Algorithm: Sized + Clone + PartialEq + std::fmt::Debug {
 }
 
 /// Implements [`Algorithm`] for a state type through its module's free functions `check`,
-/// `rescale`, `refund` and `inspect` (the module's own tests call those directly). Extra items
+/// `rescale`, `refund`, `charge` and `inspect` (the module's own tests call those directly). Extra items
 /// (an `entries` override) follow the name, tag and burst.
 macro_rules! algorithm {
     ($state:ty, name: $name:literal, id: $id:literal, tag: $tag:literal, burst: $burst:literal $(, $item:item)*) => {
@@ -281,6 +287,10 @@ macro_rules! algorithm {
 
             fn refund(&self, policy: &$crate::algo::Policy, now_ns: u64, n: u64) -> Self {
                 refund(self, policy, now_ns, n)
+            }
+
+            fn charge(&self, policy: &$crate::algo::Policy, now_ns: u64, n: u64) -> Self {
+                charge(self, policy, now_ns, n)
             }
 
             fn inspect(&self, policy: &$crate::algo::Policy, now_ns: u64) -> Vec<$crate::algo::Field> {

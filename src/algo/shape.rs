@@ -131,6 +131,10 @@ impl Algorithm for Shape {
         refund(self, policy, now_ns, n)
     }
 
+    fn charge(&self, policy: &Policy, now_ns: u64, n: u64) -> Self {
+        charge(self, policy, now_ns, n)
+    }
+
     fn inspect(&self, policy: &Policy, now_ns: u64) -> Vec<Field> {
         inspect(self, policy, now_ns)
     }
@@ -176,6 +180,15 @@ pub fn refund(state: &Shape, policy: &Policy, now_ns: u64, n: u64) -> Shape {
     let back = gcra::refund(&Gcra { tat: state.tat }, policy, now_ns, n);
     Shape {
         tat: back.tat,
+        undelayed: state.undelayed,
+    }
+}
+
+/// Queues `n` whatever the queue holds (see `Algorithm::charge`), as GCRA's debt does; d stays.
+pub fn charge(state: &Shape, policy: &Policy, now_ns: u64, n: u64) -> Shape {
+    let charged = gcra::charge(&Gcra { tat: state.tat }, policy, now_ns, n);
+    Shape {
+        tat: charged.tat,
         undelayed: state.undelayed,
     }
 }

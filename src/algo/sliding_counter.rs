@@ -166,6 +166,16 @@ pub fn rescale(state: &SlidingCounter, from: &Policy, to: &Policy, now_ns: u64) 
     }
 }
 
+/// Counts `n` in the current window whatever it holds (see `Algorithm::charge`), up to
+/// `MAX_LIMIT`, which fills a window under any policy.
+pub fn charge(state: &SlidingCounter, policy: &Policy, now_ns: u64, n: u64) -> SlidingCounter {
+    let counter = SlidingCounter::current(Some(state), policy, now_ns);
+    SlidingCounter {
+        curr: counter.curr.saturating_add(n).min(MAX_LIMIT),
+        ..counter
+    }
+}
+
 /// Gives back `n` of the current window's count (a request that was not served), never below 0.
 pub fn refund(state: &SlidingCounter, policy: &Policy, now_ns: u64, n: u64) -> SlidingCounter {
     let counter = SlidingCounter::current(Some(state), policy, now_ns);

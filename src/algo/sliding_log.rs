@@ -575,11 +575,17 @@ fn drop_newest(entries: &mut Vec<(u64, u64)>, mut n: u64) {
 /// left). A longer window cannot bring back entries that already left the shorter one.
 pub fn rescale(state: &SlidingLog, from: &Policy, to: &Policy, now_ns: u64) -> SlidingLog {
     let window = to.window_ns();
-    let mut entries: Vec<(u64, u64)> = state
+    let entries: Vec<(u64, u64)> = state
         .entries(tick_shift(from))
         .filter(|&(at, _)| in_window(at, window, now_ns))
         .collect();
-    let keep = usize::try_from(to.limit()).unwrap_or(usize::MAX);
+    bounded(to, entries)
+}
+
+/// Packs `entries` under `policy`, the oldest beyond L − 1 merged into the newest of them (see
+/// [`rescale`]): at most L entries, whatever they count.
+fn bounded(policy: &Policy, mut entries: Vec<(u64, u64)>) -> SlidingLog {
+    let keep = usize::try_from(policy.limit()).unwrap_or(usize::MAX);
     if entries.len() > keep {
         // keep >= 1 (L >= 1), so at least two entries merge into one.
         let rest = entries.split_off(entries.len() - keep + 1);
@@ -587,7 +593,21 @@ pub fn rescale(state: &SlidingLog, from: &Policy, to: &Policy, now_ns: u64) -> S
         let count = entries.iter().map(|&(_, count)| count).sum();
         entries = std::iter::once((at, count)).chain(rest).collect();
     }
-    SlidingLog::pack(tick_shift(to), &entries)
+    SlidingLog::pack(tick_shift(policy), &entries)
+}
+
+/// Records `n` at `now_ns` whatever the window holds (see `Algorithm::charge`): what another
+/// configuration of the key admitted. The log keeps at most L entries (merged as in
+/// [`rescale`]) and a total of at most `MAX_LOG_LIMIT`, which fills a window under any policy.
+pub fn charge(state: &SlidingLog, policy: &Policy, now_ns: u64, n: u64) -> SlidingLog {
+    let mut entries = live_entries(state, policy, now_ns);
+    let total: u64 = entries.iter().map(|&(_, count)| count).sum();
+    let n = n.min(MAX_LOG_LIMIT.saturating_sub(total));
+    if n > 0 {
+        let at = tick_ceil(now_ns, tick_shift(policy)).max(state.newest_ns());
+        entries.push((at, n));
+    }
+    bounded(policy, entries)
 }
 
 /// Gives back `n` of what the window holds (requests that were not served): the newest entries

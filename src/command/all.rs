@@ -18,6 +18,7 @@ use super::args::{parse_limiter, Amount, Options, Request};
 use super::ffi::Key;
 use super::limit::{accepts, of};
 use super::{effect, fields, Args, Ctx, RString, Reply};
+use crate::algo::step::{self, Held, Kept};
 use crate::algo::{
     fixed_window::FixedWindow,
     gcra::Gcra,
@@ -34,16 +35,17 @@ use crate::state::{delta::Delta, AlgoState, Limiter, Stored};
 /// The most limiters one call may name.
 pub const MAX_LIMITERS: u64 = 32;
 
-/// What one limiter would do with the request, before anything is written.
+/// What one limiter would do with the request, before anything is written: the single-key rule
+/// (`algo::step::plan`), with the limiters it stores ready to store.
 struct Plan {
     /// Its decision on the request (charged, when admitted).
     decision: Decision,
     /// The decision when it is not charged: as the key stands after the call.
     uncharged: Decision,
-    /// The state to store when the whole request is admitted.
-    charged: Option<AlgoState>,
-    /// The state carried to a new policy: stored whatever the outcome.
-    carried: Option<AlgoState>,
+    /// What to store when the whole request is admitted, and how long the key must then live.
+    charged: Option<(Limiter, u64)>,
+    /// What to store when it is not (a change of configuration holds whatever the outcome).
+    carried: Option<(Limiter, u64)>,
     /// Instead of `charged`, for an algorithm that decides in place (the sliding log, under the
     /// policy it holds): the change to apply when the whole request is admitted, which goes out
     /// as a delta, in time and bytes independent of the log's length.
@@ -149,12 +151,9 @@ pub fn all(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
             (true, None) => (plan.carried, plan.decision),
             (false, _) => (plan.carried, plan.uncharged),
         };
-        if let Some(state) = store {
-            let limiter = key.store(Limiter {
-                policy: part.request.policy,
-                state,
-            })?;
-            let at = effect::propagate(ctx, part.request.key, limiter, now_ns, &decision);
+        if let Some((limiter, keep_ns)) = store {
+            let limiter = key.store(limiter)?;
+            let at = effect::propagate(ctx, part.request.key, limiter, now_ns, keep_ns);
             key.expire_at(Some(at));
         }
         each.push(decision);
@@ -183,7 +182,7 @@ fn charge_in_place(
     let policy = limiter.policy;
     let at = match apply(&mut limiter.state, &policy, change) {
         Some(delta) => effect::propagate_delta(ctx, name, &delta, now_ns, decision),
-        None => effect::propagate(ctx, name, limiter, now_ns, decision),
+        None => effect::propagate(ctx, name, limiter, now_ns, decision.reset_after_ns),
     };
     metrics::limiter_changed(before, limiter);
     key.expire_at(Some(at));
@@ -285,40 +284,43 @@ fn plan<A: Stored>(
 ) -> Result<Plan, Error> {
     accepts::<A>(policy)?;
     let held = match stored {
-        Some(limiter) => Some((limiter.policy, of::<A>(limiter)?)),
+        Some(limiter) => Some((limiter, of::<A>(limiter)?)),
         None => None,
     };
-    let carried = match held {
-        Some((from, state)) if from != *policy => Some(state.rescale(&from, policy, now_ns)),
-        _ => None,
-    };
-    if let (None, Some((_, state)), true) = (&carried, held, cost > 0) {
-        if let Some((decision, change)) = state.decide_in_place(policy, now_ns, cost) {
-            let uncharged = match change {
-                Some(_) => A::check(Some(state), policy, now_ns, 0).decision,
-                None => decision,
-            };
-            return Ok(Plan {
-                decision,
-                uncharged,
-                charged: None,
-                carried: None,
-                in_place: change.map(|change| (change, apply_in_place::<A> as Applier)),
-            });
+    if let Some((limiter, state)) = held {
+        if limiter.policy == *policy && limiter.others().is_empty() && cost > 0 {
+            if let Some((decision, change)) = state.decide_in_place(policy, now_ns, cost) {
+                let uncharged = match change {
+                    Some(_) => A::check(Some(state), policy, now_ns, 0).decision,
+                    None => decision,
+                };
+                return Ok(Plan {
+                    decision,
+                    uncharged,
+                    charged: None,
+                    carried: None,
+                    in_place: change.map(|change| (change, apply_in_place::<A> as Applier)),
+                });
+            }
         }
     }
-    let start = carried.as_ref().or(held.map(|(_, s)| s));
-    let outcome = A::check(start, policy, now_ns, cost);
-    // Admitted but not charged (another limiter denied): the key as it stands, which admits.
-    let uncharged = match outcome.next {
-        Some(_) => A::check(start, policy, now_ns, 0).decision,
-        None => outcome.decision,
-    };
+    let others = stored.map(Limiter::others_of::<A>);
+    let planned = step::plan(
+        held.map(|(limiter, state)| Held {
+            policy: &limiter.policy,
+            state,
+            others: others.as_deref().unwrap_or(&[]),
+        }),
+        policy,
+        now_ns,
+        cost,
+    );
+    let keep = |kept: Kept<A>| (kept.keep_ns, Limiter::kept(*policy, kept));
     Ok(Plan {
-        decision: outcome.decision,
-        uncharged,
-        charged: outcome.next.map(A::wrap),
-        carried: carried.filter(|_| cost > 0).map(A::wrap),
+        decision: planned.decision,
+        uncharged: planned.uncharged,
+        charged: planned.charged.map(keep).map(|(k, l)| (l, k)),
+        carried: planned.carried.map(keep).map(|(k, l)| (l, k)),
         in_place: None,
     })
 }

@@ -35,7 +35,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::args::{parse_u64, Request};
-use super::limit::{decide, store};
+use super::limit::{admitted_cost, decide, store};
 use super::{effect, Args, Ctx, Reply, Spec};
 use crate::algo::gcra::{self, Gcra};
 use crate::algo::{Algorithm, Decision, Policy, MAX_LIMIT, MAX_WINDOW_MS};
@@ -90,9 +90,14 @@ pub fn throttle(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
             return Ok(counted(quantity, reply(quantity, &peeked)));
         }
     }
-    let decision = decide::<Gcra>(ctx, &request, true, |state, now_ns| {
-        Gcra::check(state, &policy, now_ns, request.amount)
-    })?;
+    let cost = request.amount;
+    let decision = decide::<Gcra>(
+        ctx,
+        &request,
+        true,
+        |state, now_ns| Gcra::check(state, &policy, now_ns, cost),
+        |d| admitted_cost(d, cost),
+    )?;
     Ok(counted(quantity, reply(quantity, &decision)))
 }
 
@@ -126,7 +131,7 @@ fn adopt(ctx: &Ctx, request: &Request<'_>) -> Result<Option<Decision>, Error> {
     }
     ctx.replicate_del(request.key);
     let limiter = store(&mut key, request.policy, adopted)?;
-    let expire_at_ms = effect::propagate(ctx, request.key, limiter, now_ns, &now);
+    let expire_at_ms = effect::propagate(ctx, request.key, limiter, now_ns, now.reset_after_ns);
     key.expire_at(Some(expire_at_ms));
     Ok(None)
 }

@@ -8,12 +8,19 @@
 //! `[format u8][algorithm u8][L u64][W ms u64][B u64][algorithm state]`
 //! then the algorithm's own fields: see each `Stored` impl below.
 //!
+//! Version 2, a key that remembers other configurations (see `algo::step`): version 1's layout,
+//! then `[n u8]` (1 to 3) and n times `[L u64][W ms u64][B u64][algorithm state]`, most
+//! recently current first, each policy distinct from the current one and from each other. A
+//! key without others is always written as version 1, so keys written before version 2 existed
+//! keep their bytes (and their digests).
+//!
 //! The window algorithms (3–5) store B = L.
 
 use crate::algo::fixed_window::FixedWindow;
 use crate::algo::shape::Shape;
 use crate::algo::sliding_counter::SlidingCounter;
 use crate::algo::sliding_log::{self, Change, SlidingLog};
+use crate::algo::step::{Kept, MAX_CONFIGURATIONS};
 use crate::algo::{
     gcra::{self, Gcra},
     token_bucket,
@@ -31,14 +38,26 @@ mod adversarial;
 
 /// The data type's encoding version handed to Redis (`RedisModule_CreateDataType`).
 pub const ENCVER: i32 = 1;
-/// Version byte at the start of every encoded state.
+/// Version byte at the start of an encoded state with one configuration.
 const FORMAT: u8 = 1;
+/// Version byte of a state that remembers other configurations.
+const FORMAT_REMEMBERED: u8 = 2;
 
-/// One limiter: the policy it was last decided under, and its algorithm's state.
+/// One limiter: the policy it was last decided under, and its algorithm's state (which, for a
+/// key in a rollout, holds the other configurations it remembers: [`AlgoState::Remembered`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limiter {
     pub policy: Policy,
     pub state: AlgoState,
+}
+
+/// A key that remembers other configurations (see `algo::step`): the current state (never itself
+/// `Remembered`) and 1 to 3 others of the same algorithm, most recently current first. Boxed, so
+/// the keys that never change configuration keep their 48 bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Remembered {
+    pub current: AlgoState,
+    pub others: Vec<(Policy, AlgoState)>,
 }
 
 // A key's value is one allocation of a `Limiter`, so its size is memory per key: 48 bytes is a
@@ -85,7 +104,8 @@ pub trait Stored: Algorithm {
         let delta = change.and_then(|change| self.apply_in_place(policy, &change));
         Some((decision, delta))
     }
-    /// This algorithm's state inside a stored limiter, or None if it holds another one.
+    /// This algorithm's state inside a stored limiter (the current one's, for a key that
+    /// remembers others), or None if it holds another algorithm.
     fn of(state: &AlgoState) -> Option<&Self>;
     fn of_mut(state: &mut AlgoState) -> Option<&mut Self>;
     fn wrap(self) -> AlgoState;
@@ -105,6 +125,7 @@ macro_rules! algorithms {
         #[derive(Clone, Debug, PartialEq, Eq)]
         pub enum AlgoState {
             $($variant($variant),)*
+            Remembered(Box<Remembered>),
         }
 
         impl AlgoState {
@@ -112,6 +133,7 @@ macro_rules! algorithms {
             pub fn tag(&self) -> u8 {
                 match self {
                     $(AlgoState::$variant(_) => $variant::TAG,)*
+                    AlgoState::Remembered(r) => r.current.tag(),
                 }
             }
 
@@ -119,25 +141,30 @@ macro_rules! algorithms {
             pub fn name(&self) -> &'static str {
                 match self {
                     $(AlgoState::$variant(_) => $variant::NAME,)*
+                    AlgoState::Remembered(r) => r.current.name(),
                 }
             }
 
             fn encode(&self, out: &mut Vec<u8>) {
                 match self {
                     $(AlgoState::$variant(s) => s.encode(out),)*
+                    AlgoState::Remembered(r) => r.current.encode(out),
                 }
             }
 
             fn heap_bytes(&self) -> usize {
                 match self {
                     $(AlgoState::$variant(s) => s.heap_bytes(),)*
+                    AlgoState::Remembered(r) => r.heap_bytes(),
                 }
             }
 
-            /// Runs `v` on the state, whichever algorithm it is.
+            /// Runs `v` on the state, whichever algorithm it is (the current one's, for a key
+            /// that remembers others).
             pub fn visit<V: Visit>(&mut self, v: V) -> V::Out {
                 match self {
                     $(AlgoState::$variant(s) => v.visit(s),)*
+                    AlgoState::Remembered(r) => r.current.visit(v),
                 }
             }
 
@@ -194,6 +221,7 @@ macro_rules! variant_access {
         fn of(state: &AlgoState) -> Option<&Self> {
             match state {
                 AlgoState::$variant(s) => Some(s),
+                AlgoState::Remembered(r) => Self::of(&r.current),
                 #[allow(unreachable_patterns)]
                 _ => None,
             }
@@ -201,6 +229,7 @@ macro_rules! variant_access {
         fn of_mut(state: &mut AlgoState) -> Option<&mut Self> {
             match state {
                 AlgoState::$variant(s) => Some(s),
+                AlgoState::Remembered(r) => Self::of_mut(&mut r.current),
                 #[allow(unreachable_patterns)]
                 _ => None,
             }
@@ -372,7 +401,57 @@ impl Stored for Shape {
     variant_access!(Shape);
 }
 
+impl Remembered {
+    fn heap_bytes(&self) -> usize {
+        std::mem::size_of::<Remembered>()
+            + self.current.heap_bytes()
+            + self.others.capacity() * std::mem::size_of::<(Policy, AlgoState)>()
+            + self.others.iter().map(|(_, s)| s.heap_bytes()).sum::<usize>()
+    }
+}
+
 impl Limiter {
+    /// A limiter of `policy` and `state` (a plain algorithm state).
+    pub fn new(policy: Policy, state: AlgoState) -> Limiter {
+        Limiter { policy, state }
+    }
+
+    /// The limiter a step keeps: `kept.state` under `policy` as the current configuration, with
+    /// the others it remembers.
+    pub fn kept<A: Stored>(policy: Policy, kept: Kept<A>) -> Limiter {
+        let current = kept.state.wrap();
+        if kept.others.is_empty() {
+            return Limiter::new(policy, current);
+        }
+        let others = kept
+            .others
+            .into_iter()
+            .map(|(p, s)| (p, s.wrap()))
+            .collect();
+        Limiter::new(
+            policy,
+            AlgoState::Remembered(Box::new(Remembered { current, others })),
+        )
+    }
+
+    /// The other configurations this key remembers, most recently current first (empty, without
+    /// allocating, for a key that has only one).
+    pub fn others(&self) -> &[(Policy, AlgoState)] {
+        match &self.state {
+            AlgoState::Remembered(r) => &r.others,
+            _ => &[],
+        }
+    }
+
+    /// The other configurations as states of algorithm `A` (the key's own, checked by the
+    /// caller; a state of another algorithm, which validation rules out, is left out).
+    pub fn others_of<A: Stored>(&self) -> Vec<(Policy, A)> {
+        self.others()
+            .iter()
+            .filter_map(|(p, s)| A::of(s).map(|s| (*p, s.clone())))
+            .collect()
+    }
+
     /// Heap bytes this limiter holds beyond its own struct, for `MEMORY USAGE`.
     pub fn heap_bytes(&self) -> usize {
         self.state.heap_bytes()
@@ -383,44 +462,91 @@ impl Limiter {
         std::mem::size_of::<Limiter>() + self.heap_bytes()
     }
 
-    /// Sliding-log entries held (8 bytes each); 0 for the other algorithms.
+    /// Sliding-log entries held (8 bytes each), in every configuration; 0 for the other
+    /// algorithms.
     pub fn log_entries(&self) -> u64 {
-        match &self.state {
+        let entries = |s: &AlgoState| match s {
             AlgoState::SlidingLog(log) => log.len() as u64,
+            AlgoState::Remembered(r) => match &r.current {
+                AlgoState::SlidingLog(log) => log.len() as u64,
+                _ => 0,
+            },
             _ => 0,
-        }
+        };
+        entries(&self.state) + self.others().iter().map(|(_, s)| entries(s)).sum::<u64>()
     }
 
     /// Appends the encoding to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.push(FORMAT);
+        let others = self.others();
+        out.push(if others.is_empty() {
+            FORMAT
+        } else {
+            FORMAT_REMEMBERED
+        });
         out.push(self.state.tag());
-        for n in [
-            self.policy.limit(),
-            self.policy.window_ms(),
-            self.policy.capacity(),
-        ] {
-            out.extend_from_slice(&n.to_le_bytes());
-        }
+        encode_policy(&self.policy, out);
         self.state.encode(out);
+        if !others.is_empty() {
+            // At most 3: always fits.
+            out.push(u8::try_from(others.len()).unwrap_or(u8::MAX));
+            for (policy, state) in others {
+                encode_policy(policy, out);
+                state.encode(out);
+            }
+        }
     }
 
     /// Decodes and validates; any malformed, truncated, trailing or out-of-range byte is an error.
     pub fn decode(bytes: &[u8]) -> Result<Limiter, Error> {
         let mut r = Reader(bytes);
-        if r.u8()? != FORMAT {
+        let format = r.u8()?;
+        if format != FORMAT && format != FORMAT_REMEMBERED {
             return Err(Error::BadState("unknown format version"));
         }
         let tag = r.u8()?;
-        let (limit, window_ms, capacity) = (r.u64()?, r.u64()?, r.u64()?);
-        let policy = Policy::new(limit, window_ms, capacity)
-            .map_err(|_| Error::BadState("policy out of range"))?;
+        let policy = decode_policy(&mut r)?;
         let state = AlgoState::decode(tag, &mut r, &policy)?;
+        let limiter = if format == FORMAT {
+            Limiter::new(policy, state)
+        } else {
+            let n = usize::from(r.u8()?);
+            if !(1..MAX_CONFIGURATIONS).contains(&n) {
+                return Err(Error::BadState("remembered configurations out of range"));
+            }
+            let mut others: Vec<(Policy, AlgoState)> = Vec::with_capacity(n);
+            for _ in 0..n {
+                let other = decode_policy(&mut r)?;
+                if other == policy || others.iter().any(|(p, _)| *p == other) {
+                    return Err(Error::BadState("remembered configuration repeated"));
+                }
+                let state = AlgoState::decode(tag, &mut r, &other)?;
+                others.push((other, state));
+            }
+            Limiter::new(
+                policy,
+                AlgoState::Remembered(Box::new(Remembered {
+                    current: state,
+                    others,
+                })),
+            )
+        };
         if !r.0.is_empty() {
             return Err(Error::BadState("trailing bytes"));
         }
-        Ok(Limiter { policy, state })
+        Ok(limiter)
     }
+}
+
+fn encode_policy(policy: &Policy, out: &mut Vec<u8>) {
+    for n in [policy.limit(), policy.window_ms(), policy.capacity()] {
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+}
+
+fn decode_policy(r: &mut Reader<'_>) -> Result<Policy, Error> {
+    let (limit, window_ms, capacity) = (r.u64()?, r.u64()?, r.u64()?);
+    Policy::new(limit, window_ms, capacity).map_err(|_| Error::BadState("policy out of range"))
 }
 
 /// A bounds-checked cursor over encoded bytes.
