@@ -67,12 +67,20 @@ pub struct Step<S> {
 /// they will be kept, and whether the current configuration changes.
 type Start<'a, S> = (Option<Cow<'a, S>>, Cow<'a, [(Policy, S)]>, bool);
 
-fn start<'a, S: Algorithm>(held: Option<Held<'a, S>>, policy: &Policy, now_ns: u64) -> Start<'a, S> {
+fn start<'a, S: Algorithm>(
+    held: Option<Held<'a, S>>,
+    policy: &Policy,
+    now_ns: u64,
+) -> Start<'a, S> {
     let Some(held) = held else {
         return (None, Cow::Borrowed(&[]), false);
     };
     if held.policy == policy {
-        return (Some(Cow::Borrowed(held.state)), Cow::Borrowed(held.others), false);
+        return (
+            Some(Cow::Borrowed(held.state)),
+            Cow::Borrowed(held.others),
+            false,
+        );
     }
     let remembered = held.others.iter().position(|(p, _)| p == policy);
     let state = match remembered.and_then(|i| held.others.get(i)) {
@@ -235,7 +243,9 @@ mod tests {
         fn call(&mut self, p: &Policy, now_ns: u64, cost: u64) -> Result<Decision, TestCaseError> {
             if let Some((held, state, others)) = &self.stored {
                 if now_ns / MS > self.expire_at_ms {
-                    for (held, state) in std::iter::once((held, state)).chain(others.iter().map(|(p, s)| (p, s))) {
+                    for (held, state) in
+                        std::iter::once((held, state)).chain(others.iter().map(|(p, s)| (p, s)))
+                    {
                         let stored = S::check(Some(state), held, now_ns, 0).decision;
                         let fresh = S::check(None, held, now_ns, 0).decision;
                         prop_assert_eq!(
@@ -423,6 +433,202 @@ mod tests {
                 let held = admitted_in(&admitted, i, at.saturating_sub(w * MS), at);
                 let bound = limit + l1.max(l2);
                 prop_assert!(held <= bound, "{} in the W before {} under L = {}", held, at, limit);
+            }
+        }
+    }
+
+    /// Gaps between calls, from none to ten minutes: windows from 1 ms to 1 h all matter.
+    fn gap() -> impl Strategy<Value = u64> {
+        prop_oneof![Just(0u64), 0..5 * MS, 0..3_000 * MS, 0..600_000 * MS]
+    }
+
+    /// W from 1 ms to 1 h.
+    fn window_ms() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            1u64..=50,
+            Just(1000u64),
+            Just(60_000u64),
+            Just(3_600_000u64)
+        ]
+    }
+
+    /// Two or three bucket configurations (L, W, B) and calls alternating among them at random:
+    /// (gap, cost up to the capacity, which configuration).
+    fn bucket_rollout() -> impl Strategy<Value = (Vec<Policy>, Vec<(u64, u64, usize)>)> {
+        let policy = (1u64..=20, window_ms(), 1u64..=30)
+            .prop_filter_map("refill bound", |(l, w, b)| Policy::new(l, w, b).ok());
+        (
+            prop::collection::vec(policy, 2..=3),
+            prop::collection::vec((gap(), 0u64..=30, 0usize..3), 1..80),
+        )
+    }
+
+    /// The same for the window algorithms: (L, W) with capacity L.
+    fn window_rollout() -> impl Strategy<Value = (Vec<Policy>, Vec<(u64, u64, usize)>)> {
+        let policy = (1u64..=20, window_ms()).prop_map(|(l, w)| Policy::new(l, w, l).unwrap());
+        (
+            prop::collection::vec(policy, 2..=3),
+            prop::collection::vec((gap(), 0u64..=20, 0usize..3), 1..80),
+        )
+    }
+
+    /// An admitted request: when, its cost, under which configuration, its place among the
+    /// calls, and the place of that configuration's first call (its promise counts from then).
+    #[derive(Clone, Copy, Debug)]
+    struct Admission {
+        at: u64,
+        cost: u64,
+        config: usize,
+        call: usize,
+        since: usize,
+    }
+
+    /// Runs a rollout on a key (expired by its TTL, as Redis would) and returns every admission.
+    fn run_rollout<S: Algorithm>(
+        configs: &[Policy],
+        trace: &[(u64, u64, usize)],
+    ) -> Result<Vec<Admission>, TestCaseError> {
+        let mut key = Key::<S>::new();
+        let (mut now, mut admitted, mut first) = (T0, Vec::new(), vec![None; configs.len()]);
+        for (call, &(gap, cost, which)) in trace.iter().enumerate() {
+            now += gap;
+            let config = which % configs.len();
+            let p = &configs[config];
+            let cost = cost.min(p.capacity());
+            // An expired key forgets every configuration (each was back to full, see `Key`).
+            if key.stored.is_some() && now / MS > key.expire_at_ms {
+                first.iter_mut().for_each(|f| *f = None);
+            }
+            // A peek stores nothing: the configuration is remembered from its first call that
+            // spends (or is denied).
+            if cost > 0 {
+                first[config].get_or_insert(call);
+            }
+            let since = first[config].unwrap_or(call);
+            if key.call(p, now, cost)?.allowed == 1 && cost > 0 {
+                admitted.push(Admission {
+                    at: now,
+                    cost,
+                    config,
+                    call,
+                    since,
+                });
+            }
+        }
+        Ok(admitted)
+    }
+
+    /// What was admitted, by the `i`-th admission and those before it, in `[from, to]`, among
+    /// the calls from the `since`-th on.
+    fn held(admitted: &[Admission], i: usize, since: usize, from: u64, to: u64) -> u128 {
+        admitted
+            .iter()
+            .take(i + 1)
+            .filter(|a| a.call >= since && a.at >= from && a.at <= to)
+            .map(|a| u128::from(a.cost))
+            .sum()
+    }
+
+    /// The instant of the `call`-th call of `trace`.
+    fn first_call_at(_admitted: &[Admission], trace: &[(u64, u64, usize)], call: usize) -> u64 {
+        T0 + trace.iter().take(call + 1).map(|t| t.0).sum::<u64>()
+    }
+
+    /// The bucket promise of the configuration in force, over everything admitted: for every
+    /// admission under (L, W, B) at t and every instant s from that configuration's first call
+    /// on, what was admitted in [s, t] is at most B + L·(t − s)/W.
+    fn buckets_keep_each_promise<S: Algorithm>(
+        configs: &[Policy],
+        trace: &[(u64, u64, usize)],
+    ) -> Result<(), TestCaseError> {
+        let admitted = run_rollout::<S>(configs, trace)?;
+        for (i, a) in admitted.iter().enumerate() {
+            let p = &configs[a.config];
+            for s in admitted
+                .iter()
+                .take(i + 1)
+                .filter(|b| b.call >= a.since)
+                .map(|b| b.at)
+            {
+                let total = held(&admitted, i, a.since, s, a.at);
+                let bound = super::super::props::bucket_bound(p)(a.at - s);
+                prop_assert!(
+                    total <= bound,
+                    "{} in [{}, {}] under {:?}: bound {}",
+                    total,
+                    s,
+                    a.at,
+                    p,
+                    bound
+                );
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+
+        /// Two or three configurations alternating on a GCRA key: every admission keeps the
+        /// promise of the configuration that admitted it, whoever admitted the rest.
+        #[test]
+        fn alternating_configurations_keep_each_promise_gcra((configs, trace) in bucket_rollout()) {
+            buckets_keep_each_promise::<Gcra>(&configs, &trace)?;
+        }
+
+        #[test]
+        fn alternating_configurations_keep_each_promise_token_bucket((configs, trace) in bucket_rollout()) {
+            buckets_keep_each_promise::<TokenBucket>(&configs, &trace)?;
+        }
+
+        #[test]
+        fn alternating_configurations_keep_each_promise_shape((configs, trace) in bucket_rollout()) {
+            buckets_keep_each_promise::<super::super::shape::Shape>(&configs, &trace)?;
+        }
+
+        /// The sliding log's promise: at most L in the W before each admission (its own L and
+        /// W), counting from its configuration's first call.
+        #[test]
+        fn alternating_configurations_keep_each_promise_sliding_log((configs, trace) in window_rollout()) {
+            let admitted = run_rollout::<SlidingLog>(&configs, &trace)?;
+            for (i, a) in admitted.iter().enumerate() {
+                let p = &configs[a.config];
+                let total = held(&admitted, i, a.since, (a.at + 1).saturating_sub(p.window_ns()), a.at);
+                prop_assert!(total <= u128::from(p.limit()), "{} in the W before {} under {:?}", total, a.at, p);
+            }
+        }
+
+        /// The fixed window's: at most L in its own aligned window of each admission.
+        #[test]
+        fn alternating_configurations_keep_each_promise_fixed_window((configs, trace) in window_rollout()) {
+            let admitted = run_rollout::<FixedWindow>(&configs, &trace)?;
+            for (i, a) in admitted.iter().enumerate() {
+                let p = &configs[a.config];
+                let total = held(&admitted, i, a.since, p.window_start(a.at), a.at);
+                prop_assert!(total <= u128::from(p.limit()), "{} in the window of {} under {:?}", total, a.at, p);
+            }
+        }
+
+        /// The sliding counter's own rule, recomputed from everything admitted: each admission
+        /// whose previous window began after its configuration's first call found
+        /// `prev·(W − e) + (curr + n − 1)·W < L·W` with its own L and W.
+        #[test]
+        fn alternating_configurations_keep_each_promise_sliding_counter((configs, trace) in window_rollout()) {
+            let admitted = run_rollout::<SlidingCounter>(&configs, &trace)?;
+            for (i, a) in admitted.iter().enumerate() {
+                let p = &configs[a.config];
+                let (w, start) = (p.window_ns(), p.window_start(a.at));
+                // The previous window must begin after the configuration's first call.
+                let Some(prev_start) = start.checked_sub(w) else { continue };
+                if first_call_at(&admitted, &trace, a.since) > prev_start { continue }
+                let prev = held(&admitted, i, a.since, prev_start, start - 1);
+                let curr = if i == 0 { 0 } else { held(&admitted, i - 1, a.since, start, a.at) };
+                let e = u128::from(a.at - start);
+                let (w, l) = (u128::from(w), u128::from(p.limit()));
+                prop_assert!(
+                    prev * (w - e) + (curr + u128::from(a.cost) - 1) * w < l * w,
+                    "prev {} curr {} cost {} at e {} under {:?}", prev, curr, a.cost, e, p
+                );
             }
         }
     }

@@ -24,16 +24,17 @@ pub fn shape(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
         &request,
         false,
         |state, now_ns| {
-        let configured = Shape::configured(state, undelayed);
-        let shaped = shape::check(Some(&configured), &policy, now_ns, cost);
-        delay_ns.set(shaped.delay_ns);
-        let mut outcome = shaped.outcome;
-        // d belongs to the policy: a new one holds even when this request is denied (as a new
-        // L, W or queue does, see `algo::step`); a peek stores nothing.
-        if outcome.next.is_none() && cost > 0 && state.is_some_and(|s| s.undelayed != undelayed) {
-            outcome.next = Some(configured);
-        }
-        outcome
+            let configured = Shape::configured(state, undelayed);
+            let shaped = shape::check(Some(&configured), &policy, now_ns, cost);
+            delay_ns.set(shaped.delay_ns);
+            let mut outcome = shaped.outcome;
+            // d belongs to the policy: a new one holds even when this request is denied (as a new
+            // L, W or queue does, see `algo::step`); a peek stores nothing.
+            if outcome.next.is_none() && cost > 0 && state.is_some_and(|s| s.undelayed != undelayed)
+            {
+                outcome.next = Some(configured);
+            }
+            outcome
         },
         |d| admitted_cost(d, cost),
     )?;

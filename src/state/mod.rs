@@ -406,7 +406,11 @@ impl Remembered {
         std::mem::size_of::<Remembered>()
             + self.current.heap_bytes()
             + self.others.capacity() * std::mem::size_of::<(Policy, AlgoState)>()
-            + self.others.iter().map(|(_, s)| s.heap_bytes()).sum::<usize>()
+            + self
+                .others
+                .iter()
+                .map(|(_, s)| s.heap_bytes())
+                .sum::<usize>()
     }
 }
 
