@@ -120,16 +120,14 @@ pub fn check(
     Outcome { decision, next }
 }
 
-/// The bucket under a new policy: its balance now (refilled under the old one) carried over as
-/// the same number of tokens, rounded toward empty (a balance down, a debt up), never above the
-/// new capacity.
+/// The bucket under a new policy: what it owes now (the capacity less the balance, refilled
+/// under the old policy) carried over as the same number of tokens, rounded up, and owed under
+/// the new capacity. So, as GCRA carries its debt, what was spent stays spent whatever the new
+/// capacity: a smaller bucket may start below empty.
 pub fn rescale(state: &TokenBucket, from: &Policy, to: &Policy, now_ns: u64) -> TokenBucket {
-    let balance = state.balance(from, now_ns);
-    let carried = match u128::try_from(balance) {
-        Ok(tokens) => signed(rescale_units(tokens, from, to, false)),
-        Err(_) => -signed(rescale_units(balance.unsigned_abs(), from, to, true)),
-    };
-    TokenBucket::holding(carried, to, now_ns)
+    let owed = (signed(capacity(from)) - state.balance(from, now_ns)).unsigned_abs();
+    let carried = signed(rescale_units(owed, from, to, true));
+    TokenBucket::holding(signed(capacity(to)).saturating_sub(carried), to, now_ns)
 }
 
 /// Gives back `n` unspent tokens at `now_ns` (a lease that lapsed, a reservation settled for
@@ -286,12 +284,18 @@ mod tests {
     }
 
     #[test]
-    fn rescale_keeps_the_balance() {
+    fn rescale_carries_what_is_owed() {
         let from = Policy::new(10, 1000, 10).unwrap();
         let to = Policy::new(100, 1000, 100).unwrap();
         let s = check(None, &from, T0, 4).next.unwrap();
         let r = rescale(&s, &from, &to, T0);
-        assert_eq!(check(Some(&r), &to, T0, 0).decision.remaining, 6);
+        // 4 spent stay spent in the larger bucket, as GCRA's debt.
+        assert_eq!(check(Some(&r), &to, T0, 0).decision.remaining, 96);
+        // And in a smaller one, below empty: 4 owed in a bucket of 2.
+        let small = Policy::new(10, 1000, 2).unwrap();
+        let r = rescale(&s, &from, &small, T0);
+        let d = check(Some(&r), &small, T0, 0).decision;
+        assert_eq!((d.remaining, d.retry_after_ns), (0, Some(300 * MS)));
     }
 
     #[test]
