@@ -120,14 +120,21 @@ pub fn check(
     Outcome { decision, next }
 }
 
-/// The bucket under a new policy: what it owes now (the capacity less the balance, refilled
-/// under the old policy) carried over as the same number of tokens, rounded up, and owed under
-/// the new capacity. So, as GCRA carries its debt, what was spent stays spent whatever the new
-/// capacity: a smaller bucket may start below empty.
+/// The bucket under a new policy, as the stricter of two readings of what it holds now
+/// (refilled under the old policy): its balance carried over as the same number of tokens,
+/// rounded down, and what it owes (the capacity less the balance) carried over, rounded up, and
+/// owed under the new capacity. A larger bucket starts with no more tokens than the old one had;
+/// a smaller one may start below empty, so what was spent stays spent either way.
 pub fn rescale(state: &TokenBucket, from: &Policy, to: &Policy, now_ns: u64) -> TokenBucket {
-    let owed = (signed(capacity(from)) - state.balance(from, now_ns)).unsigned_abs();
-    let carried = signed(rescale_units(owed, from, to, true));
-    TokenBucket::holding(signed(capacity(to)).saturating_sub(carried), to, now_ns)
+    let balance = state.balance(from, now_ns);
+    let owed = (signed(capacity(from)) - balance).unsigned_abs();
+    let after_debt =
+        signed(capacity(to)).saturating_sub(signed(rescale_units(owed, from, to, true)));
+    let kept = match u128::try_from(balance) {
+        Ok(tokens) => signed(rescale_units(tokens, from, to, false)),
+        Err(_) => -signed(rescale_units(balance.unsigned_abs(), from, to, true)),
+    };
+    TokenBucket::holding(kept.min(after_debt), to, now_ns)
 }
 
 /// Gives back `n` unspent tokens at `now_ns` (a lease that lapsed, a reservation settled for
@@ -289,8 +296,8 @@ mod tests {
         let to = Policy::new(100, 1000, 100).unwrap();
         let s = check(None, &from, T0, 4).next.unwrap();
         let r = rescale(&s, &from, &to, T0);
-        // 4 spent stay spent in the larger bucket, as GCRA's debt.
-        assert_eq!(check(Some(&r), &to, T0, 0).decision.remaining, 96);
+        // A larger bucket starts with the 6 tokens there were.
+        assert_eq!(check(Some(&r), &to, T0, 0).decision.remaining, 6);
         // And in a smaller one, below empty: 4 owed in a bucket of 2.
         let small = Policy::new(10, 1000, 2).unwrap();
         let r = rescale(&s, &from, &small, T0);
