@@ -223,8 +223,11 @@ mod tests {
     /// A key as Redis holds it: the stored policy, state and other configurations, and the
     /// absolute expiry (ms) the command layer gives it: `keep_ns` from now, rounded up. No
     /// minimum TTL here, so the model is as strict as it can be.
+    /// The current policy and state, and the other configurations.
+    type Stored<S> = (Policy, S, Vec<(Policy, S)>);
+
     struct Key<S> {
-        stored: Option<(Policy, S, Vec<(Policy, S)>)>,
+        stored: Option<Stored<S>>,
         expire_at_ms: u64,
     }
 

@@ -113,7 +113,7 @@ pub fn check(
         retry_after_ns: (!admitted).then(|| policy.ns_ceil((asked - balance).unsigned_abs())),
         reset_after_ns: policy.ns_ceil((signed(cap) - after).unsigned_abs()),
     };
-    let next = (admitted && cost > 0).then(|| TokenBucket {
+    let next = (admitted && cost > 0).then_some(TokenBucket {
         tokens: positive,
         last_ns: now_ns,
     });

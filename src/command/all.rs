@@ -315,12 +315,15 @@ fn plan<A: Stored>(
         now_ns,
         cost,
     );
-    let keep = |kept: Kept<A>| (kept.keep_ns, Limiter::kept(*policy, kept));
+    let limiter = |kept: Kept<A>| {
+        let keep_ns = kept.keep_ns;
+        (Limiter::kept(*policy, kept), keep_ns)
+    };
     Ok(Plan {
         decision: planned.decision,
         uncharged: planned.uncharged,
-        charged: planned.charged.map(keep).map(|(k, l)| (l, k)),
-        carried: planned.carried.map(keep).map(|(k, l)| (l, k)),
+        charged: planned.charged.map(limiter),
+        carried: planned.carried.map(limiter),
         in_place: None,
     })
 }

@@ -635,6 +635,65 @@ mod tests {
         );
     }
 
+    /// A GCRA key that remembers two other configurations.
+    fn remembered() -> Limiter {
+        let other = |l: u64, tat: u128| {
+            (
+                Policy::new(l, 1000, l).unwrap(),
+                AlgoState::Gcra(Gcra { tat }),
+            )
+        };
+        Limiter::new(
+            Policy::new(10, 1000, 20).unwrap(),
+            AlgoState::Remembered(Box::new(Remembered {
+                current: AlgoState::Gcra(Gcra { tat: 12345 }),
+                others: vec![other(5, 777), other(7, 999)],
+            })),
+        )
+    }
+
+    #[test]
+    fn remembered_configurations_round_trip_and_are_validated() {
+        let limiter = remembered();
+        let mut buf = Vec::new();
+        limiter.encode(&mut buf);
+        assert_eq!(buf[0], 2);
+        assert_eq!(buf.len(), 2 + 24 + 16 + 1 + 2 * (24 + 16));
+        assert_eq!(Limiter::decode(&buf), Ok(limiter.clone()));
+        assert_eq!(limiter.others().len(), 2);
+        assert_eq!(limiter.state.tag(), 1);
+        for cut in 0..buf.len() {
+            assert!(Limiter::decode(&buf[..cut]).is_err(), "prefix of {cut}");
+        }
+        let n_at = 2 + 24 + 16;
+        let edited = |at: usize, bytes: &[u8]| {
+            let mut b = buf.clone();
+            b[at..at + bytes.len()].copy_from_slice(bytes);
+            b
+        };
+        for n in [0u8, 3, 4, 255] {
+            assert!(Limiter::decode(&edited(n_at, &[n])).is_err(), "n = {n}");
+        }
+        // The second remembered policy made equal to the first, then the first to the current.
+        let policy = |l: u64, w: u64, b: u64| [l, w, b].map(u64::to_le_bytes).concat();
+        let first_l = n_at + 1;
+        let second_l = first_l + 40;
+        for (at, bytes) in [
+            (second_l, policy(5, 1000, 5)),
+            (first_l, policy(10, 1000, 20)),
+        ] {
+            assert_eq!(
+                Limiter::decode(&edited(at, &bytes)),
+                Err(Error::BadState("remembered configuration repeated"))
+            );
+        }
+        // Format 1 with the same bytes has trailing bytes.
+        assert_eq!(
+            Limiter::decode(&edited(0, &[1])),
+            Err(Error::BadState("trailing bytes"))
+        );
+    }
+
     fn window(l: u64, w: u64) -> Policy {
         Policy::new(l, w, l).unwrap()
     }
