@@ -90,7 +90,7 @@ pub fn throttle(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
         policy,
         amount: quantity.cost(),
     };
-    if let Some(peeked) = carry(ctx, &request)? {
+    if let Some(peeked) = carry(ctx, &request, quantity)? {
         return Ok(counted(quantity, peeked));
     }
     let mut over = None;
@@ -137,9 +137,13 @@ fn counted(quantity: Quantity, fields: [i64; 5]) -> Reply {
 /// under the request's policy with the same theoretical arrival time, the instant it is full
 /// again, as redis-cell judges the one TAT it keeps by whatever policy the next call brings
 /// (see [`carry_tat`]). The converted state is stored, expiring and propagated (a string first
-/// `DEL`eted: a replica holds it too) before the request is decided on it; a peek converts
-/// nothing and is answered from it (`Some(reply)`).
-fn carry(ctx: &Ctx, request: &Request<'_>) -> Result<Option<[i64; 5]>, Error> {
+/// `DEL`eted: a replica holds it too) before the request is decided on it; a peek (or a
+/// quantity that can never pass) converts nothing and is answered from it (`Some(reply)`).
+fn carry(
+    ctx: &Ctx,
+    request: &Request<'_>,
+    quantity: Quantity,
+) -> Result<Option<[i64; 5]>, Error> {
     let peek = request.amount == 0;
     let mut key = ctx.open(request.key, !peek);
     let now_ns = clock::now_ns();
@@ -164,7 +168,7 @@ fn carry(ctx: &Ctx, request: &Request<'_>) -> Result<Option<[i64; 5]>, Error> {
     let peeked = gcra::check(Some(&carried), policy, now_ns, 0).decision;
     if peek {
         let over = over_capacity(Some(&carried), policy, now_ns);
-        return Ok(Some(reply(Quantity::Peek, &peeked, over)));
+        return Ok(Some(reply(quantity, &peeked, over)));
     }
     if was_string {
         ctx.replicate_del(request.key);
