@@ -95,7 +95,12 @@ fn trace(seed: u64, prefix: &str, keys: u64, calls: usize, change_every: u64) ->
 
 /// Runs `calls` on every connection at the same instants; returns each call's replies, one
 /// per connection.
-fn drive(clock: &FakeClock, now: &mut u64, cs: &mut [&mut Connection], calls: &[Call]) -> Vec<Vec<[i64; 5]>> {
+fn drive(
+    clock: &FakeClock,
+    now: &mut u64,
+    cs: &mut [&mut Connection],
+    calls: &[Call],
+) -> Vec<Vec<[i64; 5]>> {
     calls
         .iter()
         .map(|call| {
@@ -195,7 +200,10 @@ fn adoption_carries_the_tat_debt_under_another_policy() {
     ];
     let replies = drive(&clock, &mut now, &mut [&mut r, &mut s], &after);
     assert_eq!(replies[0][1], [1, 1, 0, 3597, 3597], "the issue's chg:p6");
-    assert_eq!(replies[1][0][0], 1, "a peek past capacity is limited in redis-cell");
+    assert_eq!(
+        replies[1][0][0], 1,
+        "a peek past capacity is limited in redis-cell"
+    );
     assert_same("the issue's cases", &after, &replies);
 }
 
@@ -212,7 +220,8 @@ fn call(advance_ms: u64, args: &str) -> Call {
 /// the promoted replica answers as redis-cell goes on answering.
 #[test]
 fn a_replica_of_redis_cell_applies_nothing_and_fails_over_identical() {
-    let Some((cell, clock)) = setup("a_replica_of_redis_cell_applies_nothing_and_fails_over_identical")
+    let Some((cell, clock)) =
+        setup("a_replica_of_redis_cell_applies_nothing_and_fails_over_identical")
     else {
         return;
     };
@@ -225,7 +234,10 @@ fn a_replica_of_redis_cell_applies_nothing_and_fails_over_identical() {
     drive(&clock, &mut now, &mut [&mut m], &before);
     wait_replica(&mut m);
     let keys: i64 = redis::cmd("DBSIZE").query(&mut r).unwrap();
-    assert_eq!(keys, 0, "the replica applied redis-cell's CL.THROTTLE itself");
+    assert_eq!(
+        keys, 0,
+        "the replica applied redis-cell's CL.THROTTLE itself"
+    );
     assert!(
         replica
             .log()
@@ -248,7 +260,11 @@ fn a_replica_of_redis_cell_applies_nothing_and_fails_over_identical() {
         stat(&info(&mut m, "stats"), "sync_full"),
         "the resync was partial: the replica would not hold the master's keys"
     );
-    assert_eq!(strings(&mut r), strings(&mut m), "the replica's keys are not the master's");
+    assert_eq!(
+        strings(&mut r),
+        strings(&mut m),
+        "the replica's keys are not the master's"
+    );
     cmd(&mut r, &["REPLICAOF", "NO", "ONE"]).unwrap();
     cmd(&mut m, &["CLIENT", "UNPAUSE"]).unwrap();
 
@@ -269,7 +285,8 @@ fn stat(info: &str, name: &str) -> String {
 /// before the switch, it holds the keys as data, and this module continues them exactly.
 #[test]
 fn a_redis_cell_aof_rewritten_before_the_switch_continues_exactly() {
-    let Some((cell, clock)) = setup("a_redis_cell_aof_rewritten_before_the_switch_continues_exactly")
+    let Some((cell, clock)) =
+        setup("a_redis_cell_aof_rewritten_before_the_switch_continues_exactly")
     else {
         return;
     };
@@ -283,7 +300,11 @@ fn a_redis_cell_aof_rewritten_before_the_switch_continues_exactly() {
     wait_persistence_idle(&mut s);
     switched.reload("NOSAVE", None, COMPAT);
     let mut s = switched.connect();
-    assert_eq!(strings(&mut s), strings(&mut r), "the rewritten AOF lost keys");
+    assert_eq!(
+        strings(&mut s),
+        strings(&mut r),
+        "the rewritten AOF lost keys"
+    );
     let after = trace(32, "aof", 24, 1_200, 5);
     let replies = drive(&clock, &mut now, &mut [&mut r, &mut s], &after);
     assert_same("after the switch from a rewritten AOF", &after, &replies);
@@ -301,13 +322,21 @@ fn a_redis_cell_aof_not_rewritten_applies_nothing_and_says_so() {
     let mut switched = start(&clock, &["--appendonly", "yes"], Some(&cell), &[]);
     let mut s = switched.connect();
     let mut now = START_MS;
-    drive(&clock, &mut now, &mut [&mut s], &trace(41, "aof", 8, 100, 0));
+    drive(
+        &clock,
+        &mut now,
+        &mut [&mut s],
+        &trace(41, "aof", 8, 100, 0),
+    );
     let keys: i64 = redis::cmd("DBSIZE").query(&mut s).unwrap();
     assert!(keys > 0);
     switched.reload("NOSAVE", None, COMPAT);
     let mut s = switched.connect();
     let keys: i64 = redis::cmd("DBSIZE").query(&mut s).unwrap();
-    assert_eq!(keys, 0, "CL.THROTTLE from the AOF was decided again at load");
+    assert_eq!(
+        keys, 0,
+        "CL.THROTTLE from the AOF was decided again at load"
+    );
     assert!(
         switched.log().contains("applied nothing"),
         "{}",

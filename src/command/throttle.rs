@@ -9,9 +9,12 @@
 //!
 //! redis-cell's edges, as redis-cell's source (`redis-cell/src/lib.rs`, `redis-cell-impl`)
 //! decides them, and what we do:
-//! - `quantity` 0: redis-cell peeks and is never limited (-1 retry). Same here: `limited` 0,
-//!   retry −1, remaining and reset from the peek, nothing written. (`RL.GCRA … COST 0` instead
-//!   answers whether a cost-1 request would pass.)
+//! - `quantity` 0: redis-cell peeks: limited only when the key's debt runs past the capacity
+//!   (a key written under another policy), with the time past it as retry; else `limited` 0,
+//!   retry −1. Same here, nothing written. (`RL.GCRA … COST 0` instead answers whether a cost-1
+//!   request would pass.)
+//! - A policy change: redis-cell keeps one TAT and judges it by the call's policy; so do
+//!   `RL.THROTTLE`/`CL.THROTTLE` (see [`carry_tat`]), unlike `RL.GCRA`, which carries tokens.
 //! - `quantity` > max_burst + 1: redis-cell answers limited with retry −1 ("never"). Same here
 //!   (`RL.GCRA` refuses such a COST with an error).
 //! - Negative quantity: redis-cell moves the arrival time back, handing out credit. Refused.
@@ -35,8 +38,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::args::{parse_u64, Request};
-use super::limit::{decide, store};
 use super::ffi::Held;
+use super::limit::{decide, store};
 use super::{effect, Args, Ctx, Reply, Spec};
 use crate::algo::gcra::{self, Gcra};
 use crate::algo::{Algorithm, Decision, Policy, MAX_LIMIT, MAX_WINDOW_MS};
@@ -139,11 +142,7 @@ fn counted(quantity: Quantity, fields: [i64; 5]) -> Reply {
 /// (see [`carry_tat`]). The converted state is stored, expiring and propagated (a string first
 /// `DEL`eted: a replica holds it too) before the request is decided on it; a peek (or a
 /// quantity that can never pass) converts nothing and is answered from it (`Some(reply)`).
-fn carry(
-    ctx: &Ctx,
-    request: &Request<'_>,
-    quantity: Quantity,
-) -> Result<Option<[i64; 5]>, Error> {
+fn carry(ctx: &Ctx, request: &Request<'_>, quantity: Quantity) -> Result<Option<[i64; 5]>, Error> {
     let peek = request.amount == 0;
     let mut key = ctx.open(request.key, !peek);
     let now_ns = clock::now_ns();
@@ -189,7 +188,9 @@ pub fn carry_tat(state: &Gcra, from: &Policy, to: &Policy) -> Gcra {
     let tat = { state.tat };
     let tat_ns = tat.div_ceil(from.units_per_ns());
     Gcra {
-        tat: tat_ns.saturating_mul(to.units_per_ns()).min(gcra::max_tat(to)),
+        tat: tat_ns
+            .saturating_mul(to.units_per_ns())
+            .min(gcra::max_tat(to)),
     }
 }
 
@@ -472,10 +473,7 @@ mod tests {
         // as it is).
         let g = adopt_cell_value(i64::MAX.to_string().as_bytes(), &p, T0).unwrap();
         let d = gcra::check(Some(&g), &p, T0, 0).decision;
-        assert_eq!(
-            (d.remaining, d.reset_after_ns),
-            (0, i64::MAX as u64 - T0)
-        );
+        assert_eq!((d.remaining, d.reset_after_ns), (0, i64::MAX as u64 - T0));
         // The chg:p6: written exhausted under 9 10 3600 (3,600 s of debt), 3 s later
         // read under 0 3 1: redis-cell answers [1, 1, 0, 3597, 3597].
         let cell = ok("9", "10", "3600", None).policy;
