@@ -9,8 +9,9 @@
 //!
 //! Each session runs on a server of its own, loaded with `DEBUG-CLOCK yes` as
 //! `make run ARGS="DEBUG-CLOCK yes"` loads it; sessions pin the clock themselves. A second test
-//! runs all of them one after another on one server, as a reader pasting them in order would:
-//! sessions that shared a key would then disagree.
+//! runs all of them one after another on one server, as a reader pasting them in order would,
+//! and then all of them again: sessions that shared a key, or left one behind, would then
+//! disagree.
 //!
 //! Each command goes to its own `redis-cli` process, in order, on the session's server (as
 //! `echo CMD | redis-cli`): a drift is then reported against the command that caused it.
@@ -203,14 +204,20 @@ fn every_session_reproduces_on_a_fresh_server() {
     assert!(drifted.is_empty(), "\n{}", drifted.join("\n"));
 }
 
+/// All sessions in order on one server, then all of them again: a reader pasting a session a
+/// second time sees what the document shows, because each session leaves no key behind.
 #[test]
-fn all_sessions_in_order_on_one_server_agree() {
+fn all_sessions_in_order_on_one_server_agree_and_again() {
     let server = Server::start();
-    let drifted: Vec<String> = all_sessions()
-        .iter()
-        .filter_map(|session| check(&server, session))
-        .collect();
-    assert!(drifted.is_empty(), "\n{}", drifted.join("\n"));
+    let sessions = all_sessions();
+    for paste in ["first", "second"] {
+        let drifted: Vec<String> = sessions
+            .iter()
+            .filter_map(|session| check(&server, session))
+            .map(|d| format!("{paste} paste: {d}"))
+            .collect();
+        assert!(drifted.is_empty(), "\n{}", drifted.join("\n"));
+    }
 }
 
 #[test]
