@@ -4,7 +4,8 @@
 //! `tests/http_headers.rs` includes this file and checks the worked table of docs/http.md against it.
 //!
 //! `cargo run --example http_headers -- KEY L W [B] [HOST PORT]` calls `RL.GCRA KEY L W BURST B`
-//! once (default 127.0.0.1 6379) and prints the response head a gateway would send.
+//! once and prints the response head a gateway would send. The server: HOST PORT when given,
+//! else 127.0.0.1 on `$PORT` (the variable `PORT=… make run` takes), else 6379.
 
 /// `RateLimit-Policy` has no burst parameter: B goes in an implementation-specific one, which the
 /// draft asks to prefix with a vendor name (its own example is `acme-burst`). Use yours.
@@ -84,6 +85,22 @@ pub fn response(name: &str, policy: Policy, reply: [i64; 5], jitter_s: u64) -> R
     }
 }
 
+/// The server to call: `HOST PORT` from the arguments after L W B, else 127.0.0.1 on `env_port`
+/// (`$PORT`, as `make run` takes it), else 6379.
+pub fn server(host_port: &[String], env_port: Option<String>) -> (String, String) {
+    let env_port = || {
+        env_port
+            .clone()
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| "6379".into())
+    };
+    match host_port {
+        [host, port, ..] => (host.clone(), port.clone()),
+        [host] => (host.clone(), env_port()),
+        [] => ("127.0.0.1".into(), env_port()),
+    }
+}
+
 #[allow(dead_code)]
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -94,8 +111,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let (limit, window_ms) = (number(0)?, number(1)?);
     let burst = number(2).unwrap_or(limit);
-    let host = numbers.get(3).map_or("127.0.0.1", String::as_str);
-    let port = numbers.get(4).map_or("6379", String::as_str);
+    let (host, port) = server(&numbers[numbers.len().min(3)..], std::env::var("PORT").ok());
     let mut c = redis::Client::open(format!("redis://{host}:{port}/"))?.get_connection()?;
     let reply: Vec<i64> = redis::cmd("RL.GCRA")
         .arg(key)
