@@ -240,3 +240,93 @@ fn make_run_port_reaches_redis_cli_and_the_example() {
     let (_, p) = http_headers::server(&[], None);
     assert_eq!(p, "6379");
 }
+
+/// docs/http.md's worked `RL.ALL` call: the headers `response_all` gives for the server's replies
+/// are the ones the page prints; a limiter that would have admitted the denied call shows its
+/// state; with one limiter the recipe is the one-policy recipe, jitter included.
+#[test]
+fn the_rl_all_recipe_gives_the_documented_headers() {
+    use http_headers::{response_all, Limiter};
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/http.md"))
+        .expect("docs/http.md");
+    let (_s, mut c) = server();
+    let limiters = |cost| {
+        [
+            Limiter {
+                name: "second",
+                policy: policy(5, 1000, 5),
+                cost,
+            },
+            Limiter {
+                name: "hour",
+                policy: policy(100, 3_600_000, 100),
+                cost,
+            },
+        ]
+    };
+    let call = |c: &mut Connection, cost: &str| -> ([i64; 5], Vec<[i64; 5]>) {
+        let reply: Vec<Vec<i64>> = redis::cmd("RL.ALL")
+            .arg(&[
+                "2",
+                "api:{alice}:s",
+                "api:{alice}:h",
+                "GCRA",
+                "5",
+                "1000",
+                "COST",
+                cost,
+                "TOKENBUCKET",
+                "100",
+                "3600000",
+                "COST",
+                cost,
+            ])
+            .query(c)
+            .unwrap();
+        let mut arrays = reply.into_iter().map(|v| <[i64; 5]>::try_from(v).unwrap());
+        (arrays.next().unwrap(), arrays.collect())
+    };
+    let mut texts = Vec::new();
+    for cost in [1, 5] {
+        let (combined, each) = call(&mut c, &cost.to_string());
+        let r = response_all(&limiters(cost), combined, &each, 0);
+        let reason = if r.status == 200 {
+            "OK"
+        } else {
+            "Too Many Requests"
+        };
+        let mut text = format!("HTTP/1.1 {} {reason}\n", r.status);
+        for (name, value) in &r.headers {
+            text += &format!("{name}: {value}\n");
+        }
+        texts.push(text);
+    }
+    assert_eq!(
+        texts[1].lines().nth(3),
+        Some("RateLimit: \"second\";r=0;t=1, \"hour\";r=99;t=36")
+    );
+    let block = texts.join("\n");
+    assert!(doc.contains(&block), "docs/http.md drifted:\n{block}");
+
+    // One limiter: the one-policy recipe, on a 200 and on a 429 with jitter.
+    for words in [
+        &["RL.ALL", "1", "one", "GCRA", "1", "1500"][..],
+        &["RL.ALL", "1", "one", "GCRA", "1", "1500"],
+    ] {
+        let (combined, each) = {
+            let reply: Vec<Vec<i64>> = redis::cmd(words[0]).arg(&words[1..]).query(&mut c).unwrap();
+            let mut arrays = reply.into_iter().map(|v| <[i64; 5]>::try_from(v).unwrap());
+            (arrays.next().unwrap(), arrays.collect::<Vec<_>>())
+        };
+        let p = policy(1, 1500, 1);
+        let one = [Limiter {
+            name: "default",
+            policy: p,
+            cost: 1,
+        }];
+        assert_eq!(
+            response_all(&one, combined, &each, 1),
+            response("default", p, combined, 1)
+        );
+    }
+}
