@@ -37,16 +37,15 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::args::{parse_u64, Request};
+use super::args::parse_u64;
 use super::ffi::Held;
-use super::limit::{decide, store};
-use super::{effect, Args, Ctx, Reply, Spec};
+use super::limit::{of, store};
+use super::{effect, Args, Ctx, RString, Reply, Spec};
 use crate::algo::gcra::{self, Gcra};
 use crate::algo::{Algorithm, Decision, Policy, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::clock;
 use crate::error::Error;
 use crate::metrics;
-use crate::state::AlgoState;
 
 /// The redis-cell name, registered only under `CELL-COMPAT yes`.
 pub const CL_THROTTLE: &str = "CL.THROTTLE";
@@ -88,20 +87,76 @@ pub fn throttle(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     if ctx.from_stream() {
         return Ok(from_stream(ctx, key.bytes(), &policy));
     }
-    let request = Request {
-        key,
-        policy,
-        amount: quantity.cost(),
+    let fields = decide(ctx, key, policy, quantity)?;
+    Ok(counted(quantity, fields))
+}
+
+/// Load, carry, decide, persist and propagate, on one opening of the key. The state the request
+/// is decided on: the key's GCRA limiter under the request's policy; under another policy, the
+/// same theoretical arrival time judged by the new one ([`carry_tat`], redis-cell's rule, not
+/// `RL.GCRA`'s); with `CELL-COMPAT yes`, redis-cell's string adopted the same way
+/// ([`adopt_cell_value`]). A carried or adopted state is stored with the request's policy
+/// whether or not the request is admitted (a string is first `DEL`eted: a replica holds it
+/// too); a peek, or a quantity that can never pass, writes nothing.
+fn decide(
+    ctx: &Ctx,
+    name: RString<'_>,
+    policy: Policy,
+    quantity: Quantity,
+) -> Result<[i64; 5], Error> {
+    let amount = quantity.cost();
+    let now_ns = clock::now_ns();
+    let mut key = ctx.open(name, amount > 0);
+    // (the state to decide on, whether it was carried, whether from redis-cell's string)
+    let (state, carried, string) = match key.held() {
+        Held::Empty => (None, false, false),
+        Held::Limiter(limiter) => {
+            let held = *of::<Gcra>(limiter)?;
+            if limiter.policy == policy {
+                (Some(held), false, false)
+            } else {
+                (
+                    Some(carry_tat(&held, &limiter.policy, &policy)),
+                    true,
+                    false,
+                )
+            }
+        }
+        Held::Other(holds) => {
+            let adopted = match cell_compat() {
+                true => key
+                    .string_value()
+                    .and_then(|value| adopt_cell_value(&value, &policy, now_ns)),
+                false => None,
+            };
+            match adopted {
+                Some(state) => (Some(state), true, true),
+                None => {
+                    return Err(Error::WrongType {
+                        holds: holds.into(),
+                        wanted: Gcra::NAME,
+                        key: None,
+                    })
+                }
+            }
+        }
     };
-    if let Some(peeked) = carry(ctx, &request, quantity)? {
-        return Ok(counted(quantity, peeked));
+    let outcome = Gcra::check(state.as_ref(), &policy, now_ns, amount);
+    let over = over_capacity(state.as_ref(), &policy, now_ns);
+    let store_state = match (amount, outcome.next) {
+        (0, _) => None,
+        (_, Some(next)) => Some(next),
+        (_, None) => state.filter(|_| carried),
+    };
+    if let Some(next) = store_state {
+        if string {
+            ctx.replicate_del(name);
+        }
+        let limiter = store(&mut key, policy, next)?;
+        let expire_at_ms = effect::propagate(ctx, name, limiter, now_ns, &outcome.decision);
+        key.expire_at(Some(expire_at_ms));
     }
-    let mut over = None;
-    let decision = decide::<Gcra>(ctx, &request, true, |state, now_ns| {
-        over = over_capacity(state, &policy, now_ns);
-        Gcra::check(state, &policy, now_ns, request.amount)
-    })?;
-    Ok(counted(quantity, reply(quantity, &decision, over)))
+    Ok(reply(quantity, &outcome.decision, over))
 }
 
 /// `RL.THROTTLE`/`CL.THROTTLE` replicated from a master or read from the AOF: only redis-cell
@@ -113,6 +168,7 @@ pub fn throttle(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
 /// process, with the first key. The reply goes nowhere (a master link or the AOF loader).
 fn from_stream(ctx: &Ctx, key: &[u8], policy: &Policy) -> Reply {
     static WARNED: AtomicBool = AtomicBool::new(false);
+    metrics::note(metrics::Outcome::Peek);
     if !WARNED.swap(true, Ordering::Relaxed) {
         ctx.log_warning(&format!(
             "{} for key '{}' came from the master or the AOF (redis-cell's stream): applied nothing, as for every later one; resync this server from the master (or rewrite the AOF under redis-cell) before switching, see docs/migrating-from-redis-cell.md",
@@ -133,49 +189,6 @@ fn counted(quantity: Quantity, fields: [i64; 5]) -> Reply {
         _ => metrics::Outcome::Denied,
     });
     Reply::Decision(fields)
-}
-
-/// redis-cell's carry, before the request is decided: a key holding redis-cell's value (with
-/// `CELL-COMPAT yes`) or a GCRA limiter stored under another policy becomes a GCRA limiter
-/// under the request's policy with the same theoretical arrival time, the instant it is full
-/// again, as redis-cell judges the one TAT it keeps by whatever policy the next call brings
-/// (see [`carry_tat`]). The converted state is stored, expiring and propagated (a string first
-/// `DEL`eted: a replica holds it too) before the request is decided on it; a peek (or a
-/// quantity that can never pass) converts nothing and is answered from it (`Some(reply)`).
-fn carry(ctx: &Ctx, request: &Request<'_>, quantity: Quantity) -> Result<Option<[i64; 5]>, Error> {
-    let peek = request.amount == 0;
-    let mut key = ctx.open(request.key, !peek);
-    let now_ns = clock::now_ns();
-    let policy = &request.policy;
-    let (carried, was_string) = match key.held() {
-        Held::Limiter(limiter) if limiter.policy != *policy => match &limiter.state {
-            AlgoState::Gcra(g) => (carry_tat(g, &limiter.policy, policy), false),
-            // Another algorithm: WRONGTYPE from `decide`.
-            _ => return Ok(None),
-        },
-        Held::Other(_) if cell_compat() => {
-            let Some(value) = key.string_value() else {
-                return Ok(None);
-            };
-            match adopt_cell_value(&value, policy, now_ns) {
-                Some(adopted) => (adopted, true),
-                None => return Ok(None),
-            }
-        }
-        _ => return Ok(None),
-    };
-    let peeked = gcra::check(Some(&carried), policy, now_ns, 0).decision;
-    if peek {
-        let over = over_capacity(Some(&carried), policy, now_ns);
-        return Ok(Some(reply(quantity, &peeked, over)));
-    }
-    if was_string {
-        ctx.replicate_del(request.key);
-    }
-    let limiter = store(&mut key, *policy, carried)?;
-    let expire_at_ms = effect::propagate(ctx, request.key, limiter, now_ns, &peeked);
-    key.expire_at(Some(expire_at_ms));
-    Ok(None)
 }
 
 /// redis-cell's reinterpretation of a key under a new policy: it stores only the theoretical
