@@ -249,15 +249,19 @@ fn shim() -> Result<PathBuf, String> {
         return Ok(path.clone());
     }
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/fake_clock.c");
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("fake_clock-{}.so", std::process::id()));
+    // Built under a name of this process, then renamed into place: another test binary may
+    // be building it at the same time, and a server still mapping the old file keeps it.
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let tmp = dir.join(format!("fake_clock.so.{}", std::process::id()));
     run(
         Command::new("gcc")
             .args(["-shared", "-fPIC", "-O2", "-Wall", "-o"])
-            .arg(&out)
+            .arg(&tmp)
             .arg(&source),
         "gcc fake_clock.c",
     )?;
+    let out = dir.join("fake_clock.so");
+    std::fs::rename(&tmp, &out).map_err(|e| e.to_string())?;
     *built = Some(out.clone());
     Ok(out)
 }
