@@ -11,8 +11,9 @@
 //! - replication: 0.2.2 propagates nothing (replicas and the AOF never see its writes); since
 //!   0.3 it calls `RedisModule_ReplicateVerbatim`, so replicas and the AOF get `CL.THROTTLE`.
 //!
-//! Built once into `~/.cache/redis-ratelimit/redis-cell-0.2.2-current` (its own target dir, its
-//! own bindings to the module API: it does not use redis-module). First build: ~3 s of compile
+//! Built once into `~/.cache/redis-ratelimit/redis-cell-0.2.2-current/libredis_cell.so` (in a
+//! target dir of its own, with its own bindings to the module API: it does not use
+//! redis-module). First build: ~3 s of compile
 //! plus the download of four small crates; later runs find the library there.
 
 use std::fs::{File, OpenOptions};
@@ -61,7 +62,27 @@ fn build() -> Result<PathBuf, String> {
         return Ok(so);
     }
     let started = Instant::now();
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // Built in a directory of this process (two test runs may build at once), and only the
+    // library is kept, renamed into place.
+    let work = dir.join(format!("build-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+    let built = build_in(&work);
+    if let Ok(lib) = &built {
+        std::fs::rename(lib, &so).map_err(|e| e.to_string())?;
+    }
+    let _ = std::fs::remove_dir_all(&work);
+    built?;
+    eprintln!(
+        "built redis-cell {VERSION} in {:.1} s: {}",
+        started.elapsed().as_secs_f64(),
+        so.display()
+    );
+    Ok(so)
+}
+
+/// Fetches, patches and builds redis-cell under `dir`; returns the built library's path.
+fn build_in(dir: &Path) -> Result<PathBuf, String> {
     // Fetch the source with cargo: a throwaway package that depends on it.
     let fetch = dir.join("fetch");
     std::fs::create_dir_all(fetch.join("src")).map_err(|e| e.to_string())?;
@@ -153,16 +174,7 @@ fn build() -> Result<PathBuf, String> {
             .env_remove("CARGO_BUILD_TARGET"),
         "cargo build redis-cell",
     )?;
-    let built = dir.join("target/release/libredis_cell.so");
-    let tmp = dir.join("libredis_cell.so.tmp");
-    std::fs::copy(&built, &tmp).map_err(|e| format!("{}: {e}", built.display()))?;
-    std::fs::rename(&tmp, &so).map_err(|e| e.to_string())?;
-    eprintln!(
-        "built redis-cell {VERSION} in {:.1} s: {}",
-        started.elapsed().as_secs_f64(),
-        so.display()
-    );
-    Ok(so)
+    Ok(dir.join("target/release/libredis_cell.so"))
 }
 
 fn copy_dir(from: &Path, to: &Path) -> Result<(), String> {
