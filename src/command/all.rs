@@ -10,8 +10,8 @@
 //! over all of them and writes nothing.
 //!
 //! Reply: the combined decision (the five fields: allowed = all admitted; limit and remaining of
-//! the limiter with the fewest remaining; retry_after_ms = when every limiter would admit, -1 if
-//! admitted; reset_after_ms = the largest), then one five-field array per limiter in argument
+//! the limiter with the fewest remaining; retry_after_ms = when every limiter charged would
+//! admit, -1 if admitted; reset_after_ms = the largest), then one five-field array per limiter in argument
 //! order, describing it after the call (field 1: whether it would admit this request).
 
 use super::args::{parse_limiter, Amount, Options, Request};
@@ -158,8 +158,9 @@ pub fn all(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
         }
         each.push(decision);
     }
+    let costs: Vec<u64> = parts.iter().map(|p| p.request.amount).collect();
     Ok(Reply::Nested(
-        fields(&combine(admitted, &each)),
+        fields(&combine(admitted, &each, &costs)),
         each.iter().map(fields).collect(),
     ))
 }
@@ -190,21 +191,26 @@ fn charge_in_place(
 }
 
 /// The combined decision: allowed when all admitted; the capacity and remaining of the limiter
-/// with the fewest remaining; the latest retry (every limiter only refills as time passes, so
-/// at the latest of their retry times all admit, if nothing else spends meanwhile); the latest
-/// reset.
-fn combine(admitted: bool, each: &[Decision]) -> Decision {
+/// with the fewest remaining; the latest retry of the limiters charged (every limiter only
+/// refills as time passes, so at the latest of their retry times all admit, if nothing else
+/// spends meanwhile); the latest reset. `costs`: each limiter's COST, in order.
+fn combine(admitted: bool, each: &[Decision], costs: &[u64]) -> Decision {
+    let peek = costs.iter().all(|&c| c == 0);
     let tightest = each.iter().min_by_key(|d| d.remaining);
     Decision {
         allowed: u64::from(admitted),
         capacity: tightest.map_or(0, |d| d.capacity),
         remaining: tightest.map_or(0, |d| d.remaining),
+        // A limiter at COST 0 holds nothing back: its retry counts only when every limiter is
+        // at COST 0 (a peek over all of them).
         retry_after_ns: if admitted {
             None
         } else {
             Some(
                 each.iter()
-                    .filter_map(|d| d.retry_after_ns)
+                    .zip(costs)
+                    .filter(|(_, &cost)| cost > 0 || peek)
+                    .filter_map(|(d, _)| d.retry_after_ns)
                     .max()
                     .unwrap_or(0),
             )
@@ -240,9 +246,18 @@ fn parse<'a>(args: &mut Args<'a>) -> Result<Vec<Part<'a>>, Error> {
         }
         keys.push(key);
     }
-    let is_algorithm = |word: &[u8]| algorithm(word).is_some();
     let mut parts = Vec::with_capacity(keys.len());
-    for key in keys {
+    let count = keys.len();
+    for (i, key) in keys.into_iter().enumerate() {
+        // A limiter ends at the next algorithm word; before another limiter, at any word that
+        // is not one of its options, so that a misspelt algorithm is named as one.
+        let more = i + 1 < count;
+        let is_algorithm = |word: &[u8]| {
+            algorithm(word).is_some()
+                || (more
+                    && !word.eq_ignore_ascii_case(b"BURST")
+                    && !word.eq_ignore_ascii_case(b"COST"))
+        };
         let Some(word) = args.peek_bytes() else {
             return Err(Error::Syntax(format!(
                 "no limiter for key '{}': expected {n} limiters, one per key",
