@@ -12,6 +12,7 @@
 //! window keeps the stored window and its count: a window never restarts because time ran
 //! backwards.
 
+use super::bytes::{Invalid, Reader};
 use super::{inspection, relative_ms, Decision, Field, Outcome, Policy, MAX_LIMIT};
 
 /// Stored state: the window the count belongs to, and the count.
@@ -119,6 +120,25 @@ pub fn inspect(state: &FixedWindow, policy: &Policy, now_ns: u64) -> Vec<Field> 
         ("count", i64::try_from(window.count).unwrap_or(i64::MAX)),
     ];
     inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
+}
+
+/// Stored fields: `start_ns u64` (a multiple of W), `count u64` (<= L, or <= `MAX_LIMIT` after a
+/// policy was lowered or another configuration charged it).
+pub fn encode(state: &FixedWindow, out: &mut Vec<u8>) {
+    out.extend_from_slice(&state.start_ns.to_le_bytes());
+    out.extend_from_slice(&state.count.to_le_bytes());
+}
+
+pub fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<FixedWindow, Invalid> {
+    let (start_ns, count) = (r.u64()?, r.u64()?);
+    if !start_ns.is_multiple_of(policy.window_ns()) {
+        return Err("fixed window not aligned");
+    }
+    // Above L only after a policy was lowered; never above the most any policy allows.
+    if count > MAX_LIMIT {
+        return Err("fixed window count out of range");
+    }
+    Ok(FixedWindow { start_ns, count })
 }
 
 super::algorithm!(FixedWindow, name: "fixed window", id: "fixed_window", tag: 5, burst: false);

@@ -10,6 +10,7 @@
 //!
 //! Admits exactly what a token bucket with the same L, W, B admits (see `token_bucket`).
 
+use super::bytes::{Invalid, Reader};
 use super::{
     inspection, millitokens, relative_ms, rescale_units, Decision, Field, Outcome, Policy,
 };
@@ -112,6 +113,19 @@ pub fn inspect(state: &Gcra, policy: &Policy, now_ns: u64) -> Vec<Field> {
         ("debt_millitokens", millitokens(debt, policy, true)),
     ];
     inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
+}
+
+/// Stored fields: `tat u128` (units of the stored policy), at most [`max_tat`].
+pub fn encode(state: &Gcra, out: &mut Vec<u8>) {
+    out.extend_from_slice(&{ state.tat }.to_le_bytes());
+}
+
+pub fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Gcra, Invalid> {
+    let tat = r.u128()?;
+    if tat > max_tat(policy) {
+        return Err("GCRA arrival time out of range");
+    }
+    Ok(Gcra { tat })
 }
 
 super::algorithm!(Gcra, name: "GCRA", id: "gcra", tag: 1, burst: true);

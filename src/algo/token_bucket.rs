@@ -5,6 +5,7 @@
 //! added, and a token is `window_ns` units. With the same L, W, B it admits exactly what GCRA
 //! admits (a property test checks it); it stores a balance and an instant instead of one instant.
 
+use super::bytes::{Invalid, Reader};
 use super::{
     inspection, millitokens, relative_ms, rescale_units, Decision, Field, Outcome, Policy,
 };
@@ -180,6 +181,20 @@ pub fn inspect(state: &TokenBucket, policy: &Policy, now_ns: u64) -> Vec<Field> 
         ("last_refill_ms", relative_ms(state.last_ns.into(), now_ns)),
     ];
     inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
+}
+
+/// Stored fields: `tokens u128` (units, at most the capacity), `last_ns u64`.
+pub fn encode(state: &TokenBucket, out: &mut Vec<u8>) {
+    out.extend_from_slice(&{ state.tokens }.to_le_bytes());
+    out.extend_from_slice(&{ state.last_ns }.to_le_bytes());
+}
+
+pub fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<TokenBucket, Invalid> {
+    let (tokens, last_ns) = (r.u128()?, r.u64()?);
+    if tokens > capacity(policy) {
+        return Err("token bucket balance above its capacity");
+    }
+    Ok(TokenBucket { tokens, last_ns })
 }
 
 super::algorithm!(TokenBucket, name: "token bucket", id: "token_bucket", tag: 2, burst: true);

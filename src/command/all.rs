@@ -19,14 +19,7 @@ use super::ffi::Key;
 use super::limit::{accepts, of};
 use super::{effect, fields, Args, Ctx, RString, Reply};
 use crate::algo::step::{self, Held, Kept};
-use crate::algo::{
-    fixed_window::FixedWindow,
-    gcra::Gcra,
-    sliding_counter::SlidingCounter,
-    sliding_log::{Change, SlidingLog},
-    token_bucket::TokenBucket,
-    Algorithm, Decision, Policy,
-};
+use crate::algo::{sliding_log::Change, Algorithm, Decision, Policy};
 use crate::clock;
 use crate::error::{echo, Error};
 use crate::metrics;
@@ -52,7 +45,7 @@ struct Plan {
     in_place: Option<(Change, Applier)>,
 }
 
-/// Applies a planned change to the state of its algorithm (see [`Stored::apply_in_place`]).
+/// Applies a planned change to the state of its algorithm (see [`Stored::apply_delta`]).
 type Applier = fn(&mut AlgoState, &Policy, &Change) -> Option<Delta>;
 
 fn apply_in_place<A: Stored>(
@@ -60,7 +53,7 @@ fn apply_in_place<A: Stored>(
     policy: &Policy,
     change: &Change,
 ) -> Option<Delta> {
-    A::of_mut(state)?.apply_in_place(policy, change)
+    A::of_mut(state)?.apply_delta(policy, change)
 }
 
 type Planner = fn(Option<&Limiter>, &Policy, u64, u64) -> Result<Plan, Error>;
@@ -69,37 +62,46 @@ type Planner = fn(Option<&Limiter>, &Policy, u64, u64) -> Result<Plan, Error>;
 /// whether it takes BURST, and its planner.
 type Entry = (&'static str, &'static str, bool, Planner);
 
-const ALGORITHMS: [Entry; 5] = [
-    ("GCRA", Gcra::NAME, Gcra::BURST, plan::<Gcra>),
-    (
-        "TOKENBUCKET",
-        TokenBucket::NAME,
-        TokenBucket::BURST,
-        plan::<TokenBucket>,
-    ),
-    (
-        "SLIDINGLOG",
-        SlidingLog::NAME,
-        SlidingLog::BURST,
-        plan::<SlidingLog>,
-    ),
-    (
-        "SLIDINGCOUNTER",
-        SlidingCounter::NAME,
-        SlidingCounter::BURST,
-        plan::<SlidingCounter>,
-    ),
-    (
-        "FIXEDWINDOW",
-        FixedWindow::NAME,
-        FixedWindow::BURST,
-        plan::<FixedWindow>,
-    ),
-];
+/// The entry of a registry algorithm: every `limiter` (the five-integer commands) is offered.
+macro_rules! entry {
+    (limiter, $state:ty, $word:literal) => {
+        Some((
+            $word,
+            <$state as Algorithm>::NAME,
+            <$state as Algorithm>::BURST,
+            plan::<$state> as Planner,
+        ))
+    };
+    ($other:ident, $state:ty, $word:literal) => {
+        None
+    };
+}
+
+/// The algorithms of the registry (`algo::registry!`), in its order; `RL.SHAPE`'s shaper is not
+/// among them (its reply has a sixth field).
+macro_rules! all_table {
+    ($($module:ident::$variant:ident, $word:literal, $event:literal, $kind:ident, $summary:literal;)*) => {
+        const ALGORITHMS: &[Option<Entry>] =
+            &[$(entry!($kind, crate::algo::$module::$variant, $word),)*];
+    };
+}
+
+crate::algo::registry!(all_table);
+
+/// "GCRA, TOKENBUCKET, … or FIXEDWINDOW": the words `RL.ALL` takes, for its error.
+fn expected() -> String {
+    let words: Vec<&str> = ALGORITHMS.iter().flatten().map(|e| e.0).collect();
+    match words.split_last() {
+        Some((last, [])) => (*last).to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
 
 fn algorithm(word: &[u8]) -> Option<&'static Entry> {
     ALGORITHMS
         .iter()
+        .flatten()
         .find(|(command, ..)| command.as_bytes().eq_ignore_ascii_case(word))
 }
 
@@ -266,8 +268,9 @@ fn parse<'a>(args: &mut Args<'a>) -> Result<Vec<Part<'a>>, Error> {
         };
         let Some(&(_, name, burst, plan)) = algorithm(word) else {
             return Err(Error::Syntax(format!(
-                "unknown algorithm '{}'; expected GCRA, TOKENBUCKET, SLIDINGLOG, SLIDINGCOUNTER or FIXEDWINDOW",
-                echo(word)
+                "unknown algorithm '{}'; expected {}",
+                echo(word),
+                expected()
             )));
         };
         args.next_bytes()?;

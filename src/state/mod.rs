@@ -16,17 +16,9 @@
 //!
 //! The window algorithms (3–5) store B = L.
 
-use crate::algo::fixed_window::FixedWindow;
-use crate::algo::shape::Shape;
-use crate::algo::sliding_counter::SlidingCounter;
-use crate::algo::sliding_log::{self, Change, SlidingLog};
+use crate::algo::sliding_log::Change;
 use crate::algo::step::{Kept, MAX_CONFIGURATIONS};
-use crate::algo::{
-    gcra::{self, Gcra},
-    token_bucket,
-    token_bucket::TokenBucket,
-    Algorithm, Decision, Policy, MAX_LIMIT,
-};
+use crate::algo::{registry, Algorithm, Decision, Policy};
 use crate::error::Error;
 use delta::Delta;
 
@@ -65,35 +57,26 @@ pub struct Remembered {
 // An algorithm state larger than 24 bytes inline would push it to the next class, 64.
 const _: () = assert!(std::mem::size_of::<Limiter>() <= 48);
 
-/// How one algorithm's state is stored: its fields after the common header, validated against
-/// the policy on the way in. Every stored byte sequence has exactly one meaning: decoding then
-/// encoding gives the same bytes (replicas compare digests).
+/// An algorithm as the stored value holds it: its variant of [`AlgoState`] (generated for every
+/// algorithm of the registry, `algo::registry!`), and its in-place path as a delta effect.
 pub trait Stored: Algorithm {
-    fn encode(&self, out: &mut Vec<u8>);
-    fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error>;
-    /// Heap bytes held beyond the `Limiter` itself, for `MEMORY USAGE`.
-    fn heap_bytes(&self) -> usize {
-        0
+    /// This algorithm's state inside a stored limiter (the current one's, for a key that
+    /// remembers others), or None if it holds another algorithm.
+    fn of(state: &AlgoState) -> Option<&Self>;
+    fn of_mut(state: &mut AlgoState) -> Option<&mut Self>;
+    fn wrap(self) -> AlgoState;
+
+    /// Applies a change `Algorithm::decide_in_place` made on this very state, returning the
+    /// delta that carries it to replicas and the AOF.
+    fn apply_delta(&mut self, policy: &Policy, change: &Change) -> Option<Delta> {
+        let prior = self.apply_in_place(policy, change)?;
+        Some(Delta {
+            prior,
+            change: *change,
+        })
     }
-    /// Decides a request of `cost` (at least 1) on this state, held under the request's own
-    /// `policy`, without building the next state, where that is cheaper than `check`: the
-    /// sliding log, whose admit touches only the entries it drops and adds, where a new state
-    /// copies the log. Returns the decision and, when admitted, the change for
-    /// [`Stored::apply_in_place`]; None when the algorithm has no such path.
-    fn decide_in_place(
-        &self,
-        _policy: &Policy,
-        _now_ns: u64,
-        _cost: u64,
-    ) -> Option<(Decision, Option<Change>)> {
-        None
-    }
-    /// Applies a change [`Stored::decide_in_place`] made on this very state, returning the delta
-    /// that carries it to replicas and the AOF.
-    fn apply_in_place(&mut self, _policy: &Policy, _change: &Change) -> Option<Delta> {
-        None
-    }
-    /// [`Stored::decide_in_place`] then, when admitted, [`Stored::apply_in_place`].
+
+    /// `Algorithm::decide_in_place` then, when admitted, [`Stored::apply_delta`].
     fn check_in_place(
         &mut self,
         policy: &Policy,
@@ -101,14 +84,9 @@ pub trait Stored: Algorithm {
         cost: u64,
     ) -> Option<(Decision, Option<Delta>)> {
         let (decision, change) = self.decide_in_place(policy, now_ns, cost)?;
-        let delta = change.and_then(|change| self.apply_in_place(policy, &change));
+        let delta = change.and_then(|change| self.apply_delta(policy, &change));
         Some((decision, delta))
     }
-    /// This algorithm's state inside a stored limiter (the current one's, for a key that
-    /// remembers others), or None if it holds another algorithm.
-    fn of(state: &AlgoState) -> Option<&Self>;
-    fn of_mut(state: &mut AlgoState) -> Option<&mut Self>;
-    fn wrap(self) -> AlgoState;
 }
 
 /// Work done on a stored state of any algorithm (see [`AlgoState::visit`]).
@@ -117,10 +95,12 @@ pub trait Visit {
     fn visit<A: Stored>(self, state: &mut A) -> Self::Out;
 }
 
-/// Declares the stored algorithms: the `AlgoState` enum and everything that dispatches on it.
-/// A new algorithm is one line here (plus its `Algorithm` and `Stored` impls).
+/// Declares the stored algorithms from the registry (`algo::registry!`): the `AlgoState` enum,
+/// everything that dispatches on it, and each algorithm's [`Stored`] impl.
 macro_rules! algorithms {
-    ($($variant:ident),* $(,)?) => {
+    ($($module:ident::$variant:ident, $word:literal, $event:literal, $kind:ident, $summary:literal;)*) => {
+        $(pub use crate::algo::$module::$variant;)*
+
         /// The algorithm's state, tagged by algorithm. A key keeps its algorithm for life.
         #[derive(Clone, Debug, PartialEq, Eq)]
         pub enum AlgoState {
@@ -147,14 +127,14 @@ macro_rules! algorithms {
 
             fn encode(&self, out: &mut Vec<u8>) {
                 match self {
-                    $(AlgoState::$variant(s) => s.encode(out),)*
+                    $(AlgoState::$variant(s) => Algorithm::encode(s, out),)*
                     AlgoState::Remembered(r) => r.current.encode(out),
                 }
             }
 
             fn heap_bytes(&self) -> usize {
                 match self {
-                    $(AlgoState::$variant(s) => s.heap_bytes(),)*
+                    $(AlgoState::$variant(s) => Algorithm::heap_bytes(s),)*
                     AlgoState::Remembered(r) => r.heap_bytes(),
                 }
             }
@@ -174,14 +154,16 @@ macro_rules! algorithms {
                         if !$variant::BURST && policy.capacity() != policy.limit() {
                             return Err(Error::BadState("window limiter with a burst"));
                         }
-                        return $variant::decode(r, policy).map(AlgoState::$variant);
+                        return <$variant as Algorithm>::decode(r, policy)
+                            .map(AlgoState::$variant)
+                            .map_err(Error::BadState);
                     }
                 )*
                 Err(Error::BadState("unknown algorithm"))
             }
         }
 
-        /// Every algorithm as (stored tag, how INFO and RL.INSPECT name it), in tag order.
+        /// Every algorithm as (stored tag, how INFO and RL.INSPECT name it), in registry order.
         pub const ALGORITHM_IDS: &[(u8, &str)] = &[$(($variant::TAG, $variant::ID)),*];
 
         $(
@@ -190,18 +172,35 @@ macro_rules! algorithms {
                     AlgoState::$variant(s)
                 }
             }
+
+            impl Stored for $variant {
+                fn of(state: &AlgoState) -> Option<&Self> {
+                    match state {
+                        AlgoState::$variant(s) => Some(s),
+                        AlgoState::Remembered(r) => Self::of(&r.current),
+                        #[allow(unreachable_patterns)]
+                        _ => None,
+                    }
+                }
+
+                fn of_mut(state: &mut AlgoState) -> Option<&mut Self> {
+                    match state {
+                        AlgoState::$variant(s) => Some(s),
+                        AlgoState::Remembered(r) => Self::of_mut(&mut r.current),
+                        #[allow(unreachable_patterns)]
+                        _ => None,
+                    }
+                }
+
+                fn wrap(self) -> AlgoState {
+                    AlgoState::$variant(self)
+                }
+            }
         )*
     };
 }
 
-algorithms!(
-    Gcra,
-    TokenBucket,
-    SlidingLog,
-    SlidingCounter,
-    FixedWindow,
-    Shape
-);
+registry!(algorithms);
 
 /// The largest stored tag: the gauges keep a slot per tag.
 pub const MAX_TAG: u8 = {
@@ -214,192 +213,6 @@ pub const MAX_TAG: u8 = {
     }
     max
 };
-
-/// The `Stored` methods that only name the enum variant.
-macro_rules! variant_access {
-    ($variant:ident) => {
-        fn of(state: &AlgoState) -> Option<&Self> {
-            match state {
-                AlgoState::$variant(s) => Some(s),
-                AlgoState::Remembered(r) => Self::of(&r.current),
-                #[allow(unreachable_patterns)]
-                _ => None,
-            }
-        }
-        fn of_mut(state: &mut AlgoState) -> Option<&mut Self> {
-            match state {
-                AlgoState::$variant(s) => Some(s),
-                AlgoState::Remembered(r) => Self::of_mut(&mut r.current),
-                #[allow(unreachable_patterns)]
-                _ => None,
-            }
-        }
-        fn wrap(self) -> AlgoState {
-            AlgoState::$variant(self)
-        }
-    };
-}
-
-/// 1 GCRA: `tat u128` (units of the stored policy).
-impl Stored for Gcra {
-    fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&{ self.tat }.to_le_bytes());
-    }
-
-    fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error> {
-        let tat = r.u128()?;
-        if tat > gcra::max_tat(policy) {
-            return Err(Error::BadState("GCRA arrival time out of range"));
-        }
-        Ok(Gcra { tat })
-    }
-
-    variant_access!(Gcra);
-}
-
-/// 2 token bucket: `tokens u128` (units, at most the capacity), `last_ns u64`.
-impl Stored for TokenBucket {
-    fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&{ self.tokens }.to_le_bytes());
-        out.extend_from_slice(&{ self.last_ns }.to_le_bytes());
-    }
-
-    fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error> {
-        let (tokens, last_ns) = (r.u128()?, r.u64()?);
-        if tokens > token_bucket::capacity(policy) {
-            return Err(Error::BadState("token bucket balance above its capacity"));
-        }
-        Ok(TokenBucket { tokens, last_ns })
-    }
-
-    variant_access!(TokenBucket);
-}
-
-/// 3 sliding log: `base_ns u64`, `entries u32` (at most L), then `entries` packed words `u64`
-/// (see `algo::sliding_log`: ordered, counts 1..=L summing to at most L, L <= 10^6).
-impl Stored for SlidingLog {
-    fn encode(&self, out: &mut Vec<u8>) {
-        let (base_ns, words) = self.canonical();
-        out.extend_from_slice(&base_ns.to_le_bytes());
-        // At most L <= 10^6 entries: always fits.
-        let entries = u32::try_from(self.len()).unwrap_or(u32::MAX);
-        out.extend_from_slice(&entries.to_le_bytes());
-        out.reserve(self.len() * 8);
-        for word in words {
-            out.extend_from_slice(&word.to_le_bytes());
-        }
-    }
-
-    fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error> {
-        let base_ns = r.u64()?;
-        let entries = u64::from(r.u32()?);
-        // Bounded before anything is allocated: at most L entries, all present.
-        if entries > policy.limit() || entries.saturating_mul(8) > r.0.len() as u64 {
-            return Err(Error::BadState("sliding log entry count out of range"));
-        }
-        let words = (0..entries)
-            .map(|_| r.u64())
-            .collect::<Result<Vec<_>, _>>()?;
-        SlidingLog::from_parts(policy, base_ns, words).map_err(Error::BadState)
-    }
-
-    fn heap_bytes(&self) -> usize {
-        SlidingLog::heap_bytes(self)
-    }
-
-    fn decide_in_place(
-        &self,
-        policy: &Policy,
-        now_ns: u64,
-        cost: u64,
-    ) -> Option<(Decision, Option<Change>)> {
-        Some(sliding_log::decide(Some(self), policy, now_ns, cost))
-    }
-
-    fn apply_in_place(&mut self, policy: &Policy, change: &Change) -> Option<Delta> {
-        let prior = delta::log_fingerprint(policy, self);
-        self.apply(policy, change);
-        Some(Delta {
-            prior,
-            change: *change,
-        })
-    }
-
-    variant_access!(SlidingLog);
-}
-
-/// 4 sliding counter: `start_ns u64` (a multiple of W), `prev u64`, `curr u64` (each <= L, or
-/// <= `MAX_LIMIT` after a policy was lowered).
-impl Stored for SlidingCounter {
-    fn encode(&self, out: &mut Vec<u8>) {
-        for n in [self.start_ns, self.prev, self.curr] {
-            out.extend_from_slice(&n.to_le_bytes());
-        }
-    }
-
-    fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error> {
-        let (start_ns, prev, curr) = (r.u64()?, r.u64()?, r.u64()?);
-        if !start_ns.is_multiple_of(policy.window_ns()) {
-            return Err(Error::BadState("sliding counter window not aligned"));
-        }
-        // Above L only after a policy was lowered; never above the most any policy allows.
-        if prev > MAX_LIMIT || curr > MAX_LIMIT {
-            return Err(Error::BadState("sliding counter count out of range"));
-        }
-        Ok(SlidingCounter {
-            start_ns,
-            prev,
-            curr,
-        })
-    }
-
-    variant_access!(SlidingCounter);
-}
-
-/// 5 fixed window: `start_ns u64` (a multiple of W), `count u64` (<= L, or <= `MAX_LIMIT` after a
-/// policy was lowered).
-impl Stored for FixedWindow {
-    fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.start_ns.to_le_bytes());
-        out.extend_from_slice(&self.count.to_le_bytes());
-    }
-
-    fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error> {
-        let (start_ns, count) = (r.u64()?, r.u64()?);
-        if !start_ns.is_multiple_of(policy.window_ns()) {
-            return Err(Error::BadState("fixed window not aligned"));
-        }
-        // Above L only after a policy was lowered; never above the most any policy allows.
-        if count > MAX_LIMIT {
-            return Err(Error::BadState("fixed window count out of range"));
-        }
-        Ok(FixedWindow { start_ns, count })
-    }
-
-    variant_access!(FixedWindow);
-}
-
-/// 6 leaky bucket (`RL.SHAPE`): `tat u128` (units of the stored policy, bounded as GCRA's),
-/// `undelayed u64` (d, at most the queue: B − 1).
-impl Stored for Shape {
-    fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&{ self.tat }.to_le_bytes());
-        out.extend_from_slice(&self.undelayed.to_le_bytes());
-    }
-
-    fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error> {
-        let (tat, undelayed) = (r.u128()?, r.u64()?);
-        if tat > gcra::max_tat(policy) {
-            return Err(Error::BadState("leaky bucket arrival time out of range"));
-        }
-        if undelayed >= policy.capacity() {
-            return Err(Error::BadState("leaky bucket DELAY above its queue"));
-        }
-        Ok(Shape { tat, undelayed })
-    }
-
-    variant_access!(Shape);
-}
 
 impl Remembered {
     fn heap_bytes(&self) -> usize {
@@ -553,40 +366,13 @@ fn decode_policy(r: &mut Reader<'_>) -> Result<Policy, Error> {
     Policy::new(limit, window_ms, capacity).map_err(|_| Error::BadState("policy out of range"))
 }
 
-/// A bounds-checked cursor over encoded bytes.
-pub struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn take<const N: usize>(&mut self) -> Result<[u8; N], Error> {
-        let (head, rest) = self
-            .0
-            .split_first_chunk::<N>()
-            .ok_or(Error::BadState("truncated"))?;
-        self.0 = rest;
-        Ok(*head)
-    }
-
-    pub fn u8(&mut self) -> Result<u8, Error> {
-        Ok(self.take::<1>()?[0])
-    }
-
-    pub fn u32(&mut self) -> Result<u32, Error> {
-        Ok(u32::from_le_bytes(self.take()?))
-    }
-
-    pub fn u64(&mut self) -> Result<u64, Error> {
-        Ok(u64::from_le_bytes(self.take()?))
-    }
-
-    pub fn u128(&mut self) -> Result<u128, Error> {
-        Ok(u128::from_le_bytes(self.take()?))
-    }
-}
+pub use crate::algo::bytes::Reader;
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::algo::props::{run, trace_strategy, window_policy_strategy, T0};
+    use crate::algo::MAX_LIMIT;
     use crate::algo::{fixed_window, sliding_counter, sliding_log};
     use proptest::prelude::*;
 
