@@ -1,5 +1,5 @@
-//! What an operator sees in `INFO ratelimit`: counters of what the commands decided, and exact
-//! gauges of the limiters Redis holds.
+//! What an operator sees in `INFO ratelimit`: counters of what the commands decided, and the
+//! gauges of the limiters Redis holds (kept by `state::gauges`, read here).
 //!
 //! Counters (admitted, denied, peeks, errors per command; tokens leased and refunded) move on
 //! the main thread, where commands run. Gauges (keys and value memory per algorithm, sliding-log
@@ -16,27 +16,27 @@
 
 use std::cell::Cell;
 use std::ffi::{c_int, CString};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use redis_module::{raw, Context};
 
-use crate::command::{Reply, COMMANDS};
-use crate::error::Error;
-use crate::state::{Limiter, ALGORITHM_IDS, MAX_TAG};
+pub use crate::state::gauges::{
+    algorithm_gauges, algorithm_name, limiter_changed, limiter_created, limiter_freed, log_entries,
+    Footprint,
+};
+use crate::state::ALGORITHM_IDS;
+use std::sync::OnceLock;
 
 /// Room for the module's commands, indexed by their position in the command table.
 pub const MAX_COMMANDS: usize = 32;
-const _: () = assert!(COMMANDS.len() <= MAX_COMMANDS);
 
-/// A gauge slot per stored tag (slot 0 unused).
-const SLOTS: usize = MAX_TAG as usize + 1;
+/// The commands registered at load, as (position in the command table, name): what INFO shows
+/// counters for. Set once by the command layer (`command::register_all`).
+static COMMANDS: OnceLock<Vec<(usize, &'static str)>> = OnceLock::new();
 
-/// How INSPECT and INFO name the algorithm with stored tag `tag`.
-pub fn algorithm_name(tag: u8) -> &'static str {
-    ALGORITHM_IDS
-        .iter()
-        .find(|&&(t, _)| t == tag)
-        .map_or("unknown", |&(_, id)| id)
+/// The commands INFO shows, set once at load.
+pub fn set_commands(commands: Vec<(usize, &'static str)>) {
+    let _ = COMMANDS.set(commands);
 }
 
 /// What one command call came to, for its counters.
@@ -119,23 +119,15 @@ pub fn note(outcome: Outcome) {
     NOTED.set(Some(outcome));
 }
 
-/// Counts the call of the command at `index` in the command table by its reply: errors as
-/// errors; what the handler noted; else a decision by its field 1 (admitted when above 0).
-pub fn record(index: usize, reply: &Result<Reply, Error>) {
+/// Counts the call of the command at `index` in the command table: an error as an error;
+/// otherwise what the handler noted, else `by_reply` (what its reply says: a decision by its
+/// field 1, any other reply a call; see `command::Reply::outcome`).
+pub fn record(index: usize, by_reply: Outcome) {
     let noted = NOTED.take();
-    let allowed = |first: Option<&i64>| {
-        if first.is_some_and(|&n| n > 0) {
-            Outcome::Admitted
-        } else {
-            Outcome::Denied
-        }
-    };
-    let outcome = match (reply, noted) {
-        (Err(_), _) => Outcome::Error,
-        (Ok(_), Some(outcome)) => outcome,
-        (Ok(Reply::Decision(f) | Reply::Nested(f, _)), None) => allowed(f.first()),
-        (Ok(Reply::Integers(v)), None) => allowed(v.first()),
-        (Ok(_), None) => Outcome::Call,
+    let outcome = match (by_reply, noted) {
+        (Outcome::Error, _) => Outcome::Error,
+        (_, Some(outcome)) => outcome,
+        (outcome, None) => outcome,
     };
     count(index, outcome);
 }
@@ -181,81 +173,6 @@ pub fn command_stats(index: usize) -> CommandStats {
             calls: c.calls.load(Relaxed),
             errors: c.errors.load(Relaxed),
         })
-}
-
-// ---- Gauges -------------------------------------------------------------------------------
-
-/// Live limiter values per algorithm tag, their memory (what `mem_usage` reports for each) and
-/// the sliding-log entries they hold. Signed: a transient negative would show a missed hook
-/// rather than wrap to 2^64.
-static KEYS: [AtomicI64; SLOTS] = [const { AtomicI64::new(0) }; SLOTS];
-static MEMORY: [AtomicI64; SLOTS] = [const { AtomicI64::new(0) }; SLOTS];
-static LOG_ENTRIES: AtomicI64 = AtomicI64::new(0);
-
-/// What one limiter value contributes to the gauges.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Footprint {
-    tag: u8,
-    /// `size_of::<Limiter>()` plus its heap bytes: what `MEMORY USAGE` counts for the value.
-    bytes: usize,
-    /// Sliding-log entries (0 for the other algorithms).
-    entries: u64,
-}
-
-impl Footprint {
-    pub fn of(limiter: &Limiter) -> Footprint {
-        Footprint {
-            tag: limiter.state.tag(),
-            bytes: limiter.value_bytes(),
-            entries: limiter.log_entries(),
-        }
-    }
-
-    fn apply(self, sign: i64) {
-        let slot = usize::from(self.tag);
-        let bytes = i64::try_from(self.bytes).unwrap_or(i64::MAX);
-        let entries = i64::try_from(self.entries).unwrap_or(i64::MAX);
-        if let (Some(keys), Some(memory)) = (KEYS.get(slot), MEMORY.get(slot)) {
-            keys.fetch_add(sign, Relaxed);
-            memory.fetch_add(sign.wrapping_mul(bytes), Relaxed);
-        }
-        if entries != 0 {
-            LOG_ENTRIES.fetch_add(sign.wrapping_mul(entries), Relaxed);
-        }
-    }
-}
-
-/// A limiter value now owned by Redis: stored by a command, loaded, or copied.
-pub fn limiter_created(limiter: &Limiter) {
-    Footprint::of(limiter).apply(1);
-}
-
-/// A limiter value Redis is freeing (any thread).
-pub fn limiter_freed(limiter: &Limiter) {
-    Footprint::of(limiter).apply(-1);
-}
-
-/// A value Redis owns was changed in place; `before` is its footprint before the change.
-/// Unchanged footprints (most decisions: the state types have a fixed size) cost nothing.
-pub fn limiter_changed(before: Footprint, after: &Limiter) {
-    let after = Footprint::of(after);
-    if after != before {
-        before.apply(-1);
-        after.apply(1);
-    }
-}
-
-/// The gauges of one algorithm: (live keys, value memory in bytes).
-pub fn algorithm_gauges(tag: u8) -> (i64, i64) {
-    let slot = usize::from(tag);
-    match (KEYS.get(slot), MEMORY.get(slot)) {
-        (Some(k), Some(m)) => (k.load(Relaxed), m.load(Relaxed)),
-        _ => (0, 0),
-    }
-}
-
-pub fn log_entries() -> i64 {
-    LOG_ENTRIES.load(Relaxed)
 }
 
 // ---- INFO and CONFIG RESETSTAT ------------------------------------------------------------
@@ -308,11 +225,7 @@ pub fn info_fields() -> Vec<(String, i64)> {
         "max_log_entries".into(),
         crate::MAX_LOG_ENTRIES.load(Relaxed),
     ));
-    for (index, spec) in COMMANDS.iter().enumerate() {
-        if !crate::command::throttle::registered(spec) {
-            continue;
-        }
-        let name = spec.name;
+    for &(index, name) in COMMANDS.get().map_or(&[][..], Vec::as_slice) {
         let prefix = field_prefix(name);
         let s = command_stats(index);
         for (what, n) in [
@@ -413,8 +326,6 @@ unsafe extern "C" fn command_filter(fctx: *mut raw::RedisModuleCommandFilterCtx)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::{sliding_log::SlidingLog, Algorithm, Policy};
-    use crate::state::AlgoState;
 
     /// The last slot: no command of the table uses it, so no other test moves it.
     const SLOT: usize = MAX_COMMANDS - 1;
@@ -422,17 +333,17 @@ mod tests {
     #[test]
     fn calls_are_counted_by_their_reply_and_what_the_handler_noted() {
         let before = command_stats(SLOT);
-        record(SLOT, &Ok(Reply::Decision([1, 10, 9, -1, 100])));
-        record(SLOT, &Ok(Reply::Decision([0, 10, 0, 100, 1000])));
-        record(SLOT, &Ok(Reply::Nested([1, 10, 9, -1, 100], Vec::new())));
-        record(SLOT, &Ok(Reply::Integers(vec![0, 1, 0, 5, 5, 0])));
+        record(SLOT, Outcome::Admitted);
+        record(SLOT, Outcome::Denied);
+        record(SLOT, Outcome::Admitted);
+        record(SLOT, Outcome::Denied);
         note(Outcome::Peek);
-        record(SLOT, &Ok(Reply::Decision([1, 10, 9, -1, 100])));
+        record(SLOT, Outcome::Admitted);
         note(Outcome::Peek);
-        record(SLOT, &Err(Error::Internal));
+        record(SLOT, Outcome::Error);
         // The note does not outlive the call it was made in.
-        record(SLOT, &Ok(Reply::Ok));
-        record(SLOT, &Ok(Reply::Null));
+        record(SLOT, Outcome::Call);
+        record(SLOT, Outcome::Call);
         let after = command_stats(SLOT);
         assert_eq!(
             (
@@ -445,42 +356,6 @@ mod tests {
             (2, 2, 1, 2, 1)
         );
         // Out of range: ignored, never a panic.
-        record(MAX_COMMANDS + 5, &Ok(Reply::Ok));
-    }
-
-    #[test]
-    fn gauges_follow_a_value_changed_in_place() {
-        let p = Policy::new(10, 1000, 10).unwrap();
-        let t0 = crate::algo::props::T0;
-        let log = |costs: &[u64]| {
-            let mut state: Option<SlidingLog> = None;
-            for (i, &c) in costs.iter().enumerate() {
-                state = SlidingLog::check(state.as_ref(), &p, t0 + i as u64, c)
-                    .next
-                    .or(state);
-            }
-            Limiter {
-                policy: p,
-                state: AlgoState::SlidingLog(state.unwrap()),
-            }
-        };
-        let tag = 3;
-        let (keys, memory) = algorithm_gauges(tag);
-        let entries = log_entries();
-        let mut l = log(&[1, 1]);
-        limiter_created(&l);
-        // 48 bytes of Limiter, and the log's heap: 3 header words and a ring of 2 slots.
-        assert_eq!(algorithm_gauges(tag), (keys + 1, memory + 48 + 8 * (3 + 2)));
-        assert_eq!(log_entries(), entries + 2);
-        let before = Footprint::of(&l);
-        l = log(&[1, 1, 1, 1]);
-        limiter_changed(before, &l);
-        assert_eq!(algorithm_gauges(tag), (keys + 1, memory + 48 + 8 * (3 + 4)));
-        assert_eq!(log_entries(), entries + 4);
-        limiter_freed(&l);
-        assert_eq!(algorithm_gauges(tag), (keys, memory));
-        assert_eq!(log_entries(), entries);
-        assert_eq!(algorithm_name(tag), "sliding_log");
-        assert_eq!(algorithm_name(200), "unknown");
+        record(MAX_COMMANDS + 5, Outcome::Call);
     }
 }

@@ -610,7 +610,7 @@ extern "C" fn dispatch<const I: usize>(
         ctx.log_warning(&format!("panic caught in {}: {why}", spec.name));
         Err(Error::Internal)
     });
-    metrics::record(I, &reply);
+    metrics::record(I, super::Reply::outcome(&reply));
     ctx.reply(reply);
     raw::Status::Ok as c_int
 }
@@ -672,11 +672,14 @@ pub fn set_module_options(ctx: &Context) {
 /// `COMMAND INFO`, `COMMAND GETKEYSANDFLAGS` and cluster clients see it right.
 pub fn register_all(ctx: &Context) -> Result<(), String> {
     crate::server::add_acl_category(ctx);
-    for (spec, handler) in COMMANDS.iter().zip(DISPATCHERS) {
+    let mut registered = Vec::with_capacity(COMMANDS.len());
+    for (index, (spec, handler)) in COMMANDS.iter().zip(DISPATCHERS).enumerate() {
         if super::throttle::registered(spec) {
             register(ctx.ctx, spec, handler).map_err(|e| super::throttle::explain(spec, e))?;
+            registered.push((index, spec.name));
         }
     }
+    metrics::set_commands(registered);
     Ok(())
 }
 

@@ -21,6 +21,7 @@ use redis_module::commands::{BeginSearch, FindKeys, KeySpec, KeySpecFlags};
 
 use crate::algo::{ms_ceil, Decision};
 use crate::error::Error;
+use crate::metrics;
 pub use ffi::{Args, Ctx, RString};
 
 /// What a command answers.
@@ -55,6 +56,24 @@ pub fn fields(d: &Decision) -> [i64; 5] {
 impl Reply {
     pub fn decision(d: &Decision) -> Reply {
         Reply::Decision(fields(d))
+    }
+
+    /// What a reply says of the call, for its counters (a handler may say more, see
+    /// `metrics::note`): a decision by its field 1 (admitted when above 0), anything else a call.
+    pub fn outcome(reply: &Result<Reply, Error>) -> metrics::Outcome {
+        let allowed = |first: Option<&i64>| {
+            if first.is_some_and(|&n| n > 0) {
+                metrics::Outcome::Admitted
+            } else {
+                metrics::Outcome::Denied
+            }
+        };
+        match reply {
+            Err(_) => metrics::Outcome::Error,
+            Ok(Reply::Decision(f) | Reply::Nested(f, _)) => allowed(f.first()),
+            Ok(Reply::Integers(v)) => allowed(v.first()),
+            Ok(_) => metrics::Outcome::Call,
+        }
     }
 }
 

@@ -85,7 +85,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
             Ok(limiter) => {
                 // Every value loaded is later freed through `free`: a discarded temporary
                 // database (diskless load) and an expired key on load included.
-                crate::metrics::limiter_created(&limiter);
+                super::gauges::limiter_created(&limiter);
                 Box::into_raw(Box::new(limiter)).cast()
             }
             Err(_) => std::ptr::null_mut(),
@@ -164,7 +164,7 @@ unsafe extern "C" fn free(value: *mut c_void) {
         if !value.is_null() {
             // SAFETY: the pointer came from `Box::into_raw` and Redis hands it back once.
             let limiter = Box::from_raw(value.cast::<Limiter>());
-            crate::metrics::limiter_freed(&limiter);
+            super::gauges::limiter_freed(&limiter);
             drop(limiter);
         }
     })
@@ -183,7 +183,7 @@ unsafe extern "C" fn copy(
             .cast::<Limiter>()
             .as_ref()
             .map_or(std::ptr::null_mut(), |l| {
-                crate::metrics::limiter_created(l);
+                super::gauges::limiter_created(l);
                 Box::into_raw(Box::new(l.clone())).cast()
             })
     })
