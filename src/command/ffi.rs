@@ -10,19 +10,19 @@
 use std::ffi::{c_int, c_void, CStr, CString};
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::OnceLock;
 
-use redis_module::commands::get_redis_key_spec;
+use redis_module::commands::{get_redis_key_spec, KeySpec};
 use redis_module::{raw, Context};
 
-use super::{Keys, Reply, Spec, COMMANDS};
 use crate::error::Error;
-use crate::metrics;
-use crate::state::{self, Limiter};
+use crate::state::{self, gauges, Limiter};
 
-/// The context of the command being run. Only `dispatch` makes one.
+/// The context of the command being run. Only the entry points make one.
 pub struct Ctx {
     ptr: *mut raw::RedisModuleCtx,
-    spec: &'static Spec,
+    name: &'static str,
+    event: &'static CStr,
 }
 
 /// A Redis string that Redis owns (an argument), valid for the command's run `'a`.
@@ -42,13 +42,13 @@ pub struct Args<'a> {
 impl Ctx {
     /// # Safety
     /// `ptr` is the context Redis handed to the command being run.
-    pub(super) unsafe fn new(ptr: *mut raw::RedisModuleCtx, spec: &'static Spec) -> Ctx {
-        Ctx { ptr, spec }
+    unsafe fn new(ptr: *mut raw::RedisModuleCtx, name: &'static str, event: &'static CStr) -> Ctx {
+        Ctx { ptr, name, event }
     }
 
-    /// The row of the command table being run.
-    pub fn spec(&self) -> &'static Spec {
-        self.spec
+    /// The name of the command being run.
+    pub fn name(&self) -> &'static str {
+        self.name
     }
 
     /// Replicas never decide: a write from anyone but the master's replication stream (or a
@@ -60,9 +60,7 @@ impl Ctx {
         let replica = flags & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0;
         let allowed = raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING;
         if replica && flags & allowed == 0 {
-            return Err(Error::Replica {
-                command: self.spec.name,
-            });
+            return Err(Error::Replica { command: self.name });
         }
         Ok(())
     }
@@ -172,7 +170,7 @@ impl Ctx {
     /// off Redis's implicit signal on every closed write-opened key, so denials, peeks and errors
     /// signal nothing.
     pub fn changed(&self, key: RString<'_>) {
-        let event = self.spec.event;
+        let event = self.event;
         // SAFETY: live context and key name; both functions exist since Redis 6.0.
         unsafe {
             if let Some(signal) = raw::RedisModule_SignalModifiedKey {
@@ -193,104 +191,87 @@ impl Ctx {
         log(self.ptr, msg);
     }
 
-    /// Sends the reply (or the error) to the client.
-    pub(super) fn reply(&self, reply: Result<Reply, Error>) {
-        let ctx = self.ptr;
-        // SAFETY: ctx is the live context of this command; the API pointers used here exist in
-        // every Redis version the module loads on (checked at load by `api_present`).
+    /// Replies with an array of `len` elements (the elements follow).
+    pub fn reply_array(&self, len: usize) {
+        // SAFETY: live context; the function exists (checked at load).
         unsafe {
-            let (Some(array), Some(int), Some(null), Some(simple)) = (
-                raw::RedisModule_ReplyWithArray,
-                raw::RedisModule_ReplyWithLongLong,
-                raw::RedisModule_ReplyWithNull,
-                raw::RedisModule_ReplyWithSimpleString,
-            ) else {
+            if let Some(array) = raw::RedisModule_ReplyWithArray {
+                array(self.ptr, c_long(len));
+            }
+        }
+    }
+
+    /// Replies with a map of `len` pairs in RESP3, a flat array of 2·len elements in RESP2.
+    pub fn reply_map(&self, len: usize) {
+        // SAFETY: live context; ReplyWithMap turns into an array for a RESP2 client.
+        unsafe {
+            match raw::RedisModule_ReplyWithMap {
+                Some(map) => {
+                    map(self.ptr, c_long(len));
+                }
+                None => self.reply_array(2 * len),
+            }
+        }
+    }
+
+    pub fn reply_int(&self, n: i64) {
+        // SAFETY: live context; the function exists (checked at load).
+        unsafe {
+            if let Some(int) = raw::RedisModule_ReplyWithLongLong {
+                int(self.ptr, n);
+            }
+        }
+    }
+
+    /// A short name or text as a bulk string.
+    pub fn reply_text(&self, s: &str) {
+        // SAFETY: live context; the buffer outlives the call, which copies it.
+        unsafe {
+            if let Some(bulk) = raw::RedisModule_ReplyWithStringBuffer {
+                bulk(self.ptr, s.as_ptr().cast(), s.len());
+            }
+        }
+    }
+
+    pub fn reply_null(&self) {
+        // SAFETY: live context; the function exists (checked at load).
+        unsafe {
+            if let Some(null) = raw::RedisModule_ReplyWithNull {
+                null(self.ptr);
+            }
+        }
+    }
+
+    pub fn reply_ok(&self) {
+        // SAFETY: live context; the function exists (checked at load).
+        unsafe {
+            if let Some(simple) = raw::RedisModule_ReplyWithSimpleString {
+                simple(self.ptr, c"OK".as_ptr());
+            }
+        }
+    }
+
+    /// Replies with the error: Redis's own arity error, or the error's text.
+    pub fn reply_error(&self, e: &Error) {
+        // SAFETY: live context; the C string outlives the call, which copies it.
+        unsafe {
+            if let Error::WrongArity = e {
+                if let Some(wrong_arity) = raw::RedisModule_WrongArity {
+                    wrong_arity(self.ptr);
+                }
                 return;
-            };
-            match reply {
-                Ok(Reply::Integers(fields)) => {
-                    array(ctx, fields.len() as _);
-                    for f in fields {
-                        int(ctx, f);
-                    }
-                }
-                Ok(Reply::Decision(fields)) => {
-                    array(ctx, 5);
-                    for f in fields {
-                        int(ctx, f);
-                    }
-                }
-                Ok(Reply::Nested(first, rest)) => {
-                    array(ctx, (1 + rest.len()) as _);
-                    array(ctx, 5);
-                    for f in first {
-                        int(ctx, f);
-                    }
-                    for fields in rest {
-                        array(ctx, 5);
-                        for f in fields {
-                            int(ctx, f);
-                        }
-                    }
-                }
-                Ok(Reply::Map(fields)) => {
-                    let map = raw::RedisModule_ReplyWithMap;
-                    match map {
-                        Some(map) => map(ctx, fields.len() as _),
-                        None => array(ctx, (2 * fields.len()) as _),
-                    };
-                    for (name, value) in fields {
-                        simple_or_bulk(ctx, name);
-                        match value {
-                            Field::Int(n) => int(ctx, n),
-                            Field::Text(t) => {
-                                simple_or_bulk(ctx, t);
-                                0
-                            }
-                            Field::Null => null(ctx),
-                        };
-                    }
-                }
-                Ok(Reply::Integer(n)) => {
-                    int(ctx, n);
-                }
-                Ok(Reply::Ok) => {
-                    simple(ctx, c"OK".as_ptr());
-                }
-                Ok(Reply::Null) => {
-                    null(ctx);
-                }
-                Err(Error::WrongArity) => {
-                    if let Some(wrong_arity) = raw::RedisModule_WrongArity {
-                        wrong_arity(ctx);
-                    }
-                }
-                Err(e) => {
-                    let text = CString::new(e.to_string().replace('\0', "?")).unwrap_or_default();
-                    if let Some(error) = raw::RedisModule_ReplyWithError {
-                        error(ctx, text.as_ptr());
-                    }
-                }
+            }
+            let text = CString::new(e.to_string().replace('\0', "?")).unwrap_or_default();
+            if let Some(error) = raw::RedisModule_ReplyWithError {
+                error(self.ptr, text.as_ptr());
             }
         }
     }
 }
 
-/// A value in a map reply (`RL.INSPECT`).
-pub enum Field {
-    Int(i64),
-    Text(&'static str),
-    Null,
-}
-
-/// A short name or text as a bulk string.
-///
-/// # Safety
-/// `ctx` is a live command context.
-unsafe fn simple_or_bulk(ctx: *mut raw::RedisModuleCtx, s: &str) {
-    if let Some(bulk) = raw::RedisModule_ReplyWithStringBuffer {
-        bulk(ctx, s.as_ptr().cast(), s.len());
-    }
+/// A length as the C API's `long`.
+fn c_long(len: usize) -> std::ffi::c_long {
+    std::ffi::c_long::try_from(len).unwrap_or(std::ffi::c_long::MAX)
 }
 
 /// Logs at warning level.
@@ -326,7 +307,7 @@ impl<'a> RString<'a> {
 impl<'a> Args<'a> {
     /// # Safety
     /// `argv` holds `argc` argument pointers that Redis keeps alive for the command's run `'a`.
-    pub(super) unsafe fn new(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> Args<'a> {
+    unsafe fn new(argv: *mut *mut raw::RedisModuleString, argc: c_int) -> Args<'a> {
         let argc = usize::try_from(argc).unwrap_or(0);
         let argv = if argv.is_null() || argc == 0 {
             &[]
@@ -470,9 +451,9 @@ impl Key<'_> {
         // SAFETY: `held` is the value of this key, found by `held()` while the key is open, and
         // nothing replaced it since: every replacement goes through this function.
         if let Some(stored) = unsafe { self.held.as_mut() } {
-            let before = metrics::Footprint::of(stored);
+            let before = gauges::Footprint::of(stored);
             *stored = limiter;
-            metrics::limiter_changed(before, stored);
+            gauges::limiter_changed(before, stored);
             return Ok(stored);
         }
         let value = Box::into_raw(Box::new(limiter));
@@ -491,7 +472,7 @@ impl Key<'_> {
         self.held = value;
         // SAFETY: Redis owns `value` now and keeps it alive while the key is open and unchanged.
         let stored = unsafe { value.as_mut() }.ok_or(Error::Internal)?;
-        metrics::limiter_created(stored);
+        gauges::limiter_created(stored);
         Ok(stored)
     }
 
@@ -582,67 +563,79 @@ pub fn api_present() -> bool {
     )
 }
 
-/// The C entry point of the command at `COMMANDS[I]`. A panic never crosses it: it becomes
-/// `ERR internal error` and a log line, and the server keeps running.
-extern "C" fn dispatch<const I: usize>(
+/// What the entry points call: installed once at load by the command layer (`dispatch`), so
+/// this file knows nothing of the command table.
+pub struct Router {
+    /// The name and keyspace event of the command at a position of the table.
+    pub command: fn(usize) -> Option<(&'static str, &'static CStr)>,
+    /// Runs the command at a position: everything between Redis's call and the reply.
+    pub run: fn(usize, &Ctx, Args<'_>),
+    /// Answers for the command at a position whose run panicked.
+    pub panicked: fn(usize, &Ctx),
+}
+
+static ROUTER: OnceLock<Router> = OnceLock::new();
+
+/// Installs the router (once, at load).
+pub fn route(router: Router) {
+    let _ = ROUTER.set(router);
+}
+
+/// The C entry point of the command at position `I` of the table. A panic never crosses it: it
+/// is logged and answered (`ERR internal error`), and the server keeps running.
+extern "C" fn entry<const I: usize>(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
 ) -> c_int {
-    let Some(spec) = COMMANDS.get(I) else {
+    let Some(router) = ROUTER.get() else {
+        return raw::Status::Err as c_int;
+    };
+    let Some((name, event)) = (router.command)(I) else {
         return raw::Status::Err as c_int;
     };
     // SAFETY: Redis calls a command with its live context and argc argument strings.
-    let (ctx, args) = unsafe { (Ctx::new(ctx, spec), Args::new(argv, argc)) };
-    if spec.keys == Keys::NumKeys && ctx.keys_position_request() {
-        for pos in super::all::key_positions(args) {
-            ctx.key_at(pos);
-        }
-        return raw::Status::Ok as c_int;
-    }
-    let result = catch_unwind(AssertUnwindSafe(|| super::run(spec, &ctx, args)));
-    let reply = result.unwrap_or_else(|panic| {
+    let (ctx, args) = unsafe { (Ctx::new(ctx, name, event), Args::new(argv, argc)) };
+    if let Err(panic) = catch_unwind(AssertUnwindSafe(|| (router.run)(I, &ctx, args))) {
         let why = panic
             .downcast_ref::<&str>()
             .map(|s| s.to_string())
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_default();
-        ctx.log_warning(&format!("panic caught in {}: {why}", spec.name));
-        Err(Error::Internal)
-    });
-    metrics::record(I, super::Reply::outcome(&reply));
-    ctx.reply(reply);
+        ctx.log_warning(&format!("panic caught in {name}: {why}"));
+        (router.panicked)(I, &ctx);
+    }
     raw::Status::Ok as c_int
 }
 
-/// One entry point per row of the command table (a C function cannot carry the row it serves).
-const DISPATCHERS: [raw::RedisModuleCmdFunc; 24] = [
-    Some(dispatch::<0>),
-    Some(dispatch::<1>),
-    Some(dispatch::<2>),
-    Some(dispatch::<3>),
-    Some(dispatch::<4>),
-    Some(dispatch::<5>),
-    Some(dispatch::<6>),
-    Some(dispatch::<7>),
-    Some(dispatch::<8>),
-    Some(dispatch::<9>),
-    Some(dispatch::<10>),
-    Some(dispatch::<11>),
-    Some(dispatch::<12>),
-    Some(dispatch::<13>),
-    Some(dispatch::<14>),
-    Some(dispatch::<15>),
-    Some(dispatch::<16>),
-    Some(dispatch::<17>),
-    Some(dispatch::<18>),
-    Some(dispatch::<19>),
-    Some(dispatch::<20>),
-    Some(dispatch::<21>),
-    Some(dispatch::<22>),
-    Some(dispatch::<23>),
+/// One entry point per position of the command table (a C function cannot carry the row it
+/// serves).
+pub const ENTRIES: [raw::RedisModuleCmdFunc; 24] = [
+    Some(entry::<0>),
+    Some(entry::<1>),
+    Some(entry::<2>),
+    Some(entry::<3>),
+    Some(entry::<4>),
+    Some(entry::<5>),
+    Some(entry::<6>),
+    Some(entry::<7>),
+    Some(entry::<8>),
+    Some(entry::<9>),
+    Some(entry::<10>),
+    Some(entry::<11>),
+    Some(entry::<12>),
+    Some(entry::<13>),
+    Some(entry::<14>),
+    Some(entry::<15>),
+    Some(entry::<16>),
+    Some(entry::<17>),
+    Some(entry::<18>),
+    Some(entry::<19>),
+    Some(entry::<20>),
+    Some(entry::<21>),
+    Some(entry::<22>),
+    Some(entry::<23>),
 ];
-const _: () = assert!(COMMANDS.len() <= DISPATCHERS.len());
 
 /// Module-wide options, set at load: loading garbage fails the load (`RESTORE` says "Bad data
 /// format") instead of exiting, and a write-opened key is not signalled as modified when it is
@@ -668,33 +661,32 @@ pub fn set_module_options(ctx: &Context) {
     }
 }
 
-/// Registers every command of the table, then its arity, summary and key spec so that
-/// `COMMAND INFO`, `COMMAND GETKEYSANDFLAGS` and cluster clients see it right.
-pub fn register_all(ctx: &Context) -> Result<(), String> {
-    crate::server::add_acl_category(ctx);
-    let mut registered = Vec::with_capacity(COMMANDS.len());
-    for (index, (spec, handler)) in COMMANDS.iter().zip(DISPATCHERS).enumerate() {
-        if super::throttle::registered(spec) {
-            register(ctx.ctx, spec, handler).map_err(|e| super::throttle::explain(spec, e))?;
-            registered.push((index, spec.name));
-        }
-    }
-    metrics::set_commands(registered);
-    Ok(())
+/// A command as Redis registers it (see `RedisModule_CreateCommand`/`SetCommandInfo`).
+pub struct Registration {
+    pub name: &'static str,
+    /// Command flags, e.g. `write deny-oom fast getkeys-api`.
+    pub flags: String,
+    pub arity: i32,
+    /// The legacy (first, last, step) key range.
+    pub range: (c_int, c_int, c_int),
+    pub key_spec: Option<KeySpec>,
+    pub summary: &'static str,
+    /// ACL categories, where the server has them for module commands (7.2+).
+    pub acl: Option<CString>,
+    pub entry: raw::RedisModuleCmdFunc,
 }
 
-fn register(
-    ctx: *mut raw::RedisModuleCtx,
-    spec: &Spec,
-    handler: raw::RedisModuleCmdFunc,
-) -> Result<(), String> {
-    let name = CString::new(spec.name).map_err(|e| e.to_string())?;
-    let flags = CString::new(format!("{}{}", spec.flags, spec.keys.extra_flags()))
-        .map_err(|e| e.to_string())?;
-    let summary = CString::new(spec.summary).map_err(|e| e.to_string())?;
-    let fail = || format!("cannot register {}", spec.name);
-    let (first, last, step) = spec.keys.legacy_range();
-    let mut key_specs = get_redis_key_spec(spec.keys.key_spec().into_iter().collect());
+/// Registers a command, then its arity, summary, key spec and ACL categories so that `COMMAND
+/// INFO`, `COMMAND GETKEYSANDFLAGS`, ACL and cluster clients see it right.
+pub fn register(ctx: &Context, r: Registration) -> Result<(), String> {
+    let ctx = ctx.ctx;
+    let name = CString::new(r.name).map_err(|e| e.to_string())?;
+    let flags = CString::new(r.flags).map_err(|e| e.to_string())?;
+    let summary = CString::new(r.summary).map_err(|e| e.to_string())?;
+    let fail = || format!("cannot register {}", r.name);
+    let (first, last, step) = r.range;
+    let has_keys = r.key_spec.is_some();
+    let mut key_specs = get_redis_key_spec(r.key_spec.into_iter().collect());
     let version = raw::RedisModuleCommandInfoVersion {
         version: 1,
         sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
@@ -708,7 +700,7 @@ fn register(
         if create(
             ctx,
             name.as_ptr(),
-            handler,
+            r.entry,
             flags.as_ptr(),
             first,
             last,
@@ -728,28 +720,28 @@ fn register(
             since: c"0.1.0".as_ptr(),
             history: std::ptr::null_mut(),
             tips: std::ptr::null(),
-            arity: spec.arity,
-            key_specs: if spec.keys == Keys::None {
-                std::ptr::null_mut()
-            } else {
+            arity: r.arity,
+            key_specs: if has_keys {
                 key_specs.as_mut_ptr()
+            } else {
+                std::ptr::null_mut()
             },
             args: std::ptr::null_mut(),
         };
         if raw::RedisModule_SetCommandInfo.ok_or_else(fail)?(command, &info)
             != raw::Status::Ok as c_int
         {
-            return Err(format!("cannot set the command info of {}", spec.name));
+            return Err(format!("cannot set the command info of {}", r.name));
         }
         // Redis 7.2+ and Valkey; absent on 7.0, where module commands have no categories.
-        if let (Some(set_acl), Some(categories)) = (
-            raw::RedisModule_SetCommandACLCategories,
-            crate::server::acl_categories(spec.acl),
-        ) {
+        if let (Some(set_acl), Some(categories)) =
+            (raw::RedisModule_SetCommandACLCategories, r.acl.as_ref())
+        {
             if set_acl(command, categories.as_ptr()) != raw::Status::Ok as c_int {
                 return Err(format!(
                     "cannot set the ACL categories '{}' of {}",
-                    spec.acl, spec.name
+                    categories.to_string_lossy(),
+                    r.name
                 ));
             }
         }

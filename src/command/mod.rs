@@ -5,6 +5,7 @@
 pub mod all;
 pub mod args;
 pub mod debug;
+pub mod dispatch;
 pub mod effect;
 pub mod ffi;
 pub mod inspect;
@@ -33,10 +34,17 @@ pub enum Reply {
     /// The combined decision, then one decision per limiter (`RL.ALL`).
     Nested([i64; 5], Vec<[i64; 5]>),
     /// Named fields: a map in RESP3, a flat name-value array in RESP2 (`RL.INSPECT`).
-    Map(Vec<(&'static str, ffi::Field)>),
+    Map(Vec<(&'static str, Field)>),
     Ok,
     Integer(i64),
     /// Nil: the key does not exist.
+    Null,
+}
+
+/// A value in a map reply (`RL.INSPECT`).
+pub enum Field {
+    Int(i64),
+    Text(&'static str),
     Null,
 }
 
@@ -162,6 +170,17 @@ pub struct Spec {
     /// if it only reads); an operator-only one is in `dangerous` and never in `ratelimit`.
     pub acl: &'static str,
     pub handler: Handler,
+    /// Where the keys are, for a command whose keys Redis cannot find from a fixed range (a
+    /// numkeys command answers Redis's keys-position requests: see `Keys::NumKeys`).
+    pub key_positions: Option<fn(Args<'_>) -> std::ops::Range<usize>>,
+    /// Registered only when this says so (`CL.THROTTLE`, with `CELL-COMPAT yes`).
+    pub condition: Option<Condition>,
+}
+
+/// When a row of the table is registered, and how a failure to register it is explained.
+pub struct Condition {
+    pub registered: fn() -> bool,
+    pub explain: fn(String) -> String,
 }
 
 const WRITE: &str = "write deny-oom fast";
@@ -183,6 +202,8 @@ macro_rules! algorithm_row {
             event: $event,
             acl: GATEWAY,
             handler: limit::request::<$state>,
+            key_positions: None,
+            condition: None,
         }
     };
     (shaper, $state:ty, $word:literal, $event:literal, $summary:literal) => {
@@ -195,6 +216,8 @@ macro_rules! algorithm_row {
             event: $event,
             acl: GATEWAY,
             handler: shape::shape,
+            key_positions: None,
+            condition: None,
         }
     };
 }
@@ -214,6 +237,8 @@ macro_rules! command_table {
         event: c"rl.lease",
         acl: GATEWAY,
         handler: limit::lease,
+        key_positions: None,
+        condition: None,
     },
     Spec {
         name: "RL.REFUND",
@@ -224,6 +249,8 @@ macro_rules! command_table {
         event: c"rl.refund",
         acl: GATEWAY,
         handler: refund::refund,
+        key_positions: None,
+        condition: None,
     },
     Spec {
         name: "RL.ALL",
@@ -234,6 +261,8 @@ macro_rules! command_table {
         event: c"rl.all",
         acl: GATEWAY,
         handler: all::all,
+        key_positions: Some(all::key_positions),
+        condition: None,
     },
     Spec {
         name: "RL.THROTTLE",
@@ -244,6 +273,8 @@ macro_rules! command_table {
         event: c"rl.throttle",
         acl: GATEWAY,
         handler: throttle::throttle,
+        key_positions: None,
+        condition: None,
     },
     Spec {
         name: throttle::CL_THROTTLE,
@@ -254,6 +285,11 @@ macro_rules! command_table {
         event: c"cl.throttle",
         acl: GATEWAY,
         handler: throttle::throttle,
+        key_positions: None,
+        condition: Some(Condition {
+            registered: throttle::cell_compat,
+            explain: throttle::explain,
+        }),
     },
     Spec {
         name: "RL.PEEK",
@@ -264,6 +300,8 @@ macro_rules! command_table {
         event: c"rl.peek",
         acl: GATEWAY_READ,
         handler: peek::peek,
+        key_positions: None,
+        condition: None,
     },
     Spec {
         name: "RL.INSPECT",
@@ -274,6 +312,8 @@ macro_rules! command_table {
         event: c"rl.inspect",
         acl: GATEWAY_READ,
         handler: inspect::inspect,
+        key_positions: None,
+        condition: None,
     },
     Spec {
         name: "RL.SETSTATE",
@@ -285,6 +325,8 @@ macro_rules! command_table {
         event: c"rl.setstate",
         acl: "write slow dangerous",
         handler: setstate::set_state,
+        key_positions: None,
+        condition: None,
     },
     Spec {
         name: "RL.DEBUG",
@@ -295,17 +337,11 @@ macro_rules! command_table {
         event: c"rl.debug",
         acl: "admin dangerous fast",
         handler: debug::debug,
+        key_positions: None,
+        condition: None,
     },
         ];
     };
 }
 
 crate::algo::registry!(command_table);
-
-/// Runs one command of the table (behind the panic guard of `ffi::dispatch`).
-fn run(spec: &Spec, ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
-    if spec.flags.starts_with("write") {
-        ctx.refuse_on_replica()?;
-    }
-    (spec.handler)(ctx, args)
-}

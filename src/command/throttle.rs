@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::args::parse_u64;
 use super::ffi::Held;
 use super::limit::{of, store};
-use super::{effect, Args, Ctx, RString, Reply, Spec};
+use super::{effect, Args, Ctx, RString, Reply};
 use crate::algo::gcra::{self, Gcra};
 use crate::algo::{Algorithm, Decision, Policy, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::clock;
@@ -54,22 +54,14 @@ pub const CL_THROTTLE: &str = "CL.THROTTLE";
 /// adopt the keys redis-cell wrote.
 pub static CELL_COMPAT: AtomicBool = AtomicBool::new(false);
 
-fn cell_compat() -> bool {
+pub fn cell_compat() -> bool {
     CELL_COMPAT.load(Ordering::Relaxed)
 }
 
 /// Whether a row of the command table is registered: all but `CL.THROTTLE` outside compat mode.
-pub fn registered(spec: &Spec) -> bool {
-    spec.name != CL_THROTTLE || cell_compat()
-}
-
-/// A registration failure, explained where the likely cause is another module.
-pub fn explain(spec: &Spec, e: String) -> String {
-    if spec.name == CL_THROTTLE {
-        format!("{e}: CELL-COMPAT yes needs the name CL.THROTTLE, and another module (redis-cell?) already owns it; unload it, or load this module without CELL-COMPAT and call RL.THROTTLE")
-    } else {
-        e
-    }
+/// Why `CL.THROTTLE` could not be registered: the likely cause is another module.
+pub fn explain(e: String) -> String {
+    format!("{e}: CELL-COMPAT yes needs the name CL.THROTTLE, and another module (redis-cell?) already owns it; unload it, or load this module without CELL-COMPAT and call RL.THROTTLE")
 }
 
 /// `RL.THROTTLE` and, in compat mode, `CL.THROTTLE`.
@@ -173,7 +165,7 @@ fn from_stream(ctx: &Ctx, key: &[u8], policy: &Policy) -> Reply {
     if !WARNED.swap(true, Ordering::Relaxed) {
         ctx.log_warning(&format!(
             "{} for key '{}' came from the master or the AOF (redis-cell's stream): applied nothing, as for every later one; resync this server from the master (or rewrite the AOF under redis-cell) before switching, see docs/migrating-from-redis-cell.md",
-            ctx.spec().name,
+            ctx.name(),
             String::from_utf8_lossy(key)
         ));
     }
@@ -454,10 +446,16 @@ mod tests {
                 .unwrap()
         };
         let (cl, rl) = (row(CL_THROTTLE), row("RL.THROTTLE"));
+        let registered = |spec: &super::super::Spec| {
+            spec.condition
+                .as_ref()
+                .is_none_or(|condition| (condition.registered)())
+        };
         assert!(!registered(cl) && registered(rl));
         // A failed registration of CL.THROTTLE says why; any other is left as it is.
-        assert!(explain(cl, "cannot register CL.THROTTLE".into()).contains("another module"));
-        assert_eq!(explain(rl, "x".into()), "x");
+        let explain = cl.condition.as_ref().map(|c| c.explain).unwrap();
+        assert!(explain("cannot register CL.THROTTLE".into()).contains("another module"));
+        assert!(rl.condition.is_none());
     }
 
     #[test]

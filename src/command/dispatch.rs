@@ -1,0 +1,123 @@
+//! Between Redis's call and the reply: the router the entry points of `ffi` call (keys-position
+//! requests, replicas refusing writes, the handler, the counters, the reply), the reply rendered
+//! through `ffi`'s primitives, and the registration of the command table at load.
+
+use std::ffi::CStr;
+
+use redis_module::Context;
+
+use super::ffi::{self, Registration};
+use super::{Args, Ctx, Field, Reply, COMMANDS};
+use crate::error::Error;
+use crate::metrics;
+
+/// Registers every command of the table the server should have (a row's `condition` may leave
+/// it out: `CL.THROTTLE` without `CELL-COMPAT yes`), installs the router and tells `metrics` which
+/// commands INFO shows.
+pub fn register_all(ctx: &Context) -> Result<(), String> {
+    const _: () = assert!(COMMANDS.len() <= ffi::ENTRIES.len());
+    const _: () = assert!(COMMANDS.len() <= metrics::MAX_COMMANDS);
+    ffi::route(ffi::Router {
+        command,
+        run,
+        panicked,
+    });
+    crate::server::add_acl_category(ctx);
+    let mut registered = Vec::with_capacity(COMMANDS.len());
+    for (index, (spec, entry)) in COMMANDS.iter().zip(ffi::ENTRIES).enumerate() {
+        if let Some(condition) = &spec.condition {
+            if !(condition.registered)() {
+                continue;
+            }
+        }
+        let registration = Registration {
+            name: spec.name,
+            flags: format!("{}{}", spec.flags, spec.keys.extra_flags()),
+            arity: spec.arity,
+            range: spec.keys.legacy_range(),
+            key_spec: spec.keys.key_spec(),
+            summary: spec.summary,
+            acl: crate::server::acl_categories(spec.acl),
+            entry,
+        };
+        ffi::register(ctx, registration).map_err(|e| match &spec.condition {
+            Some(condition) => (condition.explain)(e),
+            None => e,
+        })?;
+        registered.push((index, spec.name));
+    }
+    metrics::set_commands(registered);
+    Ok(())
+}
+
+/// The name and keyspace event of the command at `index`.
+fn command(index: usize) -> Option<(&'static str, &'static CStr)> {
+    COMMANDS.get(index).map(|spec| (spec.name, spec.event))
+}
+
+/// Runs the command at `index`: answers a keys-position request from the row's
+/// `key_positions`, refuses a write on a replica, runs the handler, counts the call and replies.
+fn run(index: usize, ctx: &Ctx, args: Args<'_>) {
+    let Some(spec) = COMMANDS.get(index) else {
+        return;
+    };
+    if let Some(key_positions) = spec.key_positions {
+        if ctx.keys_position_request() {
+            for pos in key_positions(args) {
+                ctx.key_at(pos);
+            }
+            return;
+        }
+    }
+    let reply = match spec.flags.starts_with("write") {
+        true => ctx
+            .refuse_on_replica()
+            .and_then(|()| (spec.handler)(ctx, args)),
+        false => (spec.handler)(ctx, args),
+    };
+    metrics::record(index, Reply::outcome(&reply));
+    send(ctx, &reply);
+}
+
+/// A run that panicked: counted as an error, answered `ERR internal error`.
+fn panicked(index: usize, ctx: &Ctx) {
+    let reply = Err(Error::Internal);
+    metrics::record(index, Reply::outcome(&reply));
+    send(ctx, &reply);
+}
+
+/// Sends the reply (or the error) to the client.
+fn send(ctx: &Ctx, reply: &Result<Reply, Error>) {
+    let integers = |fields: &[i64]| {
+        ctx.reply_array(fields.len());
+        for &f in fields {
+            ctx.reply_int(f);
+        }
+    };
+    match reply {
+        Ok(Reply::Integers(fields)) => integers(fields),
+        Ok(Reply::Decision(fields)) => integers(fields),
+        Ok(Reply::Nested(first, rest)) => {
+            ctx.reply_array(1 + rest.len());
+            integers(first);
+            for fields in rest {
+                integers(fields);
+            }
+        }
+        Ok(Reply::Map(fields)) => {
+            ctx.reply_map(fields.len());
+            for (name, value) in fields {
+                ctx.reply_text(name);
+                match value {
+                    Field::Int(n) => ctx.reply_int(*n),
+                    Field::Text(t) => ctx.reply_text(t),
+                    Field::Null => ctx.reply_null(),
+                }
+            }
+        }
+        Ok(Reply::Integer(n)) => ctx.reply_int(*n),
+        Ok(Reply::Ok) => ctx.reply_ok(),
+        Ok(Reply::Null) => ctx.reply_null(),
+        Err(e) => ctx.reply_error(e),
+    }
+}
