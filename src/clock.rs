@@ -3,7 +3,6 @@
 //! Commands read `now_ns()` once and pass it down. The debug clock exists only when the module
 //! was loaded with `DEBUG-CLOCK yes`; it cannot be switched on at run time.
 
-use redis_module::raw;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::algo::ms_to_ns;
@@ -37,36 +36,15 @@ pub fn now_ns() -> u64 {
 /// server also uses for key expiry there. A script running past `busy-reply-threshold` may see
 /// it move forwards (the server refreshes it while serving other clients); never backwards.
 fn server_now_ns() -> u64 {
-    // SAFETY: the API pointers are filled once at module load and never change afterwards.
-    unsafe {
-        if let Some(cached) = raw::RedisModule_CachedMicroseconds {
-            return u64::try_from(cached()).unwrap_or(0).saturating_mul(1_000);
-        }
-        if let Some(micros) = raw::RedisModule_Microseconds {
-            return u64::try_from(micros()).unwrap_or(0).saturating_mul(1_000);
-        }
-        if let Some(millis) = raw::RedisModule_Milliseconds {
-            return ms_to_ns(u64::try_from(millis()).unwrap_or(0));
-        }
-    }
-    0
+    crate::command::ffi::server_clock_ns()
 }
 
 /// Which server clock `now_ns` reads, for the load log line.
 pub fn source() -> &'static str {
-    // SAFETY: copies function pointers filled at load (no reference to the statics).
-    let (cached, micros) = unsafe {
-        (
-            raw::RedisModule_CachedMicroseconds,
-            raw::RedisModule_Microseconds,
-        )
-    };
-    if cached.is_some() {
-        "µs (CachedMicroseconds)"
-    } else if micros.is_some() {
-        "µs (Microseconds)"
-    } else {
-        "ms (Milliseconds)"
+    match crate::command::ffi::server_clock_kind() {
+        "cached-us" => "µs (CachedMicroseconds)",
+        "us" => "µs (Microseconds)",
+        _ => "ms (Milliseconds)",
     }
 }
 

@@ -2,6 +2,11 @@
 //! clock and replicated as effects. This file registers the module: its data type, configuration
 //! and load arguments; the commands are the table in `command`. Everything else lives in `algo` (pure), `command` (glue), `state`
 //! (stored format) and `clock`.
+//!
+//! `unsafe` lives in two places only: `command::ffi` (every call into Redis's C API) and
+//! `state::rdb` (the data type's callbacks, which Redis calls with raw pointers). Inside an
+//! `unsafe fn` every unsafe operation still needs its own block and SAFETY comment.
+#![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod algo;
 pub mod clock;

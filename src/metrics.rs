@@ -12,13 +12,13 @@
 //! `rdb_save` and the AOF rewrite run in a fork child: nothing there touches the parent's numbers.
 //!
 //! `CONFIG RESETSTAT` resets the counters, not the gauges, as Redis does for its own statistics.
-//! Redis has no server event for it (7.0 through 7.4), so a command filter watches for it.
+//! Redis has no server event for it (7.0 through 7.4), so a command filter watches for it
+//! (`ffi::register_info`).
 
 use std::cell::Cell;
-use std::ffi::{c_int, CString};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use redis_module::{raw, Context};
+use redis_module::Context;
 
 pub use crate::state::gauges::{
     algorithm_gauges, algorithm_name, limiter_changed, limiter_created, limiter_freed, log_entries,
@@ -177,28 +177,9 @@ pub fn command_stats(index: usize) -> CommandStats {
 
 // ---- INFO and CONFIG RESETSTAT ------------------------------------------------------------
 
-/// Registers the INFO callback (replacing the redis-module crate's, which would prefix a section
-/// name of its own: `# ratelimit` and `ratelimit_<field>` is what Redis gives a module's own
-/// section) and the command filter that sees `CONFIG RESETSTAT`. Called at load.
+/// Registers `INFO ratelimit` and the `CONFIG RESETSTAT` hook (see `ffi::register_info`).
 pub fn register(ctx: &Context) -> Result<(), String> {
-    // SAFETY: called from OnLoad with its context; both functions exist since Redis 6.
-    let registered = unsafe {
-        match (
-            raw::RedisModule_RegisterInfoFunc,
-            raw::RedisModule_RegisterCommandFilter,
-        ) {
-            (Some(info), Some(filter)) => {
-                info(ctx.ctx, Some(info_callback)) == raw::Status::Ok as c_int
-                    && !filter(ctx.ctx, Some(command_filter), 0).is_null()
-            }
-            _ => false,
-        }
-    };
-    if registered {
-        Ok(())
-    } else {
-        Err("cannot register the INFO section or the CONFIG RESETSTAT filter".into())
-    }
+    crate::command::ffi::register_info(ctx, info_fields, reset_counters)
 }
 
 /// The INFO field prefix of a command: `RL.TOKENBUCKET` → `rl_tokenbucket`.
@@ -266,61 +247,6 @@ fn shows(name: &str, what: &str) -> bool {
         _ => &["admitted", "denied", "peeks", "errors"],
     };
     kinds.contains(&what)
-}
-
-unsafe extern "C" fn info_callback(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
-    // A panic must not cross into Redis; INFO then simply lacks the section.
-    let _ = std::panic::catch_unwind(|| {
-        let (Some(section), Some(field)) = (
-            raw::RedisModule_InfoAddSection,
-            raw::RedisModule_InfoAddFieldLongLong,
-        ) else {
-            return;
-        };
-        // An empty name: the section is the module's own, `# ratelimit`.
-        if section(ctx, c"".as_ptr().cast_mut()) != raw::Status::Ok as c_int {
-            return; // INFO asked for other sections.
-        }
-        for (name, value) in info_fields() {
-            if let Ok(name) = CString::new(name) {
-                field(ctx, name.as_ptr().cast_mut(), value);
-            }
-        }
-    });
-}
-
-/// Sees every command before Redis runs it (client commands, MULTI's queued commands when they
-/// are queued) and resets the counters on `CONFIG RESETSTAT`. Two arguments are compared only
-/// when there are exactly two: the cost on any other command is one call and a length check.
-unsafe extern "C" fn command_filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
-    let _ = std::panic::catch_unwind(|| {
-        let (Some(count), Some(arg), Some(ptr_len)) = (
-            raw::RedisModule_CommandFilterArgsCount,
-            raw::RedisModule_CommandFilterArgGet,
-            raw::RedisModule_StringPtrLen,
-        ) else {
-            return;
-        };
-        if count(fctx) != 2 {
-            return;
-        }
-        let bytes = |i: c_int| -> &[u8] {
-            let s = arg(fctx, i);
-            if s.is_null() {
-                return &[];
-            }
-            let mut len = 0usize;
-            let p = ptr_len(s, &mut len);
-            if p.is_null() {
-                return &[];
-            }
-            // SAFETY: Redis's string of `len` bytes, alive for this callback.
-            std::slice::from_raw_parts(p.cast::<u8>(), len)
-        };
-        if bytes(0).eq_ignore_ascii_case(b"config") && bytes(1).eq_ignore_ascii_case(b"resetstat") {
-            reset_counters();
-        }
-    });
 }
 
 #[cfg(test)]

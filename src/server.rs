@@ -6,10 +6,12 @@
 //! and own version are there too (`server_name:valkey`, `valkey_version`), read through
 //! `RedisModule_GetServerInfo`. Redis has no `server_name` field.
 
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use redis_module::{raw, Context};
+use redis_module::Context;
+
+use crate::command::ffi;
 
 /// The oldest server the module supports (0x00MMmmpp, as `RedisModule_GetServerVersion`).
 pub const MIN_VERSION: i32 = 0x0007_0000;
@@ -53,45 +55,30 @@ pub fn version_string(v: i32) -> String {
     format!("{}.{}.{}", (v >> 16) & 0xff, (v >> 8) & 0xff, v & 0xff)
 }
 
-/// Asks the running server. Every API pointer is checked: a missing one is `None`.
+/// Asks the running server (through `ffi`: a missing API function is `None`).
 pub fn detect(ctx: &Context) -> Server {
-    let ctx = ctx.ctx;
-    // SAFETY: API pointers are filled at load; `ctx` is the load context.
-    let redis_version = unsafe { raw::RedisModule_GetServerVersion.map(|f| f()) };
     let mut server = Server {
         name: "Redis".to_string(),
         version: None,
-        redis_version,
+        redis_version: ffi::server_version(),
     };
-    let field = |data: *mut raw::RedisModuleServerInfoData, name: &CStr| -> Option<String> {
-        // SAFETY: `data` is live until freed below; the field is a NUL-terminated string
-        // owned by `data`, copied out at once.
-        unsafe {
-            let get = raw::RedisModule_ServerInfoGetFieldC?;
-            let p: *const c_char = get(data, name.as_ptr());
-            (!p.is_null()).then(|| CStr::from_ptr(p).to_string_lossy().into_owned())
-        }
+    let fields = ffi::server_info(ctx, c"server", &[c"server_name", c"redis_version"]);
+    let field = |name: &str| {
+        fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
     };
-    // SAFETY: as above; the info data is freed before returning.
-    unsafe {
-        if let (Some(get), Some(free)) = (
-            raw::RedisModule_GetServerInfo,
-            raw::RedisModule_FreeServerInfo,
-        ) {
-            let data = get(ctx, c"server".as_ptr());
-            if !data.is_null() {
-                if let Some(name) = field(data, c"server_name") {
-                    let own = format!("{name}_version");
-                    if let Ok(own) = std::ffi::CString::new(own) {
-                        server.version = field(data, &own);
-                    }
-                    server.name = name;
-                } else {
-                    server.version = field(data, c"redis_version");
-                }
-                free(ctx, data);
-            }
+    match field("server_name") {
+        Some(name) => {
+            let own = CString::new(format!("{name}_version")).unwrap_or_default();
+            server.version = ffi::server_info(ctx, c"server", &[own.as_c_str()])
+                .into_iter()
+                .next()
+                .map(|(_, v)| v);
+            server.name = name;
         }
+        None => server.version = field("redis_version"),
     }
     server
 }
@@ -105,27 +92,16 @@ static OWN_CATEGORY: AtomicBool = AtomicBool::new(false);
 /// Adds `@ratelimit` where the server can (`RedisModule_AddACLCategory`, only during load).
 /// A category of that name that already exists (another module's) is used as it is.
 pub fn add_acl_category(ctx: &Context) -> bool {
-    // SAFETY: a function pointer filled at load, called from OnLoad with its context.
-    let added = unsafe {
-        raw::RedisModule_AddACLCategory.is_some_and(|add| {
-            add(ctx.ctx, c"ratelimit".as_ptr()) == raw::Status::Ok as i32
-                || std::io::Error::last_os_error().raw_os_error() == Some(EBUSY)
-        })
-    };
+    let added = ffi::add_acl_category(ctx, c"ratelimit");
     OWN_CATEGORY.store(added, Ordering::Relaxed);
     added
 }
-
-/// `errno` for "the category exists" (Linux; the only platform the module is built for).
-const EBUSY: i32 = 16;
 
 /// A command's ACL categories for `RedisModule_SetCommandACLCategories`: the row's, without
 /// `ratelimit` where the server has no such category (7.2). None where the server has no
 /// categories for module commands at all (7.0: grant by command name).
 pub fn acl_categories(row: &str) -> Option<CString> {
-    // SAFETY: copies a function pointer filled at load.
-    let supported = unsafe { raw::RedisModule_SetCommandACLCategories }.is_some();
-    if !supported {
+    if !ffi::has_command_acl_categories() {
         return None;
     }
     CString::new(categories_for(row, OWN_CATEGORY.load(Ordering::Relaxed))).ok()
@@ -140,8 +116,7 @@ fn categories_for(row: &str, own_category: bool) -> String {
 
 /// The module API features the module uses where the server offers them, for the load line.
 pub fn features() -> String {
-    // SAFETY: copies a function pointer filled at load (no reference to the static).
-    let categories = unsafe { raw::RedisModule_SetCommandACLCategories }.is_some();
+    let categories = ffi::has_command_acl_categories();
     let acl = match (categories, OWN_CATEGORY.load(Ordering::Relaxed)) {
         (true, true) => "ACL categories built-in + @ratelimit",
         (true, false) => "ACL categories built-in only (no @ratelimit before Redis 7.4)",

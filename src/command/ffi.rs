@@ -312,7 +312,8 @@ impl<'a> Args<'a> {
         let argv = if argv.is_null() || argc == 0 {
             &[]
         } else {
-            std::slice::from_raw_parts(argv, argc)
+            // SAFETY: the caller's contract: `argc` live pointers for the run.
+            unsafe { std::slice::from_raw_parts(argv, argc) }
         };
         Args { argv, pos: 1 }
     }
@@ -747,4 +748,213 @@ pub fn register(ctx: &Context, r: Registration) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+// ---- The server: its clock, what it says of itself, its ACL categories --------------------
+
+/// The server's clock as the finest reading it offers, and which one that is: `CachedMicroseconds`
+/// (Redis 7.2+, Valkey), `Microseconds`, else `Milliseconds` (Redis 7.0). In ns; 0 if none.
+pub fn server_clock_ns() -> u64 {
+    // SAFETY: the API pointers are filled once at module load and never change afterwards.
+    unsafe {
+        if let Some(cached) = raw::RedisModule_CachedMicroseconds {
+            return u64::try_from(cached()).unwrap_or(0).saturating_mul(1_000);
+        }
+        if let Some(micros) = raw::RedisModule_Microseconds {
+            return u64::try_from(micros()).unwrap_or(0).saturating_mul(1_000);
+        }
+        if let Some(millis) = raw::RedisModule_Milliseconds {
+            return u64::try_from(millis())
+                .unwrap_or(0)
+                .saturating_mul(1_000_000);
+        }
+    }
+    0
+}
+
+/// Which clock [`server_clock_ns`] reads: "cached-us", "us" or "ms".
+pub fn server_clock_kind() -> &'static str {
+    // SAFETY: copies function pointers filled at load (no reference to the statics).
+    let (cached, micros) = unsafe {
+        (
+            raw::RedisModule_CachedMicroseconds,
+            raw::RedisModule_Microseconds,
+        )
+    };
+    match (cached.is_some(), micros.is_some()) {
+        (true, _) => "cached-us",
+        (false, true) => "us",
+        (false, false) => "ms",
+    }
+}
+
+/// The version the server reports to modules (`RedisModule_GetServerVersion`, 0x00MMmmpp).
+pub fn server_version() -> Option<i32> {
+    // SAFETY: a function pointer filled at load.
+    unsafe { raw::RedisModule_GetServerVersion.map(|f| f()) }
+}
+
+/// Fields of an `INFO` section of the server, read at load: (name, value) for each of `names`
+/// the section has.
+pub fn server_info(ctx: &Context, section: &CStr, names: &[&CStr]) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    // SAFETY: `ctx` is the load context; the info data lives until freed below, and each field
+    // is a NUL-terminated string owned by it, copied out at once.
+    unsafe {
+        let (Some(get), Some(free), Some(field)) = (
+            raw::RedisModule_GetServerInfo,
+            raw::RedisModule_FreeServerInfo,
+            raw::RedisModule_ServerInfoGetFieldC,
+        ) else {
+            return found;
+        };
+        let data = get(ctx.ctx, section.as_ptr());
+        if data.is_null() {
+            return found;
+        }
+        for name in names {
+            let p = field(data, name.as_ptr());
+            if !p.is_null() {
+                let value = CStr::from_ptr(p).to_string_lossy().into_owned();
+                found.push((name.to_string_lossy().into_owned(), value));
+            }
+        }
+        free(ctx.ctx, data);
+    }
+    found
+}
+
+/// Adds an ACL category (Redis 7.4+, Valkey 8; only during load). True when the server has it
+/// afterwards: added now, or already there (another module's, `EBUSY`).
+pub fn add_acl_category(ctx: &Context, name: &CStr) -> bool {
+    /// `errno` for "the category exists" (Linux; the only platform the module is built for).
+    const EBUSY: i32 = 16;
+    // SAFETY: a function pointer filled at load, called from OnLoad with its context.
+    unsafe {
+        raw::RedisModule_AddACLCategory.is_some_and(|add| {
+            add(ctx.ctx, name.as_ptr()) == raw::Status::Ok as i32
+                || std::io::Error::last_os_error().raw_os_error() == Some(EBUSY)
+        })
+    }
+}
+
+/// Whether module commands can have ACL categories here (Redis 7.2+, Valkey).
+pub fn has_command_acl_categories() -> bool {
+    // SAFETY: copies a function pointer filled at load.
+    unsafe { raw::RedisModule_SetCommandACLCategories }.is_some()
+}
+
+// ---- INFO and CONFIG RESETSTAT --------------------------------------------------------------
+
+/// The fields of an INFO section, as (name, value).
+pub type InfoFields = fn() -> Vec<(String, i64)>;
+
+/// What `INFO ratelimit` shows (the module's own section): installed by [`register_info`].
+static INFO_FIELDS: OnceLock<InfoFields> = OnceLock::new();
+/// What `CONFIG RESETSTAT` calls: installed by [`register_info`].
+static ON_RESETSTAT: OnceLock<fn()> = OnceLock::new();
+
+/// Registers the INFO callback (replacing the redis-module crate's, which would prefix a section
+/// name of its own: `# ratelimit` and `ratelimit_<field>` is what Redis gives a module's own
+/// section) showing `fields()`, and a command filter that calls `on_resetstat` on
+/// `CONFIG RESETSTAT` (Redis has no server event for it, 7.0 through 7.4). Called at load.
+pub fn register_info(
+    ctx: &Context,
+    fields: InfoFields,
+    on_resetstat: fn(),
+) -> Result<(), String> {
+    let _ = INFO_FIELDS.set(fields);
+    let _ = ON_RESETSTAT.set(on_resetstat);
+    // SAFETY: called from OnLoad with its context; both functions exist since Redis 6.
+    let registered = unsafe {
+        match (
+            raw::RedisModule_RegisterInfoFunc,
+            raw::RedisModule_RegisterCommandFilter,
+        ) {
+            (Some(info), Some(filter)) => {
+                info(ctx.ctx, Some(info_callback)) == raw::Status::Ok as c_int
+                    && !filter(ctx.ctx, Some(command_filter), 0).is_null()
+            }
+            _ => false,
+        }
+    };
+    if registered {
+        Ok(())
+    } else {
+        Err("cannot register the INFO section or the CONFIG RESETSTAT filter".into())
+    }
+}
+
+/// # Safety
+/// Called by Redis with a live INFO context.
+unsafe extern "C" fn info_callback(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
+    // A panic must not cross into Redis; INFO then simply lacks the section.
+    let _ = catch_unwind(|| {
+        let (Some(section), Some(field), Some(fields)) = (
+            // SAFETY: copies function pointers filled at load.
+            unsafe { raw::RedisModule_InfoAddSection },
+            unsafe { raw::RedisModule_InfoAddFieldLongLong },
+            INFO_FIELDS.get(),
+        ) else {
+            return;
+        };
+        // SAFETY: `ctx` is live for this callback; the names outlive the calls, which copy them.
+        unsafe {
+            // An empty name: the section is the module's own, `# ratelimit`.
+            if section(ctx, c"".as_ptr().cast_mut()) != raw::Status::Ok as c_int {
+                return; // INFO asked for other sections.
+            }
+            for (name, value) in fields() {
+                if let Ok(name) = CString::new(name) {
+                    field(ctx, name.as_ptr().cast_mut(), value);
+                }
+            }
+        }
+    });
+}
+
+/// Sees every command before Redis runs it (client commands, MULTI's queued commands when they
+/// are queued) and calls the RESETSTAT hook on `CONFIG RESETSTAT`. Two arguments are compared
+/// only when there are exactly two: the cost on any other command is one call and a length check.
+///
+/// # Safety
+/// Called by Redis with a live filter context.
+unsafe extern "C" fn command_filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    let _ = catch_unwind(|| {
+        // SAFETY: copies function pointers filled at load.
+        let api = unsafe {
+            (
+                raw::RedisModule_CommandFilterArgsCount,
+                raw::RedisModule_CommandFilterArgGet,
+                raw::RedisModule_StringPtrLen,
+            )
+        };
+        let (Some(count), Some(arg), Some(ptr_len)) = api else {
+            return;
+        };
+        // SAFETY: `fctx` is live for this callback.
+        if unsafe { count(fctx) } != 2 {
+            return;
+        }
+        let bytes = |i: c_int| -> &[u8] {
+            // SAFETY: `fctx` is live; argument `i` < count; its buffer lives for this callback.
+            unsafe {
+                let s = arg(fctx, i);
+                if s.is_null() {
+                    return &[];
+                }
+                let mut len = 0usize;
+                let p = ptr_len(s, &mut len);
+                if p.is_null() {
+                    return &[];
+                }
+                std::slice::from_raw_parts(p.cast::<u8>(), len)
+            }
+        };
+        if bytes(0).eq_ignore_ascii_case(b"config") && bytes(1).eq_ignore_ascii_case(b"resetstat") {
+            if let Some(reset) = ON_RESETSTAT.get() {
+                reset();
+            }
+        }
+    });
 }

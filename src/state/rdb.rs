@@ -64,23 +64,30 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
         if encver != ENCVER {
             return std::ptr::null_mut();
         }
-        let (Some(load), Some(is_error), Some(free)) = (
-            raw::RedisModule_LoadStringBuffer,
-            raw::RedisModule_IsIOError,
-            raw::RedisModule_Free,
-        ) else {
+        // SAFETY: copies function pointers filled at load.
+        let api = unsafe {
+            (
+                raw::RedisModule_LoadStringBuffer,
+                raw::RedisModule_IsIOError,
+                raw::RedisModule_Free,
+            )
+        };
+        let (Some(load), Some(is_error), Some(free)) = api else {
             return std::ptr::null_mut();
         };
         let mut len = 0usize;
         // SAFETY: `rdb` is the live handle Redis passed in; the buffer it returns is `len` bytes
         // that we own and free below, after decoding copied what it needs.
-        let buf = load(rdb, &mut len);
-        if is_error(rdb) != 0 || buf.is_null() {
+        let buf = unsafe { load(rdb, &mut len) };
+        // SAFETY: as above.
+        if unsafe { is_error(rdb) } != 0 || buf.is_null() {
             return std::ptr::null_mut();
         }
-        // SAFETY: `buf` is non-null and holds `len` bytes (RedisModule_LoadStringBuffer).
-        let decoded = Limiter::decode(std::slice::from_raw_parts(buf.cast::<u8>(), len));
-        free(buf.cast());
+        // SAFETY: `buf` is non-null and holds `len` bytes (RedisModule_LoadStringBuffer), ours
+        // to free once decoded.
+        let decoded = Limiter::decode(unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) });
+        // SAFETY: as above; freed once.
+        unsafe { free(buf.cast()) };
         match decoded {
             Ok(limiter) => {
                 // Every value loaded is later freed through `free`: a discarded temporary
@@ -97,9 +104,13 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
 /// Redis calls it with a live RDB handle and a value this module stored (a `Box<Limiter>`).
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guarded((), || {
-        if let (Some(buf), Some(save)) = (encoded(value), raw::RedisModule_SaveStringBuffer) {
+        // SAFETY (here and below): `value` is a live `Box<Limiter>` of this module; the function
+        // pointer was filled at load.
+        if let (Some(buf), Some(save)) =
+            unsafe { (encoded(value), raw::RedisModule_SaveStringBuffer) }
+        {
             // SAFETY: `rdb` is live for this callback; Redis copies the buffer.
-            save(rdb, buf.as_ptr().cast(), buf.len());
+            unsafe { save(rdb, buf.as_ptr().cast(), buf.len()) };
         }
     })
 }
@@ -113,17 +124,20 @@ unsafe extern "C" fn aof_rewrite(
 ) {
     // Redis appends the key's expiry (PEXPIREAT) after what the type emits.
     guarded((), || {
-        if let (Some(buf), Some(emit)) = (encoded(value), raw::RedisModule_EmitAOF) {
+        // SAFETY: `value` is a live `Box<Limiter>`; the function pointer was filled at load.
+        if let (Some(buf), Some(emit)) = unsafe { (encoded(value), raw::RedisModule_EmitAOF) } {
             // SAFETY: "sb" matches (RedisModuleString*, then a (char*, size_t) pair); `aof` and
             // `key` are live for this callback, which copies the buffer.
-            emit(
-                aof,
-                c"RL.SETSTATE".as_ptr(),
-                c"sb".as_ptr(),
-                key,
-                buf.as_ptr(),
-                buf.len(),
-            );
+            unsafe {
+                emit(
+                    aof,
+                    c"RL.SETSTATE".as_ptr(),
+                    c"sb".as_ptr(),
+                    key,
+                    buf.as_ptr(),
+                    buf.len(),
+                )
+            };
         }
     })
 }
@@ -133,10 +147,7 @@ unsafe extern "C" fn aof_rewrite(
 unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
     guarded(0, || {
         // SAFETY: see the function's contract: null or a live `Limiter`.
-        value
-            .cast::<Limiter>()
-            .as_ref()
-            .map_or(0, Limiter::value_bytes)
+        unsafe { value.cast::<Limiter>().as_ref() }.map_or(0, Limiter::value_bytes)
     })
 }
 
@@ -144,14 +155,20 @@ unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
 /// Redis calls it with a live digest and a value this module stored.
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     guarded((), || {
-        if let (Some(buf), Some(add), Some(end)) = (
-            encoded(value),
-            raw::RedisModule_DigestAddStringBuffer,
-            raw::RedisModule_DigestEndSequence,
-        ) {
+        // SAFETY: `value` is a live `Box<Limiter>`; the function pointers were filled at load.
+        let found = unsafe {
+            (
+                encoded(value),
+                raw::RedisModule_DigestAddStringBuffer,
+                raw::RedisModule_DigestEndSequence,
+            )
+        };
+        if let (Some(buf), Some(add), Some(end)) = found {
             // SAFETY: `md` is live for this callback; Redis reads `buf.len()` bytes from the buffer.
-            add(md, buf.as_ptr().cast_mut().cast(), buf.len());
-            end(md);
+            unsafe {
+                add(md, buf.as_ptr().cast_mut().cast(), buf.len());
+                end(md);
+            }
         }
     })
 }
@@ -163,7 +180,7 @@ unsafe extern "C" fn free(value: *mut c_void) {
     guarded((), || {
         if !value.is_null() {
             // SAFETY: the pointer came from `Box::into_raw` and Redis hands it back once.
-            let limiter = Box::from_raw(value.cast::<Limiter>());
+            let limiter = unsafe { Box::from_raw(value.cast::<Limiter>()) };
             super::gauges::limiter_freed(&limiter);
             drop(limiter);
         }
@@ -179,12 +196,9 @@ unsafe extern "C" fn copy(
 ) -> *mut c_void {
     guarded(std::ptr::null_mut(), || {
         // SAFETY: see the function's contract: null or a live `Limiter`.
-        value
-            .cast::<Limiter>()
-            .as_ref()
-            .map_or(std::ptr::null_mut(), |l| {
-                super::gauges::limiter_created(l);
-                Box::into_raw(Box::new(l.clone())).cast()
-            })
+        unsafe { value.cast::<Limiter>().as_ref() }.map_or(std::ptr::null_mut(), |l| {
+            super::gauges::limiter_created(l);
+            Box::into_raw(Box::new(l.clone())).cast()
+        })
     })
 }
