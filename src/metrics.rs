@@ -121,7 +121,7 @@ pub fn note(outcome: Outcome) {
 
 /// Counts the call of the command at `index` in the command table: an error as an error;
 /// otherwise what the handler noted, else `by_reply` (what its reply says: a decision by its
-/// field 1, any other reply a call; see `command::Reply::outcome`).
+/// field 1, any other reply a call; see `command::reply::Reply::outcome`).
 pub fn record(index: usize, by_reply: Outcome) {
     let noted = NOTED.take();
     let outcome = match (by_reply, noted) {

@@ -161,7 +161,7 @@ mod tests {
 
     #[test]
     fn every_command_is_either_for_gateways_or_dangerous() {
-        for spec in crate::command::COMMANDS {
+        for spec in crate::command::table::COMMANDS {
             let words: Vec<&str> = spec.acl.split_whitespace().collect();
             let dangerous = words.contains(&"dangerous");
             assert_ne!(dangerous, words.contains(&ACL_CATEGORY), "{}", spec.name);

@@ -15,9 +15,11 @@
 //! order, describing it after the call (field 1: whether it would admit this request).
 
 use super::args::{parse_limiter, Amount, Options, Request};
+use super::effect;
 use super::ffi::Key;
+use super::ffi::{Args, Ctx, RString};
 use super::limit::{accepts, of};
-use super::{effect, fields, Args, Ctx, RString, Reply};
+use super::reply::{fields, Reply};
 use crate::algo::step::{self, Held, Kept};
 use crate::algo::{sliding_log::Change, Algorithm, Decision, Policy};
 use crate::clock;

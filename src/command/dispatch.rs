@@ -7,7 +7,9 @@ use std::ffi::CStr;
 use redis_module::Context;
 
 use super::ffi::{self, Registration};
-use super::{Args, Ctx, Field, Reply, COMMANDS};
+use super::ffi::{Args, Ctx};
+use super::reply::{Field, Reply};
+use super::table::COMMANDS;
 use crate::error::Error;
 use crate::metrics;
 

@@ -858,11 +858,7 @@ static ON_RESETSTAT: OnceLock<fn()> = OnceLock::new();
 /// name of its own: `# ratelimit` and `ratelimit_<field>` is what Redis gives a module's own
 /// section) showing `fields()`, and a command filter that calls `on_resetstat` on
 /// `CONFIG RESETSTAT` (Redis has no server event for it, 7.0 through 7.4). Called at load.
-pub fn register_info(
-    ctx: &Context,
-    fields: InfoFields,
-    on_resetstat: fn(),
-) -> Result<(), String> {
+pub fn register_info(ctx: &Context, fields: InfoFields, on_resetstat: fn()) -> Result<(), String> {
     let _ = INFO_FIELDS.set(fields);
     let _ = ON_RESETSTAT.set(on_resetstat);
     // SAFETY: called from OnLoad with its context; both functions exist since Redis 6.

@@ -6,8 +6,10 @@
 use std::sync::atomic::Ordering;
 
 use super::args::{parse_request, Amount, Options, Request};
+use super::effect;
 use super::ffi::Key;
-use super::{effect, Args, Ctx, Reply};
+use super::ffi::{Args, Ctx};
+use super::reply::Reply;
 use crate::algo::step::{step, Held, Step};
 use crate::algo::{
     lease, sliding_log::MAX_LOG_LIMIT, token_bucket::TokenBucket, Decision, Outcome, Policy,

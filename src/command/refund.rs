@@ -7,7 +7,9 @@
 //! refund. A refund that changes the state propagates it as an effect with its absolute expiry;
 //! one that changes nothing (the limiter was already full) writes and propagates nothing.
 
-use super::{effect, Args, Ctx, Reply};
+use super::effect;
+use super::ffi::{Args, Ctx};
+use super::reply::Reply;
 use crate::algo::{Decision, Policy, MAX_LIMIT};
 use crate::clock;
 use crate::error::Error;

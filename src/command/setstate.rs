@@ -11,7 +11,8 @@
 //! of their own so that this one ACL rule covers them.
 
 use super::args::parse_u64;
-use super::{Args, Ctx, RString, Reply};
+use super::ffi::{Args, Ctx, RString};
+use super::reply::Reply;
 use crate::error::{echo, Error};
 use crate::metrics;
 use crate::state::delta::{Delta, Effect};

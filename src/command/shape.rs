@@ -9,8 +9,9 @@
 use std::cell::Cell;
 
 use super::args::Request;
+use super::ffi::{Args, Ctx};
 use super::limit::{admitted_cost, decide};
-use super::{fields, Args, Ctx, Reply};
+use super::reply::{fields, Reply};
 use crate::algo::shape::{self, Shape};
 use crate::algo::{ms_ceil, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::error::{echo, Error};

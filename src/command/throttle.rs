@@ -38,9 +38,11 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::args::parse_u64;
+use super::effect;
 use super::ffi::Held;
+use super::ffi::{Args, Ctx, RString};
 use super::limit::{of, store};
-use super::{effect, Args, Ctx, RString, Reply};
+use super::reply::Reply;
 use crate::algo::gcra::{self, Gcra};
 use crate::algo::{Algorithm, Decision, Policy, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::clock;
@@ -440,13 +442,13 @@ mod tests {
     #[test]
     fn cl_throttle_is_registered_only_in_compat_mode() {
         let row = |name: &str| {
-            super::super::COMMANDS
+            super::super::table::COMMANDS
                 .iter()
                 .find(|s| s.name == name)
                 .unwrap()
         };
         let (cl, rl) = (row(CL_THROTTLE), row("RL.THROTTLE"));
-        let registered = |spec: &super::super::Spec| {
+        let registered = |spec: &super::super::table::Spec| {
             spec.condition
                 .as_ref()
                 .is_none_or(|condition| (condition.registered)())

@@ -1,0 +1,272 @@
+//! The command table: every command with its flags, arity, keys, ACL categories, keyspace event
+//! and handler; each algorithm's own command comes from the registry (`algo::registry!`).
+
+use std::ffi::{c_int, CStr};
+
+use redis_module::commands::{BeginSearch, FindKeys, KeySpec, KeySpecFlags};
+
+use super::ffi::{Args, Ctx};
+use super::reply::Reply;
+use super::{all, debug, inspect, limit, peek, refund, setstate, shape, throttle};
+use crate::error::Error;
+
+/// Which arguments are keys, and how the command uses them: for key specs, `COMMAND GETKEYS`,
+/// ACL key patterns and cluster routing.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Keys {
+    None,
+    /// The first argument: read, updated, and data from it returned.
+    ReadWrite,
+    /// The first argument, only read.
+    ReadOnly,
+    /// The first argument, replaced.
+    Overwrite,
+    /// The first argument, read and changed, nothing of it returned (`RL.SETSTATE`, whose DELTA
+    /// form changes the state the key holds).
+    Update,
+    /// `numkeys key [key ...]`: read and updated, like `ReadWrite`.
+    NumKeys,
+}
+
+impl Keys {
+    /// (first, last, step) for `RedisModule_CreateCommand`; a numkeys command has none (its key
+    /// spec makes Redis mark it movablekeys).
+    pub fn legacy_range(self) -> (c_int, c_int, c_int) {
+        match self {
+            Keys::None | Keys::NumKeys => (0, 0, 0),
+            Keys::ReadWrite | Keys::ReadOnly | Keys::Overwrite | Keys::Update => (1, 1, 1),
+        }
+    }
+
+    /// Command flags the key layout needs: a numkeys command also answers Redis's keys-position
+    /// requests (`getkeys-api`), because Redis 7.0's cluster redirection (and so CROSSSLOT and
+    /// MOVED) ignores key specs: without it, `RL.ALL` would run on whichever node received it.
+    pub fn extra_flags(self) -> &'static str {
+        match self {
+            Keys::NumKeys => " getkeys-api",
+            Keys::None | Keys::ReadWrite | Keys::ReadOnly | Keys::Overwrite | Keys::Update => "",
+        }
+    }
+
+    pub fn key_spec(self) -> Option<KeySpec> {
+        let read_write = KeySpecFlags::READ_WRITE | KeySpecFlags::UPDATE | KeySpecFlags::ACCESS;
+        let first = |flags| {
+            KeySpec::new(
+                None,
+                flags,
+                BeginSearch::new_index(1),
+                FindKeys::new_range(0, 1, 0),
+            )
+        };
+        match self {
+            Keys::None => None,
+            Keys::ReadWrite => Some(first(read_write)),
+            Keys::ReadOnly => Some(first(KeySpecFlags::READ_ONLY | KeySpecFlags::ACCESS)),
+            Keys::Overwrite => Some(first(KeySpecFlags::OVERWRITE | KeySpecFlags::UPDATE)),
+            Keys::Update => Some(first(KeySpecFlags::READ_WRITE | KeySpecFlags::UPDATE)),
+            Keys::NumKeys => Some(KeySpec::new(
+                None,
+                read_write,
+                BeginSearch::new_index(1),
+                FindKeys::new_keys_num(0, 1, 1),
+            )),
+        }
+    }
+}
+
+/// A command's handler: parses its arguments, does its work, and says what to answer.
+pub type Handler = fn(&Ctx, Args<'_>) -> Result<Reply, Error>;
+
+/// One row of the command table.
+pub struct Spec {
+    pub name: &'static str,
+    /// Redis command flags, e.g. `write deny-oom fast`. A `write` command never runs on a
+    /// replica except from its master's stream or a load.
+    pub flags: &'static str,
+    /// Redis arity: positive exact, negative minimum (command name included).
+    pub arity: i32,
+    pub keys: Keys,
+    pub summary: &'static str,
+    /// The keyspace event sent when it changes a key: the name in lower case.
+    pub event: &'static CStr,
+    /// ACL categories, where the server has them (Redis 7.2+, Valkey): built-in ones plus
+    /// `ratelimit`, the module's own, which is left out where the server cannot add categories
+    /// (7.2). See `server::acl_categories`. A gateway command is `GATEWAY` (or `GATEWAY_READ`
+    /// if it only reads); an operator-only one is in `dangerous` and never in `ratelimit`.
+    pub acl: &'static str,
+    pub handler: Handler,
+    /// Where the keys are, for a command whose keys Redis cannot find from a fixed range (a
+    /// numkeys command answers Redis's keys-position requests: see `Keys::NumKeys`).
+    pub key_positions: Option<fn(Args<'_>) -> std::ops::Range<usize>>,
+    /// Registered only when this says so (`CL.THROTTLE`, with `CELL-COMPAT yes`).
+    pub condition: Option<Condition>,
+}
+
+/// When a row of the table is registered, and how a failure to register it is explained.
+pub struct Condition {
+    pub registered: fn() -> bool,
+    pub explain: fn(String) -> String,
+}
+
+const WRITE: &str = "write deny-oom fast";
+/// What a gateway calls: granted by `+@ratelimit`.
+const GATEWAY: &str = "write fast ratelimit";
+/// What a gateway or a dashboard calls to look without changing anything.
+const GATEWAY_READ: &str = "read fast ratelimit";
+
+/// The row of an algorithm's own command (see `algo::registry!`): `limiter`, the five-integer
+/// `RL.<WORD> key L W [BURST B] [COST n]`; `shaper`, `RL.SHAPE` with its queue and delay.
+macro_rules! algorithm_row {
+    (limiter, $state:ty, $word:literal, $event:literal, $summary:literal) => {
+        Spec {
+            name: concat!("RL.", $word),
+            flags: WRITE,
+            arity: -4,
+            keys: Keys::ReadWrite,
+            summary: $summary,
+            event: $event,
+            acl: GATEWAY,
+            handler: limit::request::<$state>,
+            key_positions: None,
+            condition: None,
+        }
+    };
+    (shaper, $state:ty, $word:literal, $event:literal, $summary:literal) => {
+        Spec {
+            name: concat!("RL.", $word),
+            flags: WRITE,
+            arity: -4,
+            keys: Keys::ReadWrite,
+            summary: $summary,
+            event: $event,
+            acl: GATEWAY,
+            handler: shape::shape,
+            key_positions: None,
+            condition: None,
+        }
+    };
+}
+
+/// The command table: every algorithm's own command (from the registry), then the rest.
+macro_rules! command_table {
+    ($($module:ident::$variant:ident, $word:literal, $event:literal, $kind:ident, $summary:literal;)*) => {
+        /// Every command of the module.
+        pub const COMMANDS: &[Spec] = &[
+            $(algorithm_row!($kind, crate::algo::$module::$variant, $word, $event, $summary),)*
+    Spec {
+        name: "RL.LEASE",
+        flags: WRITE,
+        arity: -6,
+        keys: Keys::ReadWrite,
+        summary: "Takes up to n tokens at once from a token bucket, for a gateway to spend locally",
+        event: c"rl.lease",
+        acl: GATEWAY,
+        handler: limit::lease,
+        key_positions: None,
+        condition: None,
+    },
+    Spec {
+        name: "RL.REFUND",
+        flags: WRITE,
+        arity: 3,
+        keys: Keys::ReadWrite,
+        summary: "Gives back n unspent tokens to the limiter at key, never above its capacity",
+        event: c"rl.refund",
+        acl: GATEWAY,
+        handler: refund::refund,
+        key_positions: None,
+        condition: None,
+    },
+    Spec {
+        name: "RL.ALL",
+        flags: WRITE,
+        arity: -6,
+        keys: Keys::NumKeys,
+        summary: "Decides one request over several limiters at once: admitted only if all admit, then all charged",
+        event: c"rl.all",
+        acl: GATEWAY,
+        handler: all::all,
+        key_positions: Some(all::key_positions),
+        condition: None,
+    },
+    Spec {
+        name: "RL.THROTTLE",
+        flags: WRITE,
+        arity: -5,
+        keys: Keys::ReadWrite,
+        summary: "redis-cell's CL.THROTTLE (same arguments and reply), decided by RL.GCRA",
+        event: c"rl.throttle",
+        acl: GATEWAY,
+        handler: throttle::throttle,
+        key_positions: None,
+        condition: None,
+    },
+    Spec {
+        name: throttle::CL_THROTTLE,
+        flags: WRITE,
+        arity: -5,
+        keys: Keys::ReadWrite,
+        summary: "RL.THROTTLE under redis-cell's name (loaded with CELL-COMPAT yes)",
+        event: c"cl.throttle",
+        acl: GATEWAY,
+        handler: throttle::throttle,
+        key_positions: None,
+        condition: Some(Condition {
+            registered: throttle::cell_compat,
+            explain: throttle::explain,
+        }),
+    },
+    Spec {
+        name: "RL.PEEK",
+        flags: "readonly fast",
+        arity: 2,
+        keys: Keys::ReadOnly,
+        summary: "Answers what a cost-1 request would get now under the key's stored policy, spending nothing",
+        event: c"rl.peek",
+        acl: GATEWAY_READ,
+        handler: peek::peek,
+        key_positions: None,
+        condition: None,
+    },
+    Spec {
+        name: "RL.INSPECT",
+        flags: "readonly",
+        arity: 2,
+        keys: Keys::ReadOnly,
+        summary: "Explains the limiter at key: its policy and state in human units",
+        event: c"rl.inspect",
+        acl: GATEWAY_READ,
+        handler: inspect::inspect,
+        key_positions: None,
+        condition: None,
+    },
+    Spec {
+        name: "RL.SETSTATE",
+        flags: "write deny-oom",
+        arity: -3,
+        // The DELTA form reads the state it changes.
+        keys: Keys::Update,
+        summary: "Internal: stores a limiter state, or applies a sliding log's delta (replication and AOF effects)",
+        event: c"rl.setstate",
+        acl: "write slow dangerous",
+        handler: setstate::set_state,
+        key_positions: None,
+        condition: None,
+    },
+    Spec {
+        name: "RL.DEBUG",
+        flags: "admin fast",
+        arity: -2,
+        keys: Keys::None,
+        summary: "Test support: pins or moves the module's clock (needs DEBUG-CLOCK yes)",
+        event: c"rl.debug",
+        acl: "admin dangerous fast",
+        handler: debug::debug,
+        key_positions: None,
+        condition: None,
+    },
+        ];
+    };
+}
+
+crate::algo::registry!(command_table);
