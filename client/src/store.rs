@@ -119,7 +119,7 @@ impl Store {
             }
         };
         match tokio::time::timeout(self.deadline, send).await {
-            Ok(reply) => Ok(reply?),
+            Ok(reply) => Ok(reply?.extract_error()?),
             Err(_) => Err(Error::Timeout),
         }
     }

@@ -267,9 +267,3 @@ fn signal(pid: u32, sig: &str) {
 pub fn manual_clock() -> Arc<ratelimit_client::ManualClock> {
     Arc::new(ratelimit_client::ManualClock::new(1_000_000_000))
 }
-
-
-
-
-
-

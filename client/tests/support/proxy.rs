@@ -44,10 +44,7 @@ impl Proxy {
                 });
             }
         });
-        Proxy {
-            port,
-            fault,
-        }
+        Proxy { port, fault }
     }
 
     pub fn url(&self) -> String {
