@@ -65,6 +65,12 @@ impl std::error::Error for Error {}
 
 impl From<redis::RedisError> for Error {
     fn from(e: redis::RedisError) -> Error {
+        Error::classify(&e)
+    }
+}
+
+impl Error {
+    pub(crate) fn classify(e: &redis::RedisError) -> Error {
         use redis::ErrorKind as K;
         let text = match (e.code(), e.detail()) {
             (Some(code), Some(detail)) => format!("{code} {detail}"),

@@ -69,6 +69,10 @@ pub struct Stats {
     pub lease_spent: u64,
     pub fallbacks: u64,
     pub lapsed_tokens: u64,
+    /// Store calls that timed out. Such a call may still be applied by the store later (a
+    /// stalled server runs what it had queued): a billing count admitted by the fallback after
+    /// one may be charged twice, never zero times.
+    pub timeouts: u64,
 }
 
 /// What `shutdown` did.
@@ -108,7 +112,11 @@ struct Inner {
     lease_spent: AtomicU64,
     fallbacks: AtomicU64,
     lapsed: AtomicU64,
+    timeouts: AtomicU64,
+    last_reconcile_ns: AtomicU64,
     decisions: AtomicU64,
+    reconciling: std::sync::atomic::AtomicBool,
+    settling: tokio::sync::Mutex<()>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -143,7 +151,11 @@ impl Limiter {
                 lease_spent: AtomicU64::new(0),
                 fallbacks: AtomicU64::new(0),
                 lapsed: AtomicU64::new(0),
+                timeouts: AtomicU64::new(0),
+                last_reconcile_ns: AtomicU64::new(0),
                 decisions: AtomicU64::new(0),
+                reconciling: std::sync::atomic::AtomicBool::new(false),
+                settling: tokio::sync::Mutex::new(()),
             }),
         }
     }
@@ -165,6 +177,7 @@ impl Limiter {
             lease_spent: i.lease_spent.load(Ordering::Relaxed),
             fallbacks: i.fallbacks.load(Ordering::Relaxed),
             lapsed_tokens: i.lapsed.load(Ordering::Relaxed),
+            timeouts: i.timeouts.load(Ordering::Relaxed),
         }
     }
 
@@ -193,10 +206,7 @@ impl Limiter {
                 self.leased(&key, &policy, cost, k, &mut store_latency)
                     .await
             }
-            None => {
-                self.decided(limit, &key, &policy, cost, &mut store_latency)
-                    .await
-            }
+            None => self.decided(&key, &policy, cost, &mut store_latency).await,
         };
         let (decision, status) = match result {
             Ok(d) => (d, "ok"),
@@ -263,15 +273,25 @@ impl Limiter {
         *latency = Some(took);
         match &result {
             Err(e) if e.store_down() => {
+                if *e == Error::Timeout {
+                    i.timeouts.fetch_add(1, Ordering::Relaxed);
+                }
                 observe::store_call(took, Some(e.kind()));
                 i.circuit.failure(i.config.clock.now_ns());
             }
             other => {
                 observe::store_call(took, other.as_ref().err().map(Error::kind));
-                if i.circuit.success() && !lock(&i.debts).is_empty() {
-                    // The store is back: charge what billing admitted without it.
-                    let me = self.clone();
-                    tokio::spawn(me.reconcile_boxed());
+                let recovered = i.circuit.success();
+                if !lock(&i.debts).is_empty() {
+                    // The store answers: charge what billing admitted without it, at once when
+                    // it just came back, else at most once per second (a quota that is spent
+                    // keeps its debt until it refills).
+                    let now = i.config.clock.now_ns();
+                    let last = i.last_reconcile_ns.load(Ordering::Relaxed);
+                    if recovered || now.saturating_sub(last) >= 1_000_000_000 {
+                        i.last_reconcile_ns.store(now, Ordering::Relaxed);
+                        self.spawn_reconcile();
+                    }
                 }
             }
         }
@@ -280,23 +300,11 @@ impl Limiter {
 
     async fn decided(
         &self,
-        limit: &Limit,
         key: &str,
         policy: &Policy,
         cost: u64,
         latency: &mut Option<Duration>,
     ) -> Result<Decision, Error> {
-        if limit.class == Class::Billing {
-            if let Some(denial) = self.settle(key, false, latency).await? {
-                // What was admitted during the outage is charged before anything new.
-                return Ok(Decision {
-                    allowed: false,
-                    granted: 0,
-                    retry_after_ms: denial.retry_after_ms.or(Some(denial.reset_after_ms.max(1))),
-                    ..denial
-                });
-            }
-        }
         let store = &self.inner.store;
         self.call(latency, false, store.decide(key, policy, cost))
             .await
@@ -483,69 +491,93 @@ impl Limiter {
         }
     }
 
-    fn reconcile_boxed(self) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> {
-        Box::pin(async move { self.reconcile().await })
+    /// Starts a reconcile in the background unless one is running.
+    fn spawn_reconcile(&self) {
+        if self.inner.reconciling.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = self.clone();
+        let task: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
+            // A store that just came back may drop the first calls (a reconnect): a few tries.
+            for attempt in 0..5u32 {
+                if me.reconcile_once(false).await || me.inner.circuit.is_open() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
+            }
+            me.inner.reconciling.store(false, Ordering::Release);
+        });
+        tokio::spawn(task);
     }
 
-    /// Charges the store for what billing admitted while it did not answer. Counts the store
-    /// cannot take yet (the quota is spent) stay owed and are charged as it refills.
+    /// Charges the store for what billing admitted while it did not answer (each call with
+    /// the shutdown deadline: this is not on a request's path; a charge that times out may
+    /// still be applied, and is then counted twice, never zero times). Counts the store cannot
+    /// take yet (the quota is spent) stay owed and are charged as it refills: a successful store
+    /// call starts another reconcile at most once per second while anything is owed.
     pub async fn reconcile(&self) {
+        self.reconcile_once(false).await;
+    }
+
+    /// One pass over the debts; false when the store failed on the way.
+    async fn reconcile_once(&self, force: bool) -> bool {
+        let _one = self.inner.settling.lock().await;
         let keys: Vec<String> = lock(&self.inner.debts).keys().cloned().collect();
         for key in keys {
             let mut latency = None;
-            if self.settle(&key, false, &mut latency).await.is_err() {
-                break;
+            if self.settle(&key, force, &mut latency).await.is_err() {
+                return false;
             }
         }
+        true
     }
 
     /// Charges `key`'s debt in chunks the store admits. `Ok(Some(denial))` when some is still
     /// owed because the store denies; `Err` when the store did not answer (all still owed).
+    /// `force` ignores the circuit (shutdown).
     async fn settle(
         &self,
         key: &str,
         force: bool,
         latency: &mut Option<Duration>,
     ) -> Result<Option<Decision>, Error> {
-        let store = if force {
-            self.inner
-                .store
-                .clone()
-                .with_deadline(self.inner.config.shutdown_deadline)
-        } else {
-            self.inner.store.clone()
-        };
-        let Some(mut debt) = lock(&self.inner.debts).remove(key) else {
+        let store = self
+            .inner
+            .store
+            .clone()
+            .with_deadline(self.inner.config.shutdown_deadline);
+        // The debt stays in the map (so `unsettled` is exact) and shrinks by what is charged;
+        // `settling` keeps a second reconcile from charging it again meanwhile.
+        let owed = |debts: &HashMap<String, Debt>| debts.get(key).copied();
+        let Some(debt) = owed(&lock(&self.inner.debts)) else {
             return Ok(None);
         };
-        let mut room = debt.policy.capacity();
-        let outcome = loop {
-            if debt.amount == 0 {
-                break Ok(None);
+        let policy = debt.policy;
+        let mut room = policy.capacity();
+        loop {
+            let amount = owed(&lock(&self.inner.debts)).map_or(0, |d| d.amount);
+            if amount == 0 {
+                return Ok(None);
             }
-            let chunk = debt.amount.min(room).max(1);
+            let chunk = amount.min(room).max(1);
             match self
-                .call(latency, force, store.decide(key, &debt.policy, chunk))
-                .await
+                .call(latency, force, store.decide(key, &policy, chunk))
+                .await?
             {
-                Ok(d) if d.allowed => {
-                    debt.amount -= chunk;
-                    room = debt.policy.capacity();
+                d if d.allowed => {
+                    let mut debts = lock(&self.inner.debts);
+                    if let Some(debt) = debts.get_mut(key) {
+                        debt.amount = debt.amount.saturating_sub(chunk);
+                        if debt.amount == 0 {
+                            debts.remove(key);
+                        }
+                    }
+                    room = policy.capacity();
                 }
-                Ok(d) if d.remaining > 0 && d.remaining < chunk => room = d.remaining,
-                Ok(d) => break Ok(Some(d)),
-                Err(e) => break Err(e),
+                d if d.remaining > 0 && d.remaining < chunk => room = d.remaining,
+                d => return Ok(Some(d)),
             }
-        };
-        if debt.amount > 0 {
-            let mut debts = lock(&self.inner.debts);
-            let owed = debts.entry(key.to_string()).or_insert(Debt {
-                policy: debt.policy,
-                amount: 0,
-            });
-            owed.amount = owed.amount.saturating_add(debt.amount);
         }
-        outcome
     }
 
     /// A clean shutdown: gives unspent leased tokens back, charges the store for billing counts,
@@ -573,11 +605,7 @@ impl Limiter {
             p.tokens = 0;
         }
         let before: u64 = lock(&i.debts).values().map(|d| d.amount).sum();
-        let keys: Vec<String> = lock(&i.debts).keys().cloned().collect();
-        for key in keys {
-            let mut latency = None;
-            let _ = self.settle(&key, true, &mut latency).await;
-        }
+        self.reconcile_once(true).await;
         let debts = lock(&i.debts).clone();
         report.unsettled = debts.values().map(|d| d.amount).sum();
         report.charged = before.saturating_sub(report.unsettled);

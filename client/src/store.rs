@@ -34,10 +34,11 @@ impl Store {
     /// The connection reconnects by itself after the server is restarted.
     pub async fn connect(url: &str) -> Result<Store, Error> {
         let client = redis::Client::open(url).map_err(|e| Error::Unreachable(e.to_string()))?;
+        // One connection attempt per reconnect, no backoff of its own: the limiter's circuit
+        // decides when the store is tried again.
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Duration::from_millis(500))
-            .set_number_of_retries(1)
-            .set_max_delay(200);
+            .set_number_of_retries(0);
         let manager = ConnectionManager::new_with_config(client, config).await?;
         Store::with_connection(Conn::Standalone(manager)).await
     }
@@ -113,9 +114,20 @@ impl Store {
     /// Sends one command and waits at most the deadline for its reply.
     pub async fn query(&self, cmd: &Cmd) -> Result<Value, Error> {
         let send = async {
-            match self.conn.clone() {
-                Conn::Standalone(mut c) => c.req_packed_command(cmd).await,
-                Conn::Cluster(mut c) => c.req_packed_command(cmd).await,
+            let mut retried = false;
+            loop {
+                let reply = match self.conn.clone() {
+                    Conn::Standalone(mut c) => c.req_packed_command(cmd).await,
+                    Conn::Cluster(mut c) => c.req_packed_command(cmd).await,
+                };
+                match reply {
+                    // A connection found broken (the server restarted, a proxy dropped it) has
+                    // started its reconnect: one more try, within the same deadline.
+                    Err(e) if !retried && matches!(Error::classify(&e), Error::Unreachable(_)) => {
+                        retried = true;
+                    }
+                    other => return other,
+                }
             }
         };
         match tokio::time::timeout(self.deadline, send).await {
