@@ -89,6 +89,8 @@ pub struct ShutdownReport {
 #[derive(Default)]
 struct Pool {
     tokens: u64,
+    /// The store had no token before this instant: deny locally until then.
+    empty_until_ns: u64,
     expires_ns: u64,
     store_remaining: u64,
     limit: u64,
@@ -350,6 +352,18 @@ impl Limiter {
                 source: Source::Lease,
             });
         }
+        if now < p.empty_until_ns {
+            // The store said when a token is back: no call before then.
+            return Ok(Decision {
+                allowed: false,
+                granted: 0,
+                limit: p.limit,
+                remaining: p.tokens,
+                retry_after_ms: Some((p.empty_until_ns - now).div_ceil(1_000_000)),
+                reset_after_ms: p.reset_after_ms,
+                source: Source::Lease,
+            });
+        }
         let want = k.max(cost).saturating_sub(p.tokens).max(1);
         let d = self
             .call(latency, false, i.store.lease(key, policy, want))
@@ -359,6 +373,10 @@ impl Limiter {
                 p.expires_ns = now.saturating_add(ns(i.config.lease_lifetime));
             }
             p.tokens += d.granted;
+        }
+        if d.granted == 0 {
+            let retry_ns = d.retry_after_ms.unwrap_or(0).saturating_mul(1_000_000);
+            p.empty_until_ns = now.saturating_add(retry_ns);
         }
         p.store_remaining = d.remaining;
         p.limit = d.limit;

@@ -226,7 +226,7 @@ impl Server {
         cmd.query(&mut self.connect())
     }
 
-    /// How many times the server ran `command` (lowercase, e.g. "rl.lease"), from INFO
+    /// How many times the server ran `command` (as INFO spells it, e.g. "RL.LEASE"), from INFO
     /// commandstats.
     pub fn calls(&self, command: &str) -> u64 {
         let info: String = redis::cmd("INFO")
