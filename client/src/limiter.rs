@@ -495,7 +495,13 @@ impl Limiter {
     ) {
         observe::decision(&limit.name, limit.class, d, took, status);
         let every = self.inner.config.log_every;
-        if every > 0 && self.inner.decisions.fetch_add(1, Ordering::Relaxed) % every == 0 {
+        if every > 0
+            && self
+                .inner
+                .decisions
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(every)
+        {
             (self.inner.config.log_sink)(&LogRecord {
                 limit: limit.name.clone(),
                 class: limit.class,

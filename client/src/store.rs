@@ -16,7 +16,7 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(5);
 
 #[derive(Clone)]
 enum Conn {
-    Standalone(ConnectionManager),
+    Standalone(Box<ConnectionManager>),
     Cluster(ClusterConnection),
 }
 
@@ -40,7 +40,7 @@ impl Store {
             .set_connection_timeout(Duration::from_millis(500))
             .set_number_of_retries(0);
         let manager = ConnectionManager::new_with_config(client, config).await?;
-        Store::with_connection(Conn::Standalone(manager)).await
+        Store::with_connection(Conn::Standalone(Box::new(manager))).await
     }
 
     /// Connects to a Redis Cluster through any of its nodes and detects the backend.
