@@ -307,3 +307,64 @@ pub(crate) fn ints<const N: usize>(v: &Value) -> Result<[i64; N], Error> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(cmd: &redis::Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                redis::Arg::Cursor => "<cursor>".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_backend_spells_the_commands() {
+        let p = Policy::gcra(10, 1000).burst(20);
+        let mut m = Backend::Module.command("GCRA", &["k"]);
+        let mut f = Backend::Functions.command("GCRA", &["k"]);
+        p.args(&mut m);
+        p.args(&mut f);
+        assert_eq!(words(&m), ["RL.GCRA", "k", "10", "1000", "BURST", "20"]);
+        assert_eq!(
+            words(&f),
+            ["FCALL", "rl_gcra", "1", "k", "10", "1000", "BURST", "20"]
+        );
+        let all = Backend::Module.command("ALL", &["a", "b"]);
+        assert_eq!(words(&all), ["RL.ALL", "2", "a", "b"]);
+        let all = Backend::Functions.command("ALL", &["a", "b"]);
+        assert_eq!(words(&all), ["FCALL", "rl_all", "2", "a", "b"]);
+        let peek = Backend::Functions.command("PEEK", &["k"]);
+        assert_eq!(words(&peek), ["FCALL", "rl_peek", "1", "k"]);
+        let lease = Backend::Functions.command("TOKENBUCKET", &["k"]);
+        assert_eq!(words(&lease), ["FCALL", "rl_tokenbucket", "1", "k"]);
+    }
+
+    #[test]
+    fn replies_that_are_not_five_integers_are_errors() {
+        assert!(Decision::from_value(&Value::Nil).is_err());
+        assert!(Decision::from_value(&Value::Array(vec![Value::Int(1); 4])).is_err());
+        let negative = Value::Array(vec![
+            Value::Int(1),
+            Value::Int(-2),
+            Value::Int(0),
+            Value::Int(-1),
+            Value::Int(0),
+        ]);
+        assert!(Decision::from_value(&negative).is_err());
+        let ok = Value::Array(vec![
+            Value::Int(0),
+            Value::Int(2),
+            Value::Int(0),
+            Value::Int(7),
+            Value::Int(9),
+        ]);
+        let d = Decision::from_value(&ok).unwrap();
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after_ms, Some(7));
+        assert_eq!(d.reply(), [0, 2, 0, 7, 9]);
+    }
+}

@@ -126,7 +126,10 @@ impl Server {
                 }
             }
             if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
-                return Err(format!("redis-server exited ({status}): {}", self.log()));
+                return Err(format!(
+                    "redis-server {args:?} exited ({status}): {}",
+                    self.log()
+                ));
             }
             if Instant::now() > deadline {
                 return Err(format!("redis-server did not start: {}", self.log()));
@@ -245,7 +248,10 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         if let Some(child) = self.child.as_ref() {
-            signal(child.id(), "-CONT");
+            let _ = Command::new("kill")
+                .arg("-CONT")
+                .arg(child.id().to_string())
+                .status();
         }
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
