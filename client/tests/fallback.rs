@@ -302,3 +302,36 @@ async fn futures_all(l: &Limiter, limit: &Limit, key: &str, n: usize) -> Vec<Dec
     }
     out
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_limits_at_once_fall_back_together() {
+    let s = Server::start();
+    let clock = support::manual_clock();
+    let l = limiter(&s.url(), &clock, Some(4)).await;
+    let key = Limit::new("key", Policy::gcra(8, 60_000), Class::Contract);
+    let tenant = Limit::new(
+        "tenant",
+        Policy::fixed_window(100, 86_400_000),
+        Class::Billing,
+    );
+    let checks = [(&key, "all:{t}:key", 1), (&tenant, "all:{t}:tenant", 1)];
+    let all = l.check_all(&checks).await.unwrap();
+    assert!(all.combined.allowed);
+    assert_eq!(all.combined.source, Source::Store);
+    assert_eq!(all.limiters.len(), 2);
+
+    s.stop();
+    // The key's local share is 8/4 = 2: two admitted (and counted for the tenant), then denied
+    // by the key, and the tenant is not charged for the denial.
+    let mut admitted = 0;
+    for _ in 0..4 {
+        let t = Instant::now();
+        let all = l.check_all(&checks).await.unwrap();
+        assert!(t.elapsed() < DEADLINE + SLACK);
+        assert_eq!(all.limiters[0].source, Source::Fallback(Class::Contract));
+        admitted += u64::from(all.combined.allowed);
+    }
+    assert_eq!(admitted, 2);
+    assert_eq!(l.unsettled().get("all:{t}:tenant"), Some(&2));
+    s.resume();
+}
