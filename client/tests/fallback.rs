@@ -13,9 +13,9 @@ use ratelimit_client::{
 use support::proxy::{Fault, Proxy};
 use support::Server;
 
-const DEADLINE: Duration = Duration::from_millis(50);
+const DEADLINE: Duration = Duration::from_millis(100);
 /// What a loaded 2-core CI machine may add to a deadline (scheduling, not the store).
-const SLACK: Duration = Duration::from_millis(250);
+const SLACK: Duration = Duration::from_millis(400);
 
 fn config(clock: &Arc<ManualClock>, gateways: Option<u32>) -> Config {
     Config {
