@@ -44,9 +44,9 @@ impl LocalBucket {
     /// Spends `cost` if it fits; the decision in the reply's terms.
     pub(crate) fn take(&mut self, now_ns: u64, cost: u64, source: Source) -> Decision {
         let now = u128::from(now_ns);
-        let full = u128::from(self.capacity) * self.interval;
+        let full = u128::from(self.capacity).saturating_mul(self.interval);
         let tat = self.tat.max(now);
-        let new_tat = tat + u128::from(cost) * self.interval;
+        let new_tat = tat.saturating_add(u128::from(cost).saturating_mul(self.interval));
         let ms_up = |ns: u128| u64::try_from(ns.div_ceil(1_000_000)).unwrap_or(u64::MAX);
         let remaining = |tat: u128| {
             u64::try_from((full.saturating_sub(tat - now)) / self.interval).unwrap_or(0)
@@ -109,6 +109,8 @@ mod tests {
         let src = Source::Fallback(Class::Security);
         let mut b = LocalBucket::explicit(0, 0);
         assert!(b.take(0, 1, src).allowed);
+        let mut huge = LocalBucket::explicit(1, u64::MAX);
+        assert!(!huge.take(0, u64::MAX, src).allowed);
         let mut b = LocalBucket::share_of(&Policy::gcra(1, 1), 1_000);
         assert!(b.take(5, 1, src).allowed);
         assert!(!b.take(5, 1, src).allowed);

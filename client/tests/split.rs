@@ -61,3 +61,59 @@ async fn each_sub_key_holds_its_share() {
         assert_eq!(s.ints(&["RL.PEEK", &k])[1..3], [25, 0], "{k}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_a_cluster_connection() {
+    // A one-node Cluster that serves every slot: enough to drive `cluster-async` for real.
+    let bus = support::free_port().to_string();
+    let s = Server::with(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-port",
+        &bus,
+    ]);
+    let _: () = redis::cmd("CLUSTER")
+        .arg("ADDSLOTSRANGE")
+        .arg(0)
+        .arg(16383)
+        .query(&mut s.connect())
+        .unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let info: String = redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query(&mut s.connect())
+            .unwrap();
+        if info.contains("cluster_state:ok") {
+            break;
+        }
+        assert!(std::time::Instant::now() < until, "{info}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let url = s.url();
+    let store = Store::connect_cluster(&[url.as_str()]).await.unwrap();
+    let store = store.with_deadline(Duration::from_secs(1));
+    let d = store
+        .decide("c:a", &Policy::gcra(10, 1000), 3)
+        .await
+        .unwrap();
+    assert_eq!(d.reply().to_vec(), s.ints(&["RL.PEEK", "c:a"]));
+    let limiter = Limiter::new(
+        store,
+        Config {
+            deadline: Duration::from_secs(1),
+            ..Config::default()
+        },
+    );
+    let hot = Limit::new("hot", Policy::gcra(40, 1000), Class::Contract)
+        .split(4)
+        .lease(2);
+    let mut admitted = 0;
+    for _ in 0..50 {
+        admitted += u64::from(limiter.check(&hot, "c:hot").await.unwrap().allowed);
+    }
+    assert_eq!(admitted, 40);
+    assert_eq!(s.calls("RL.LEASE"), 20 + 4);
+}
