@@ -201,11 +201,8 @@ impl Store {
         }
     }
 
-    /// `RL.SHAPE key L W [QUEUE q] [DELAY d | NODELAY] [COST n]` (module only).
+    /// `RL.SHAPE key L W [QUEUE q] [DELAY d | NODELAY] [COST n]`.
     pub async fn shape(&self, key: &str, shape: &Shape, cost: u64) -> Result<Shaped, Error> {
-        if self.backend == Backend::Functions {
-            return Err(Error::Unsupported("RL.SHAPE through Functions".into()));
-        }
         let mut cmd = self.backend.command("SHAPE", &[key]);
         cmd.arg(shape.limit).arg(shape.window_ms);
         if let Some(q) = shape.queue {

@@ -48,6 +48,8 @@ pub fn free_port() -> u16 {
 
 pub struct Server {
     pub port: u16,
+    /// Loads the module (with its debug clock); false: a plain server.
+    module: bool,
     dir: PathBuf,
     extra: Vec<String>,
     child: Option<Child>,
@@ -60,6 +62,15 @@ impl Server {
     }
 
     pub fn with(extra: &[&str]) -> Server {
+        Server::spawned(extra, true)
+    }
+
+    /// A server without the module (for the Functions library), on the real clock.
+    pub fn plain() -> Server {
+        Server::spawned(&[], false)
+    }
+
+    fn spawned(extra: &[&str], module: bool) -> Server {
         for _ in 0..5 {
             let port = free_port();
             static N: AtomicU32 = AtomicU32::new(0);
@@ -71,13 +82,16 @@ impl Server {
             std::fs::create_dir_all(&dir).unwrap();
             let mut s = Server {
                 port,
+                module,
                 dir,
                 extra: extra.iter().map(|s| s.to_string()).collect(),
                 child: None,
             };
             match s.spawn() {
                 Ok(()) => {
-                    s.clock_set(T0_MS);
+                    if module {
+                        s.clock_set(T0_MS);
+                    }
                     return s;
                 }
                 Err(e) if e.contains("Address already in use") => continue,
@@ -88,7 +102,6 @@ impl Server {
     }
 
     fn spawn(&mut self) -> Result<(), String> {
-        let module = module_path().display().to_string();
         let mut args: Vec<String> = [
             "--port",
             &self.port.to_string(),
@@ -102,14 +115,19 @@ impl Server {
             "no",
             "--logfile",
             "redis.log",
-            "--loadmodule",
-            &module,
-            "DEBUG-CLOCK",
-            "yes",
         ]
         .iter()
         .map(|s| s.to_string())
         .collect();
+        if self.module {
+            let module = module_path().display().to_string();
+            args.extend([
+                "--loadmodule".into(),
+                module,
+                "DEBUG-CLOCK".into(),
+                "yes".into(),
+            ]);
+        }
         args.extend(self.extra.iter().cloned());
         let child = Command::new("redis-server")
             .args(&args)
