@@ -30,9 +30,19 @@ impl Default for CircuitConfig {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
-    Closed { failures: u32 },
-    Open { until_ns: u64, backoff_ns: u64 },
-    Probing { backoff_ns: u64 },
+    Closed {
+        failures: u32,
+    },
+    Open {
+        until_ns: u64,
+        backoff_ns: u64,
+    },
+    /// A probe is out; another is allowed after `until_ns` (the first one's caller may have
+    /// dropped it, and then nothing would ever report back).
+    Probing {
+        until_ns: u64,
+        backoff_ns: u64,
+    },
 }
 
 /// What the circuit lets a request do.
@@ -96,7 +106,7 @@ impl Circuit {
                 until_ns: now_ns.saturating_add(first),
                 backoff_ns: first,
             },
-            State::Probing { backoff_ns } | State::Open { backoff_ns, .. } => {
+            State::Probing { backoff_ns, .. } | State::Open { backoff_ns, .. } => {
                 let next = backoff_ns
                     .saturating_mul(2)
                     .min(ns(self.config.max_backoff).max(first));
@@ -137,6 +147,9 @@ mod tests {
         c.failure(30 * ms);
         assert_eq!(c.permit(59 * ms), Permit::Skip, "capped at 30 ms");
         assert_eq!(c.permit(60 * ms), Permit::Probe);
+        // A probe whose caller went away: another one after the backoff.
+        assert_eq!(c.permit(89 * ms), Permit::Skip);
+        assert_eq!(c.permit(90 * ms), Permit::Probe);
         assert!(c.success());
         assert_eq!(c.permit(60 * ms), Permit::Call);
         assert!(!c.success());
