@@ -77,8 +77,15 @@ impl Circuit {
             State::Open {
                 until_ns,
                 backoff_ns,
+            }
+            | State::Probing {
+                until_ns,
+                backoff_ns,
             } if now_ns >= until_ns => {
-                *s = State::Probing { backoff_ns };
+                *s = State::Probing {
+                    until_ns: now_ns.saturating_add(backoff_ns),
+                    backoff_ns,
+                };
                 Permit::Probe
             }
             State::Open { .. } | State::Probing { .. } => Permit::Skip,
