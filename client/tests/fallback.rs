@@ -335,3 +335,29 @@ async fn several_limits_at_once_fall_back_together() {
     assert_eq!(l.unsettled().get("all:{t}:tenant"), Some(&2));
     s.resume();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_requests_on_a_stalled_store_each_wait_at_most_the_deadline() {
+    let s = Server::start();
+    let clock = support::manual_clock();
+    let l = limiter(&s.url(), &clock, Some(4)).await;
+    let (_, api, _, _) = limits();
+    assert_eq!(timed(&l, &api, "c:0").await.source, Source::Store);
+    s.stop();
+    let tasks: Vec<_> = (0..50)
+        .map(|i| {
+            let (l, api) = (l.clone(), api.clone());
+            tokio::spawn(async move {
+                let t = Instant::now();
+                let d = l.check(&api, &format!("c:{}", i % 5)).await.unwrap();
+                (t.elapsed(), d.source)
+            })
+        })
+        .collect();
+    for t in tasks {
+        let (took, source) = t.await.unwrap();
+        assert!(took < DEADLINE + SLACK, "took {took:?}");
+        assert_eq!(source, Source::Fallback(Class::Contract));
+    }
+    s.resume();
+}
