@@ -2,9 +2,10 @@
 # make test  — every test: unit, property and integration (real redis-server on loopback)
 # make lint  — rustfmt and clippy, warnings are errors
 # make bench — performance against INCR and Lua limiters (see README)
+# make bench-client — the gateway client's added latency: healthy, leased, stalled (docs/client.md)
 # make test-servers — the integration tests against each server built from ../shared/servers
 #                     (SERVERS="redis-7.2.6 ..." picks some; TESTS="--test NAME" some tests)
-.PHONY: deps build release run test lint bench test-servers
+.PHONY: deps build release run test lint bench bench-client test-servers
 
 deps:
 	@scripts/install-deps
@@ -19,16 +20,20 @@ run: release
 	scripts/dev-server $(ARGS)
 
 # The integration tests load target/debug/libredis_ratelimit.so, which `cargo test` alone does
-# not rebuild: build it first.
+# not rebuild: build it first. --workspace runs the client's tests (client/) too; a TESTS="--test
+# NAME" runs that suite of whichever package has it.
 test: build
-	cargo test $(TESTS)
+	cargo test --workspace $(TESTS)
 
 lint:
-	cargo fmt --check
-	cargo clippy --all-targets -- -D warnings
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets -- -D warnings
 
 bench: release
 	scripts/bench
+
+bench-client: release
+	cargo run --release -p redis-ratelimit-client --example bench
 
 # Builds each server source once (cached in ~/.cache/redis-ratelimit/servers) and runs the
 # integration tests with it first on PATH; see scripts/test-servers.

@@ -1,0 +1,37 @@
+//! The gateway half of redis-ratelimit: typed calls for every command, and a [`Limiter`] that
+//! decides each request within a deadline, with leases, and with a fallback chosen per class of
+//! limit when the store does not answer. docs/client.md is the guide.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), ratelimit_client::Error> {
+//! use ratelimit_client::{Class, Config, Limit, Limiter, Policy, Store};
+//! let store = Store::connect("redis://127.0.0.1:6379/").await?;
+//! let limiter = Limiter::new(store, Config { gateways: Some(4), ..Config::default() });
+//! let api = Limit::new("api", Policy::gcra(100, 60_000), Class::Contract);
+//! let decision = limiter.check(&api, "api:key:abc").await?;
+//! if !decision.allowed { /* 429, Retry-After from decision.retry_after_ms */ }
+//! limiter.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+mod circuit;
+mod clock;
+pub mod command;
+mod error;
+pub mod http;
+pub mod layer;
+mod limit;
+mod limiter;
+mod local;
+pub mod observe;
+pub mod store;
+
+pub use circuit::CircuitConfig;
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use command::{
+    Algorithm, AllDecision, Backend, Class, Decision, Policy, Shape, ShapeDelay, Shaped, Source,
+};
+pub use error::Error;
+pub use limit::{key_slot, sub_keys, Limit};
+pub use limiter::{Config, Limiter, ShutdownReport, Stats};
+pub use store::Store;

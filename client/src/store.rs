@@ -1,0 +1,252 @@
+//! A connection to the store (a standalone server or a Cluster) with the typed calls, each bounded
+//! by a deadline. No fallback here: a call either decides or says why not ([`Error`]).
+
+use std::time::Duration;
+
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Value};
+
+use crate::command::{ints, AllDecision, Backend, Decision, Policy, Shape, ShapeDelay, Shaped};
+use crate::Error;
+
+/// The default deadline of one store call: a few milliseconds, so that a slow store costs a
+/// request at most this much before its class's fallback decides.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(5);
+
+#[derive(Clone)]
+enum Conn {
+    Standalone(Box<ConnectionManager>),
+    Cluster(ClusterConnection),
+}
+
+/// The store: a connection (multiplexed, reconnecting), the backend found on the server, and the
+/// deadline of each call. Cheap to clone; clones share the connection.
+#[derive(Clone)]
+pub struct Store {
+    conn: Conn,
+    backend: Backend,
+    deadline: Duration,
+}
+
+impl Store {
+    /// Connects to a standalone server (`redis://127.0.0.1:6379/`) and detects its backend.
+    /// The connection reconnects by itself after the server is restarted.
+    pub async fn connect(url: &str) -> Result<Store, Error> {
+        let client = redis::Client::open(url).map_err(|e| Error::Unreachable(e.to_string()))?;
+        // One connection attempt per reconnect, no backoff of its own: the limiter's circuit
+        // decides when the store is tried again.
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Duration::from_millis(500))
+            .set_number_of_retries(0);
+        let manager = ConnectionManager::new_with_config(client, config).await?;
+        Store::with_connection(Conn::Standalone(Box::new(manager))).await
+    }
+
+    /// Connects to a Redis Cluster through any of its nodes and detects the backend.
+    pub async fn connect_cluster(nodes: &[&str]) -> Result<Store, Error> {
+        let client = redis::cluster::ClusterClient::builder(nodes.iter().copied())
+            .connection_timeout(Duration::from_millis(500))
+            .retries(1)
+            .build()
+            .map_err(|e| Error::Unreachable(e.to_string()))?;
+        let conn = client.get_async_connection().await?;
+        Store::with_connection(Conn::Cluster(conn)).await
+    }
+
+    async fn with_connection(conn: Conn) -> Result<Store, Error> {
+        let mut store = Store {
+            conn,
+            backend: Backend::Module,
+            deadline: Duration::from_secs(2),
+        };
+        store.backend = store.detect().await?;
+        store.deadline = DEFAULT_DEADLINE;
+        Ok(store)
+    }
+
+    /// The module when `COMMAND INFO rl.gcra` knows it, else the Functions library `ratelimit`
+    /// when `FUNCTION LIST LIBRARYNAME ratelimit` lists it.
+    async fn detect(&self) -> Result<Backend, Error> {
+        let info = self
+            .query(redis::cmd("COMMAND").arg("INFO").arg("rl.gcra"))
+            .await?;
+        if matches!(&info, Value::Array(items) if items.iter().any(|i| *i != Value::Nil)) {
+            return Ok(Backend::Module);
+        }
+        let libs = self
+            .query(
+                redis::cmd("FUNCTION")
+                    .arg("LIST")
+                    .arg("LIBRARYNAME")
+                    .arg("ratelimit"),
+            )
+            .await?;
+        if matches!(&libs, Value::Array(items) if !items.is_empty()) {
+            return Ok(Backend::Functions);
+        }
+        Err(Error::Unsupported(
+            "the server has neither the redis-ratelimit module nor the ratelimit Functions library"
+                .into(),
+        ))
+    }
+
+    /// The same store with another deadline per call.
+    pub fn with_deadline(mut self, deadline: Duration) -> Store {
+        self.deadline = deadline;
+        self
+    }
+
+    /// The same store through another backend (when both are installed).
+    pub fn with_backend(mut self, backend: Backend) -> Store {
+        self.backend = backend;
+        self
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// Sends one command and waits at most the deadline for its reply.
+    pub async fn query(&self, cmd: &Cmd) -> Result<Value, Error> {
+        let send = async {
+            let mut retried = false;
+            loop {
+                let reply = match self.conn.clone() {
+                    Conn::Standalone(mut c) => c.req_packed_command(cmd).await,
+                    Conn::Cluster(mut c) => c.req_packed_command(cmd).await,
+                };
+                match reply {
+                    // A connection found broken (the server restarted, a proxy dropped it) has
+                    // started its reconnect: one more try, within the same deadline.
+                    Err(e) if !retried && matches!(Error::classify(&e), Error::Unreachable(_)) => {
+                        retried = true;
+                    }
+                    other => return other,
+                }
+            }
+        };
+        match tokio::time::timeout(self.deadline, send).await {
+            Ok(reply) => Ok(reply?.extract_error()?),
+            Err(_) => Err(Error::Timeout),
+        }
+    }
+
+    /// `RL.GCRA` / `RL.TOKENBUCKET` / `RL.SLIDINGLOG` / `RL.SLIDINGCOUNTER` / `RL.FIXEDWINDOW
+    /// key L W [BURST B] COST cost`, by the policy's algorithm. `cost` 0 is a peek.
+    pub async fn decide(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, Error> {
+        let mut cmd = self.backend.command(policy.algorithm.name(), &[key]);
+        policy.args(&mut cmd);
+        cmd.arg("COST").arg(cost);
+        Decision::from_value(&self.query(&cmd).await?)
+    }
+
+    /// `RL.GCRA key L W [BURST B] [COST n]`.
+    pub async fn gcra(&self, key: &str, policy: Policy, cost: u64) -> Result<Decision, Error> {
+        self.decide(
+            key,
+            &Policy {
+                algorithm: crate::Algorithm::Gcra,
+                ..policy
+            },
+            cost,
+        )
+        .await
+    }
+
+    /// `RL.TOKENBUCKET key L W [BURST B] [COST n]`.
+    pub async fn token_bucket(
+        &self,
+        key: &str,
+        policy: Policy,
+        cost: u64,
+    ) -> Result<Decision, Error> {
+        let policy = Policy {
+            algorithm: crate::Algorithm::TokenBucket,
+            ..policy
+        };
+        self.decide(key, &policy, cost).await
+    }
+
+    /// `RL.LEASE key L W [BURST B] WANT n`: up to n tokens of the token bucket at `key`;
+    /// `granted` is how many.
+    pub async fn lease(&self, key: &str, policy: &Policy, want: u64) -> Result<Decision, Error> {
+        let mut cmd = self.backend.command("LEASE", &[key]);
+        policy.args(&mut cmd);
+        cmd.arg("WANT").arg(want);
+        Decision::from_value(&self.query(&cmd).await?)
+    }
+
+    /// `RL.REFUND key n`: gives back n unspent tokens; `None` for a missing key. `granted` is
+    /// the tokens given back, the rest is what a peek answers after it.
+    pub async fn refund(&self, key: &str, tokens: u64) -> Result<Option<Decision>, Error> {
+        let mut cmd = self.backend.command("REFUND", &[key]);
+        cmd.arg(tokens);
+        match self.query(&cmd).await? {
+            Value::Nil => Ok(None),
+            v => Decision::from_value(&v).map(Some),
+        }
+    }
+
+    /// `RL.PEEK key`: what a cost-1 request would get now; `None` for a missing key.
+    pub async fn peek(&self, key: &str) -> Result<Option<Decision>, Error> {
+        let cmd = self.backend.command("PEEK", &[key]);
+        match self.query(&cmd).await? {
+            Value::Nil => Ok(None),
+            v => Decision::from_value(&v).map(Some),
+        }
+    }
+
+    /// `RL.SHAPE key L W [QUEUE q] [DELAY d | NODELAY] [COST n]`.
+    pub async fn shape(&self, key: &str, shape: &Shape, cost: u64) -> Result<Shaped, Error> {
+        let mut cmd = self.backend.command("SHAPE", &[key]);
+        cmd.arg(shape.limit).arg(shape.window_ms);
+        if let Some(q) = shape.queue {
+            cmd.arg("QUEUE").arg(q);
+        }
+        match shape.delay {
+            ShapeDelay::Default => {}
+            ShapeDelay::Delay(d) => {
+                cmd.arg("DELAY").arg(d);
+            }
+            ShapeDelay::NoDelay => {
+                cmd.arg("NODELAY");
+            }
+        }
+        cmd.arg("COST").arg(cost);
+        let [a, b, c, d, e, delay] = ints::<6>(&self.query(&cmd).await?)?;
+        Ok(Shaped {
+            decision: Decision::from_reply([a, b, c, d, e])?,
+            delay_ms: u64::try_from(delay).map_err(|_| Error::Reply("negative delay".into()))?,
+        })
+    }
+
+    /// `RL.ALL numkeys key … limiter …`: one atomic decision over several limiters (all keys in
+    /// one hash slot on a Cluster).
+    pub async fn all(&self, limiters: &[(&str, Policy, u64)]) -> Result<AllDecision, Error> {
+        let keys: Vec<&str> = limiters.iter().map(|(k, _, _)| *k).collect();
+        let mut cmd = self.backend.command("ALL", &keys);
+        for (_, policy, cost) in limiters {
+            cmd.arg(policy.algorithm.name());
+            policy.args(&mut cmd);
+            cmd.arg("COST").arg(*cost);
+        }
+        match self.query(&cmd).await? {
+            Value::Array(items) if items.len() == limiters.len() + 1 => {
+                let mut decisions = items.iter().map(Decision::from_value);
+                let combined = decisions
+                    .next()
+                    .ok_or_else(|| Error::Reply("empty RL.ALL reply".into()))??;
+                Ok(AllDecision {
+                    combined,
+                    limiters: decisions.collect::<Result<_, _>>()?,
+                })
+            }
+            other => Err(Error::Reply(format!("RL.ALL reply {other:?}"))),
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! The Functions backend: on a server without the module but with the `ratelimit` library
+//! (functions/ratelimit.lua, issue 21), the client detects it and its typed calls answer as the
+//! raw `FCALL rl_*` on a twin key. The library decides on the real clock (no debug clock), so the
+//! two calls may be a millisecond or so apart: times are compared within a tolerance.
+//! Skipped, with a note, while functions/ratelimit.lua is not in the tree.
+
+mod support;
+
+use std::time::Duration;
+
+use ratelimit_client::{Backend, Policy, Store};
+
+use support::Server;
+
+fn close(typed: &[i64], raw: &[i64], what: &str) {
+    assert_eq!(typed[..3], raw[..3], "{what}: {typed:?} vs {raw:?}");
+    for i in 3..typed.len() {
+        assert!(
+            (typed[i] - raw[i]).abs() <= 50,
+            "{what}: {typed:?} vs {raw:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_calls_through_fcall() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../functions/ratelimit.lua");
+    let Ok(library) = std::fs::read_to_string(path) else {
+        eprintln!("functions/ratelimit.lua is absent: the Functions backend is not tested");
+        return;
+    };
+    let s = Server::plain();
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(&library)
+        .query(&mut s.connect())
+        .unwrap();
+    let store = Store::connect(&s.url())
+        .await
+        .unwrap()
+        .with_deadline(Duration::from_secs(2));
+    assert_eq!(store.backend(), Backend::Functions);
+    let raw = |f: &str, key: &str, rest: &[&str]| -> Vec<i64> {
+        let mut w = vec!["FCALL", f, "1", key];
+        w.extend_from_slice(rest);
+        s.ints(&w)
+    };
+    let cases: [(Policy, &str, &[&str]); 5] = [
+        (
+            Policy::gcra(10, 60_000).burst(20),
+            "rl_gcra",
+            &["10", "60000", "BURST", "20"],
+        ),
+        (
+            Policy::token_bucket(10, 60_000),
+            "rl_tokenbucket",
+            &["10", "60000"],
+        ),
+        (
+            Policy::sliding_log(10, 60_000),
+            "rl_slidinglog",
+            &["10", "60000"],
+        ),
+        (
+            Policy::sliding_counter(10, 60_000),
+            "rl_slidingcounter",
+            &["10", "60000"],
+        ),
+        (
+            Policy::fixed_window(10, 86_400_000),
+            "rl_fixedwindow",
+            &["10", "86400000"],
+        ),
+    ];
+    for (n, (p, f, args)) in cases.iter().enumerate() {
+        for cost in ["1", "4", "0", "3"] {
+            let t = store
+                .decide(&format!("t:{n}"), p, cost.parse().unwrap())
+                .await
+                .unwrap();
+            let mut rest = args.to_vec();
+            rest.extend(["COST", cost]);
+            close(&t.reply(), &raw(f, &format!("r:{n}"), &rest), f);
+        }
+        let t = store.peek(&format!("t:{n}")).await.unwrap().unwrap();
+        close(
+            &t.reply(),
+            &raw("rl_peek", &format!("r:{n}"), &[]),
+            "rl_peek",
+        );
+    }
+    let shape = ratelimit_client::Shape {
+        limit: 1,
+        window_ms: 60_000,
+        queue: Some(5),
+        delay: ratelimit_client::ShapeDelay::Delay(1),
+    };
+    for _ in 0..3 {
+        let t = store.shape("t:shape", &shape, 1).await.unwrap();
+        let r = raw(
+            "rl_shape",
+            "r:shape",
+            &["1", "60000", "QUEUE", "5", "DELAY", "1", "COST", "1"],
+        );
+        close(&t.reply(), &r, "rl_shape");
+    }
+    let p = Policy::token_bucket(100, 60_000);
+    let t = store.lease("t:lease", &p, 30).await.unwrap();
+    close(
+        &t.reply(),
+        &raw("rl_lease", "r:lease", &["100", "60000", "WANT", "30"]),
+        "rl_lease",
+    );
+    let t = store.refund("t:lease", 5).await.unwrap().unwrap();
+    close(
+        &t.reply(),
+        &raw("rl_refund", "r:lease", &["5"]),
+        "rl_refund",
+    );
+    let all = store
+        .all(&[
+            ("t:{a}:1", Policy::gcra(5, 60_000), 1),
+            ("t:{a}:2", Policy::fixed_window(3, 86_400_000), 1),
+        ])
+        .await
+        .unwrap();
+    let v = s
+        .value(&[
+            "FCALL",
+            "rl_all",
+            "2",
+            "r:{a}:1",
+            "r:{a}:2",
+            "GCRA",
+            "5",
+            "60000",
+            "COST",
+            "1",
+            "FIXEDWINDOW",
+            "3",
+            "86400000",
+            "COST",
+            "1",
+        ])
+        .unwrap();
+    let redis::Value::Array(items) = v else {
+        panic!("{v:?}")
+    };
+    let raw: Vec<Vec<i64>> = items
+        .iter()
+        .map(|i| redis::from_redis_value(i).unwrap())
+        .collect();
+    close(&all.combined.reply(), &raw[0], "rl_all");
+    for (t, r) in all.limiters.iter().zip(&raw[1..]) {
+        close(&t.reply(), r, "rl_all limiter");
+    }
+}
