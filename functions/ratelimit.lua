@@ -1,0 +1,958 @@
+#!lua name=ratelimit
+--[[
+redis-ratelimit's command contract as a Redis Functions library, for servers that cannot load
+modules (managed Redis and Valkey 7+). Load it with
+
+  redis-cli -x FUNCTION LOAD REPLACE < functions/ratelimit.lua
+
+and call `FCALL rl_gcra 1 key L W [BURST B] [COST n]` where the module has `RL.GCRA key L W ...`:
+the same arguments after the key, the same five-integer reply, the same errors (within the
+bounds below). docs/functions.md is the long form: bounds, stored formats, what differs.
+
+Exactness. Lua numbers are doubles, exact for integers below 2^53. Time is whole milliseconds
+(`TIME`, read once per call, rounded down), and the continuous algorithms count in units where
+one millisecond is worth L units and one token W units: the module's arithmetic divided by 10^6,
+which at whole-millisecond instants gives the module's replies exactly. Absolute instants are
+never multiplied: a GCRA arrival time is stored as whole milliseconds plus a remainder below L.
+The bounds keep every product below 2^53 (the largest is W², in a policy change):
+  L, BURST, COST, WANT, n   1 .. 10^7
+  W                         1 .. 9·10^7 ms (25 h) for GCRA, token bucket, lease, sliding counter;
+                            1 .. 10^12 ms for the fixed window and the sliding log (no products)
+  sliding log L             1 .. 10^4 (an entry per distinct request instant, like the module's
+                            default ratelimit.max-log-entries)
+  BURST × W / L             at most 10^12 ms, as the module
+Integer division goes through `idiv`, exact for operands below 2^53.
+
+Stored state (one key per limiter, plain Redis types, the key's TTL never shorter than the
+reply's reset_after_ms nor than 1 s, as the module):
+  GCRA            string "g L W B tat_ms tat_rem"     (tat = tat_ms·L + tat_rem units)
+  token bucket    string "t L W B tokens last_ms"     (tokens in units, at most B·W)
+  sliding counter string "c L W start_ms prev curr"
+  fixed window    string "f L W start_ms count"
+  sliding log     list   "s L W total newest_ms", then one "at_ms count" per instant, oldest first
+Every write is an ordinary command (SET … PXAT, RPUSH, LSET, LTRIM, PEXPIREAT), which Redis 7+
+replicates as effects: a replica or the AOF never runs the decision again.
+]]
+
+
+local MAX_AMOUNT = 10000000
+local MAX_RATE_WINDOW = 90000000
+local MAX_WINDOW = 1000000000000
+local MAX_REFILL_MS = 1000000000000
+local MAX_LOG = 10000
+local MAX_LIMITERS = 32
+local MIN_TTL_MS = 1000
+
+-- The clock: whole milliseconds of the server's TIME. tests/functions.rs replaces the next line
+-- in the copy it loads (and only there) with a clock it sets; nothing else reads the time.
+local function now_ms() local t = redis.call('TIME') return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end
+
+-- math.floor(a / b) for integers below 2^53 in magnitude, b > 0: the quotient of doubles is
+-- corrected by its remainder, so it is exact.
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  local r = a - q * b
+  if r < 0 then
+    q = q - 1
+  elseif r >= b then
+    q = q + 1
+  end
+  return q
+end
+
+local function cdiv(a, b)
+  return -idiv(-a, b)
+end
+
+local function num(n)
+  return string.format('%d', n)
+end
+
+------------------------------------------------------------------------------------------------
+-- Errors: the module's texts (src/error.rs).
+
+local function fail(text)
+  error({ err = text }, 0)
+end
+
+local function arity(name)
+  fail("ERR wrong number of arguments for '" .. name .. "' function")
+end
+
+-- An argument as an error may echo it: printable ASCII but the quote, at most 32 bytes.
+local function echo(arg)
+  local out = string.gsub(string.sub(arg, 1, 32), "[^ -&(-~]", "?")
+  if #arg > 32 then
+    out = out .. '...'
+  end
+  return out
+end
+
+local function invalid(name, value, min, max)
+  fail(string.format("ERR invalid %s '%s': expected an integer from %d to %d", name, echo(value), min, max))
+end
+
+-- A decimal integer in min..max: digits only, no sign, spaces or exponent.
+local function parse_int(name, s, min, max)
+  if #s == 0 or #s > 20 or string.find(s, '%D') then
+    invalid(name, s, min, max)
+  end
+  local digits = string.gsub(s, '^0+', '')
+  local n = 0
+  if #digits > 16 then
+    invalid(name, s, min, max)
+  elseif #digits > 0 then
+    n = tonumber(digits)
+  end
+  if n < min or n > max then
+    invalid(name, s, min, max)
+  end
+  return n
+end
+
+------------------------------------------------------------------------------------------------
+-- The algorithms: pure functions of (state, policy, now, cost); states are tables, policies
+-- { l, w, b } (b = l for the window algorithms). A decision is
+-- { allowed, limit, remaining, retry (ms, nil when admitted), reset (ms) }.
+
+local function decision(allowed, limit, remaining, retry, reset)
+  return { allowed = allowed, limit = limit, remaining = remaining, retry = retry, reset = reset }
+end
+
+-- An amount of tokens counted in `from`'s units, in `to`'s units: rounded up when `up` (a debt
+-- never shrinks), down otherwise (a balance never grows). As the module's `rescale_units`.
+local function rescale_units(units, from, to, up)
+  local whole = idiv(units, from.w)
+  local scaled = (units - whole * from.w) * to.w
+  local part = up and cdiv(scaled, from.w) or idiv(scaled, from.w)
+  return whole * to.w + part
+end
+
+local function window_start(p, now)
+  return now - now % p.w
+end
+
+-- GCRA (src/algo/gcra.rs). State { tm, tr }: the theoretical arrival time tm·L + tr units.
+local gcra = { tag = 'g', name = 'GCRA', burst = true, max_w = MAX_RATE_WINDOW }
+
+local function gcra_debt(s, p, now)
+  if not s or s.tm < now then
+    return 0
+  end
+  return (s.tm - now) * p.l + s.tr
+end
+
+local function gcra_at(p, now, debt)
+  local whole = idiv(debt, p.l)
+  return { tm = now + whole, tr = debt - whole * p.l }
+end
+
+function gcra.check(s, p, now, cost)
+  local cap = p.b * p.w
+  local debt = gcra_debt(s, p, now)
+  local needed = debt + math.max(cost, 1) * p.w
+  local admitted = needed <= cap
+  local after = (admitted and cost > 0) and needed or debt
+  local d = decision(admitted and 1 or 0, p.b, idiv(math.max(cap - after, 0), p.w),
+    (not admitted) and cdiv(needed - cap, p.l) or nil, cdiv(after, p.l))
+  return d, (admitted and cost > 0) and gcra_at(p, now, after) or nil
+end
+
+function gcra.rescale(s, from, to, now)
+  return gcra_at(to, now, rescale_units(gcra_debt(s, from, now), from, to, true))
+end
+
+function gcra.refund(s, p, now, n)
+  local debt = gcra_debt(s, p, now)
+  if debt == 0 then
+    return s
+  end
+  return gcra_at(p, now, math.max(debt - n * p.w, 0))
+end
+
+function gcra.encode(s)
+  return num(s.tm) .. ' ' .. num(s.tr)
+end
+
+function gcra.decode(a, b)
+  return { tm = a, tr = b }
+end
+
+-- Token bucket (src/algo/token_bucket.rs). State { tokens (units), last (ms) }.
+local bucket = { tag = 't', name = 'token bucket', burst = true, max_w = MAX_RATE_WINDOW }
+
+local function refilled(s, p, now)
+  local cap = p.b * p.w
+  if not s then
+    return { tokens = cap, last = now }
+  end
+  local tokens = s.tokens
+  local elapsed = now - s.last
+  if elapsed > 0 then
+    -- elapsed·L is taken only when it does not fill the bucket, so it stays below 2^53.
+    if elapsed >= cdiv(cap - tokens, p.l) then
+      tokens = math.max(tokens, cap)
+    else
+      tokens = tokens + elapsed * p.l
+    end
+  end
+  return { tokens = math.min(tokens, cap), last = math.max(s.last, now) }
+end
+
+function bucket.check(s, p, now, cost)
+  local cap = p.b * p.w
+  local full = refilled(s, p, now)
+  local asked = math.max(cost, 1) * p.w
+  local admitted = full.tokens >= asked
+  local after = (admitted and cost > 0) and full.tokens - asked or full.tokens
+  local d = decision(admitted and 1 or 0, p.b, idiv(after, p.w),
+    (not admitted) and cdiv(asked - full.tokens, p.l) or nil, cdiv(cap - after, p.l))
+  return d, (admitted and cost > 0) and { tokens = after, last = full.last } or nil
+end
+
+function bucket.rescale(s, from, to, now)
+  local full = refilled(s, from, now)
+  return { tokens = math.min(rescale_units(full.tokens, from, to, false), to.b * to.w), last = full.last }
+end
+
+function bucket.refund(s, p, now, n)
+  local full = refilled(s, p, now)
+  local cap = p.b * p.w
+  if full.tokens >= cap then
+    return s
+  end
+  return { tokens = math.min(full.tokens + n * p.w, cap), last = full.last }
+end
+
+-- A lease (src/algo/lease.rs): the bucket's own decision with cost min(want, whole tokens).
+function bucket.lease(s, p, now, want)
+  local full = refilled(s, p, now)
+  local granted = math.min(idiv(full.tokens, p.w), want)
+  local d, next = bucket.check(full, p, now, math.max(granted, 1))
+  d.allowed = granted
+  return d, next
+end
+
+function bucket.encode(s)
+  return num(s.tokens) .. ' ' .. num(s.last)
+end
+
+function bucket.decode(a, b)
+  return { tokens = a, last = b }
+end
+
+-- Fixed window (src/algo/fixed_window.rs). State { start, count }.
+local fixed = { tag = 'f', name = 'fixed window', burst = false, max_w = MAX_WINDOW }
+
+local function fixed_current(s, p, now)
+  local start = window_start(p, now)
+  if s and s.start >= start then
+    return s
+  end
+  return { start = start, count = 0 }
+end
+
+function fixed.check(s, p, now, cost)
+  local win = fixed_current(s, p, now)
+  local admitted = win.count + math.max(cost, 1) <= p.l
+  local count = admitted and win.count + cost or win.count
+  local until_end = math.max(win.start + p.w - now, 0)
+  local d = decision(admitted and 1 or 0, p.l, math.max(p.l - count, 0),
+    (not admitted) and until_end or nil, count == 0 and 0 or until_end)
+  return d, (admitted and cost > 0) and { start = win.start, count = count } or nil
+end
+
+function fixed.rescale(s, from, to, now)
+  local win = fixed_current(s, from, now)
+  return { start = window_start(to, math.max(now, win.start)), count = win.count }
+end
+
+function fixed.refund(s, p, now, n)
+  local win = fixed_current(s, p, now)
+  return { start = win.start, count = math.max(win.count - n, 0) }
+end
+
+function fixed.encode(s)
+  return num(s.start) .. ' ' .. num(s.count)
+end
+
+function fixed.decode(a, b)
+  return { start = a, count = b }
+end
+
+-- Sliding counter (src/algo/sliding_counter.rs). State { start, prev, curr }.
+local counter = { tag = 'c', name = 'sliding counter', burst = false, max_w = MAX_RATE_WINDOW }
+
+local function counter_current(s, p, now)
+  local start = window_start(p, now)
+  if s and s.start >= start then
+    return s
+  elseif s and s.start + p.w == start then
+    return { start = start, prev = s.curr, curr = 0 }
+  end
+  return { start = start, prev = 0, curr = 0 }
+end
+
+local function weighted(c, w, elapsed)
+  return c.prev * math.max(w - elapsed, 0) + c.curr * w
+end
+
+-- The first instant a request of `asked` is admitted, if nothing else is spent meanwhile.
+local function admissible_at(c, p, asked)
+  local w = p.w
+  local function earliest(pp, cc)
+    local room = p.l + 1 - (cc + asked)
+    if room <= 0 then
+      return nil
+    end
+    room = room * w
+    local e = 0
+    if pp > 0 then
+      e = math.max(w + 1 - cdiv(room, pp), 0)
+    end
+    if e < w then
+      return e
+    end
+    return nil
+  end
+  local e = earliest(c.prev, c.curr)
+  if e then
+    return c.start + e
+  end
+  e = earliest(c.curr, 0)
+  if e then
+    return c.start + w + e
+  end
+  return c.start + 2 * w
+end
+
+function counter.check(s, p, now, cost)
+  local c = counter_current(s, p, now)
+  local w = p.w
+  local elapsed = math.max(now - c.start, 0)
+  local asked = math.max(cost, 1)
+  local admitted = weighted(c, w, elapsed) + (asked - 1) * w < p.l * w
+  local after = c
+  if admitted then
+    after = { start = c.start, prev = c.prev, curr = c.curr + cost }
+  end
+  local room = math.max(p.l * w - weighted(after, w, elapsed), 0)
+  local fresh_at = 0
+  if after.curr > 0 then
+    fresh_at = after.start + 2 * w
+  elseif after.prev > 0 then
+    fresh_at = after.start + w
+  end
+  local d = decision(admitted and 1 or 0, p.l, cdiv(room, w),
+    (not admitted) and math.max(admissible_at(c, p, asked) - now, 0) or nil,
+    math.max(fresh_at - now, 0))
+  return d, (admitted and cost > 0) and after or nil
+end
+
+function counter.rescale(s, from, to, now)
+  local old = counter_current(s, from, now)
+  local start = window_start(to, math.max(now, old.start))
+  local prev, curr = 0, old.curr
+  if old.start > start then
+    curr = curr + old.prev
+  elseif old.start + to.w > start then
+    prev = old.prev
+  end
+  return { start = start, prev = prev, curr = curr }
+end
+
+function counter.refund(s, p, now, n)
+  local c = counter_current(s, p, now)
+  return { start = c.start, prev = c.prev, curr = math.max(c.curr - n, 0) }
+end
+
+function counter.encode(s)
+  return num(s.start) .. ' ' .. num(s.prev) .. ' ' .. num(s.curr)
+end
+
+function counter.decode(a, b, c)
+  return { start = a, prev = b, curr = c }
+end
+
+-- Sliding log (src/algo/sliding_log.rs), stored in a list. A state here is a reader over the
+-- key: { key, total, newest, len, at(i), count(i) } reading entries lazily (a decision reads
+-- the entries that left the window, and on a denial those it must wait for), or, after a policy
+-- change or a refund, the same shape over entries held in memory.
+local log = { tag = 's', name = 'sliding log', burst = false, max_w = MAX_WINDOW }
+
+local CHUNK = 32
+
+local function entry_parse(e)
+  local at, count = string.match(e or '', '^(%d+) (%d+)$')
+  return tonumber(at) or 0, tonumber(count) or 0
+end
+
+local function stored_log(key, total, newest, len)
+  local cache = {}
+  local s = { key = key, total = total, newest = newest, len = len }
+  function s.entry(i)
+    if not cache[i] then
+      local got = redis.call('LRANGE', key, i, i + CHUNK - 1)
+      for j, e in ipairs(got) do
+        local at, count = entry_parse(e)
+        cache[i + j - 1] = { at, count }
+      end
+    end
+    local e = cache[i] or { 0, 0 }
+    return e[1], e[2]
+  end
+  return s
+end
+
+local function memory_log(entries)
+  local total, newest = 0, 0
+  for _, e in ipairs(entries) do
+    total = total + e[2]
+    newest = e[1]
+  end
+  local s = { total = total, newest = newest, len = #entries, entries = entries }
+  function s.entry(i)
+    local e = entries[i] or { 0, 0 }
+    return e[1], e[2]
+  end
+  return s
+end
+
+local function all_entries(s, w, now)
+  local out = {}
+  for i = 1, s.len do
+    local at, count = s.entry(i)
+    if at + w > now then
+      out[#out + 1] = { at, count }
+    end
+  end
+  return out
+end
+
+-- The decision and the change to apply when admitted: { dropped, at, count }.
+function log.check(s, p, now, cost)
+  s = s or memory_log({})
+  local w, l = p.w, p.l
+  local dropped, gone = 0, 0
+  while dropped < s.len do
+    local at, count = s.entry(dropped + 1)
+    if at + w > now then
+      break
+    end
+    gone = gone + count
+    dropped = dropped + 1
+  end
+  local total = math.max(s.total - gone, 0)
+  local newest = (dropped < s.len) and s.newest or nil
+  local asked = math.max(cost, 1)
+  local admitted = total + asked <= l
+  if not admitted or cost == 0 then
+    local retry = nil
+    if not admitted then
+      local excess, freed = total + asked - l, 0
+      retry = 0
+      for i = dropped + 1, s.len do
+        local at, count = s.entry(i)
+        freed = freed + count
+        if freed >= excess then
+          retry = math.max(at + w - now, 0)
+          break
+        end
+      end
+    end
+    return decision(admitted and 1 or 0, l, math.max(l - total, 0), retry,
+      newest and math.max(newest + w - now, 0) or 0), nil
+  end
+  local at = math.max(now, newest or 0)
+  return decision(1, l, l - (total + cost), nil, math.max(at + w - now, 0)),
+    { dropped = dropped, at = at, count = cost }
+end
+
+-- A policy change: the entries still inside the new window; above the new L entries, the
+-- oldest are merged into one at the latest of their instants.
+function log.rescale(s, from, to, now)
+  local entries = all_entries(s, to.w, now)
+  if #entries > to.l then
+    local cut = #entries - to.l + 1
+    local merged = { entries[cut][1], 0 }
+    local rest = { merged }
+    for i, e in ipairs(entries) do
+      if i <= cut then
+        merged[2] = merged[2] + e[2]
+      else
+        rest[#rest + 1] = e
+      end
+    end
+    entries = rest
+  end
+  return memory_log(entries)
+end
+
+-- Gives back n of the newest live entries' count.
+function log.refund(s, p, now, n)
+  local entries = all_entries(s, p.w, now)
+  while n > 0 and #entries > 0 do
+    local last = entries[#entries]
+    local taken = math.min(last[2], n)
+    last[2] = last[2] - taken
+    n = n - taken
+    if last[2] == 0 then
+      entries[#entries] = nil
+    end
+  end
+  return memory_log(entries)
+end
+
+------------------------------------------------------------------------------------------------
+-- Keys: what a key holds, and storing a state with its expiry.
+
+local ALGORITHMS = { g = gcra, t = bucket, f = fixed, c = counter, s = log }
+
+local TYPE_NAMES = {
+  string = 'a string', list = 'a list', hash = 'a hash', set = 'a set', zset = 'a sorted set',
+  stream = 'a stream',
+}
+
+local function wrong_type(holds, wanted, key)
+  local w = wanted and (' ' .. wanted) or ''
+  local k = key and (" '" .. echo(key) .. "'") or ''
+  fail('WRONGTYPE the key' .. k .. ' holds ' .. holds .. ', not a' .. w .. ' limiter; use another key or DEL it')
+end
+
+local function policy_of(l, w, b)
+  return { l = l, w = w, b = b }
+end
+
+-- What `key` holds: nil, or { algo, policy, state }; another value raises WRONGTYPE naming
+-- `wanted` (the algorithm the caller needs; nil: any limiter) and, when `named`, the key.
+local function held(key, wanted, named)
+  local v = redis.pcall('GET', key)
+  if v == false then
+    return nil
+  end
+  local holds = 'a string'
+  if type(v) == 'string' then
+    local tag, rest = string.match(v, '^(%l) (.*)$')
+    local algo = ALGORITHMS[tag or '']
+    if algo and algo ~= log then
+      local f = {}
+      for n in string.gmatch(rest, '%d+') do
+        f[#f + 1] = tonumber(n)
+      end
+      if algo.burst and #f == 5 then
+        return { algo = algo, policy = policy_of(f[1], f[2], f[3]), state = algo.decode(f[4], f[5]) }
+      elseif not algo.burst and #f == 4 + (algo == counter and 1 or 0) then
+        return { algo = algo, policy = policy_of(f[1], f[2], f[1]), state = algo.decode(f[3], f[4], f[5]) }
+      end
+    end
+  else
+    local t = redis.call('TYPE', key)['ok']
+    holds = TYPE_NAMES[t] or "another module's value"
+    if t == 'list' then
+      local l, w, total, newest = string.match(redis.call('LINDEX', key, 0) or '', '^s (%d+) (%d+) (%d+) (%d+)$')
+      if l then
+        local len = redis.call('LLEN', key) - 1
+        return {
+          algo = log,
+          policy = policy_of(tonumber(l), tonumber(w), tonumber(l)),
+          state = stored_log(key, tonumber(total), tonumber(newest), len),
+        }
+      end
+    end
+  end
+  wrong_type(holds, wanted and wanted.name, named and key)
+end
+
+-- Held by `algo`, or WRONGTYPE.
+local function held_as(key, algo, named)
+  local h = held(key, algo, named)
+  if h and h.algo ~= algo then
+    wrong_type('a ' .. h.algo.name .. ' limiter', algo.name, named and key)
+  end
+  return h
+end
+
+local function expire_at(now, d)
+  return now + math.max(d.reset, MIN_TTL_MS)
+end
+
+local function header(p, s)
+  return 's ' .. num(p.l) .. ' ' .. num(p.w) .. ' ' .. num(s.total) .. ' ' .. num(s.newest)
+end
+
+-- Stores a whole state (after a first request, a policy change or a refund).
+local function store(key, algo, p, s, now, d)
+  local at = expire_at(now, d)
+  if algo ~= log then
+    local pol = algo.burst and (num(p.l) .. ' ' .. num(p.w) .. ' ' .. num(p.b)) or (num(p.l) .. ' ' .. num(p.w))
+    redis.call('SET', key, algo.tag .. ' ' .. pol .. ' ' .. algo.encode(s), 'PXAT', at)
+    return
+  end
+  redis.call('DEL', key)
+  local words = { header(p, s) }
+  for i = 1, s.len do
+    local e_at, e_count = s.entry(i)
+    words[#words + 1] = num(e_at) .. ' ' .. num(e_count)
+    if #words == 1000 then
+      redis.call('RPUSH', key, unpack(words))
+      words = {}
+    end
+  end
+  if #words > 0 then
+    redis.call('RPUSH', key, unpack(words))
+  end
+  redis.call('PEXPIREAT', key, at)
+end
+
+-- A sliding log after an admitted request, in memory (after a policy change or on a new key).
+local function log_applied(s, change)
+  local entries = {}
+  for i = change.dropped + 1, s.len do
+    local at, count = s.entry(i)
+    entries[#entries + 1] = { at, count }
+  end
+  local last = entries[#entries]
+  if last and last[1] == change.at then
+    last[2] = last[2] + change.count
+  else
+    entries[#entries + 1] = { change.at, change.count }
+  end
+  return memory_log(entries)
+end
+
+-- Applies an admitted request to a stored sliding log in place: the entries that left the
+-- window go from the front, the request joins the newest entry or follows it. Effects: a few
+-- small commands whatever the log's length.
+local function log_apply(key, p, s, change, now, d)
+  local total = s.total
+  for i = 1, change.dropped do
+    local _, count = s.entry(i)
+    total = total - count
+  end
+  local len = s.len - change.dropped
+  local h = header(p, { total = math.max(total, 0) + change.count, newest = change.at })
+  if len == 0 then
+    redis.call('DEL', key)
+    redis.call('RPUSH', key, h, num(change.at) .. ' ' .. num(change.count))
+  else
+    if change.dropped > 0 then
+      redis.call('LTRIM', key, change.dropped, -1)
+    end
+    redis.call('LSET', key, 0, h)
+    if s.newest == change.at then
+      local _, count = s.entry(s.len)
+      redis.call('LSET', key, -1, num(change.at) .. ' ' .. num(count + change.count))
+    else
+      redis.call('RPUSH', key, num(change.at) .. ' ' .. num(change.count))
+    end
+  end
+  redis.call('PEXPIREAT', key, expire_at(now, d))
+end
+
+-- Stores the state a request leaves: `next` (admitted), else the carried one (a policy change).
+local function settle(key, algo, p, start, carried, next, now, d)
+  if algo == log and next then
+    if start and start.key and not carried then
+      log_apply(key, p, start, next, now, d)
+    else
+      store(key, log, p, log_applied(start or memory_log({}), next), now, d)
+    end
+  elseif next then
+    store(key, algo, p, next, now, d)
+  elseif carried then
+    store(key, algo, p, carried, now, d)
+  end
+end
+
+------------------------------------------------------------------------------------------------
+-- Arguments: `L W [BURST B] [COST n]`, as src/command/args.rs reads them.
+
+local function same_policy(a, b)
+  return a.l == b.l and a.w == b.w and a.b == b.b
+end
+
+-- Reads L, W and the options of one limiter from args[i], args[i+1], …; `stop` tells where its
+-- options end. `want`: the amount is WANT (required, from 1), else COST (default 1, 0 peeks).
+-- Returns the policy, the amount and the index after the limiter.
+local function parse_limiter(fname, algo, args, i, want, stop)
+  if args[i + 1] == nil then
+    arity(fname)
+  end
+  local l = parse_int('L', args[i], 1, MAX_AMOUNT)
+  local w = parse_int('W', args[i + 1], 1, algo.max_w)
+  i = i + 2
+  local amount_name = want and 'WANT' or 'COST'
+  local burst, amount
+  while args[i] ~= nil and not (stop and stop(args[i])) do
+    local name = string.upper(args[i])
+    local label
+    if algo.burst and name == 'BURST' then
+      label = 'BURST'
+      if burst then
+        fail('ERR option BURST given more than once')
+      end
+    elseif name == amount_name then
+      label = amount_name
+      if amount then
+        fail('ERR option ' .. amount_name .. ' given more than once')
+      end
+    else
+      local known = algo.burst and ('BURST or ' .. amount_name) or amount_name
+      fail("ERR unknown option '" .. echo(args[i]) .. "'; expected " .. known)
+    end
+    if args[i + 1] == nil then
+      fail('ERR option ' .. label .. ' needs a value')
+    end
+    if label == 'BURST' then
+      burst = parse_int('BURST', args[i + 1], 1, MAX_AMOUNT)
+    else
+      amount = parse_int(label, args[i + 1], want and 1 or 0, MAX_AMOUNT)
+    end
+    i = i + 2
+  end
+  local b = burst or l
+  if b * w > MAX_REFILL_MS * l then
+    fail(string.format('ERR a capacity of %d refilled at %d per %d ms takes longer than %d ms to refill',
+      b, l, w, MAX_REFILL_MS))
+  end
+  if amount == nil then
+    if want then
+      fail('ERR WANT n is required')
+    end
+    amount = 1
+  end
+  if not want and amount > b then
+    fail(string.format('ERR COST %d can never be admitted: it exceeds the capacity %d', amount, b))
+  end
+  return policy_of(l, w, b), amount, i
+end
+
+local function accepts(algo, p)
+  if algo == log and p.l > MAX_LOG then
+    fail(string.format('ERR L %d is above the library\'s sliding log maximum (%d): a sliding log stores an entry per request; use rl_slidingcounter for large limits', p.l, MAX_LOG))
+  end
+end
+
+local function reply(d)
+  return { d.allowed, d.limit, d.remaining, d.retry or -1, d.reset }
+end
+
+------------------------------------------------------------------------------------------------
+-- The functions.
+
+-- One request to one limiter (src/algo/step.rs): a new policy carries over what the stored
+-- one spent, and is stored whether or not the request is admitted (a peek stores nothing).
+local function request(fname, algo, keys, args, want)
+  if #keys ~= 1 or #args < (want and 4 or 2) then
+    arity(fname)
+  end
+  local p, amount = parse_limiter(fname, algo, args, 1, want)
+  accepts(algo, p)
+  local now = now_ms()
+  local key = keys[1]
+  local h = held_as(key, algo, false)
+  local start, carried
+  if h and not same_policy(h.policy, p) then
+    carried = algo.rescale(h.state, h.policy, p, now)
+    start = carried
+  elseif h then
+    start = h.state
+  end
+  local d, next
+  if want then
+    d, next = bucket.lease(start, p, now, amount)
+  else
+    d, next = algo.check(start, p, now, amount)
+  end
+  settle(key, algo, p, start, amount > 0 and carried or nil, next, now, d)
+  return reply(d)
+end
+
+local function limiter(fname, algo)
+  return function(keys, args)
+    return request(fname, algo, keys, args, false)
+  end
+end
+
+-- FCALL rl_refund 1 key n: gives back n unspent tokens under the stored policy.
+local function refund(keys, args)
+  if #keys ~= 1 or #args ~= 1 then
+    arity('rl_refund')
+  end
+  local n = parse_int('n', args[1], 1, MAX_AMOUNT)
+  local now = now_ms()
+  local h = held(keys[1], nil, false)
+  if not h then
+    return false
+  end
+  local algo, p = h.algo, h.policy
+  local before = algo.check(h.state, p, now, 0).remaining
+  local next = algo.refund(h.state, p, now, n)
+  local after = algo.check(next, p, now, 0)
+  if next ~= h.state then
+    if algo == log then
+      -- A log that lost nothing is unchanged: compare the entries.
+      local same = next.len == h.state.len
+      for i = 1, next.len do
+        if not same then
+          break
+        end
+        local a1, c1 = next.entry(i)
+        local a2, c2 = h.state.entry(i)
+        same = a1 == a2 and c1 == c2
+      end
+      if not same then
+        store(keys[1], algo, p, next, now, after)
+      end
+    else
+      local changed = false
+      for k, v in pairs(next) do
+        if h.state[k] ~= v then
+          changed = true
+        end
+      end
+      if changed then
+        store(keys[1], algo, p, next, now, after)
+      end
+    end
+  end
+  after.allowed = math.min(math.max(after.remaining - before, 0), n)
+  return reply(after)
+end
+
+-- FCALL rl_peek 1 key: what a cost-1 request would get now under the stored policy.
+local function peek(keys, args)
+  if #keys ~= 1 or #args ~= 0 then
+    arity('rl_peek')
+  end
+  local now = now_ms()
+  local h = held(keys[1], nil, false)
+  if not h then
+    return false
+  end
+  return reply((h.algo.check(h.state, h.policy, now, 0)))
+end
+
+local ALL = {
+  GCRA = gcra, TOKENBUCKET = bucket, SLIDINGLOG = log, SLIDINGCOUNTER = counter, FIXEDWINDOW = fixed,
+}
+
+local function is_algorithm(word)
+  return ALL[string.upper(word)] ~= nil
+end
+
+-- FCALL rl_all numkeys key [key ...] limiter [limiter ...] (docs/rl-all.md): all or nothing.
+local function all(keys, args)
+  local n = #keys
+  if #args < 1 then
+    arity('rl_all')
+  end
+  if n < 1 or n > MAX_LIMITERS then
+    invalid('numkeys', num(n), 1, MAX_LIMITERS)
+  end
+  local seen = {}
+  for _, k in ipairs(keys) do
+    if seen[k] then
+      fail("ERR key '" .. echo(k) .. "' is named twice; each key has one limiter")
+    end
+    seen[k] = true
+  end
+  local parts, i = {}, 1
+  for _, key in ipairs(keys) do
+    local word = args[i]
+    if word == nil then
+      fail(string.format("ERR no limiter for key '%s': expected %d limiters, one per key", echo(key), n))
+    end
+    local algo = ALL[string.upper(word)]
+    if not algo then
+      fail("ERR unknown algorithm '" .. echo(word) .. "'; expected GCRA, TOKENBUCKET, SLIDINGLOG, SLIDINGCOUNTER or FIXEDWINDOW")
+    end
+    local p, cost
+    p, cost, i = parse_limiter('rl_all', algo, args, i + 1, false, is_algorithm)
+    parts[#parts + 1] = { key = key, algo = algo, policy = p, cost = cost }
+  end
+  if args[i] ~= nil then
+    fail('ERR more limiters than keys: numkeys is ' .. n)
+  end
+  local now = now_ms()
+  local peek_all = true
+  for _, part in ipairs(parts) do
+    peek_all = peek_all and part.cost == 0
+  end
+  -- Plan every limiter (src/command/all.rs), then write: an error leaves every key as it was.
+  for _, part in ipairs(parts) do
+    local algo, p = part.algo, part.policy
+    accepts(algo, p)
+    local h = held_as(part.key, algo, true)
+    local start = h and h.state
+    if h and not same_policy(h.policy, p) then
+      part.carried = algo.rescale(h.state, h.policy, p, now)
+      start = part.carried
+    end
+    part.start = start
+    part.decision, part.charged = algo.check(start, p, now, part.cost)
+    part.uncharged = part.charged and algo.check(start, p, now, 0) or part.decision
+  end
+  local admitted = true
+  for _, part in ipairs(parts) do
+    if (peek_all or part.cost > 0) and part.decision.allowed ~= 1 then
+      admitted = false
+    end
+  end
+  local each = {}
+  for _, part in ipairs(parts) do
+    local algo, p = part.algo, part.policy
+    local carried = part.cost > 0 and part.carried or nil
+    local d = admitted and part.decision or part.uncharged
+    settle(part.key, algo, p, part.start, carried, admitted and part.charged or nil, now, d)
+    each[#each + 1] = d
+  end
+  local tightest
+  local combined = decision(admitted and 1 or 0, 0, 0, nil, 0)
+  for _, d in ipairs(each) do
+    if not tightest or d.remaining < tightest.remaining then
+      tightest = d
+    end
+    combined.reset = math.max(combined.reset, d.reset)
+    if not admitted then
+      combined.retry = math.max(combined.retry or 0, d.retry or 0)
+    end
+  end
+  combined.limit, combined.remaining = tightest.limit, tightest.remaining
+  local out = { reply(combined) }
+  for _, d in ipairs(each) do
+    out[#out + 1] = reply(d)
+  end
+  return out
+end
+
+-- Runs a function, turning the errors it raises with `fail` (and those of redis.call) into
+-- plain error replies, without the script trace Redis appends to a raised error.
+local function guarded(body)
+  return function(keys, args)
+    local ok, result = pcall(body, keys, args)
+    if ok then
+      return result
+    elseif type(result) == 'table' and result.err then
+      return result
+    elseif type(result) == 'string' and (result:find('^ERR ') or result:find('^WRONGTYPE ')) then
+      -- Redis hands a raised { err = … } back to pcall as its text.
+      return { err = result }
+    end
+    error(result, 0)
+  end
+end
+
+local function lease(keys, args)
+  return request('rl_lease', bucket, keys, args, true)
+end
+
+redis.register_function('rl_gcra', guarded(limiter('rl_gcra', gcra)))
+redis.register_function('rl_tokenbucket', guarded(limiter('rl_tokenbucket', bucket)))
+redis.register_function('rl_slidinglog', guarded(limiter('rl_slidinglog', log)))
+redis.register_function('rl_slidingcounter', guarded(limiter('rl_slidingcounter', counter)))
+redis.register_function('rl_fixedwindow', guarded(limiter('rl_fixedwindow', fixed)))
+redis.register_function('rl_lease', guarded(lease))
+redis.register_function('rl_refund', guarded(refund))
+redis.register_function('rl_all', guarded(all))
+redis.register_function({ function_name = 'rl_peek', callback = guarded(peek), flags = { 'no-writes' } })
