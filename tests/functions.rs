@@ -1,0 +1,790 @@
+//! The Redis Functions library (`functions/ratelimit.lua`) against the module: the same random
+//! traces on the same server at the same instants, every reply and every key's absolute expiry
+//! equal (docs/functions.md lists what differs, and why). Also: argument errors, effects
+//! replication to a replica that never runs a function, memory per key beside the module's, and
+//! a cluster with the library loaded on every node.
+//!
+//! The library reads the server's `TIME`; the copy these tests load reads a clock the test sets
+//! instead (`rl_test_clock`), so that both sides decide at the module's debug-clock instant.
+
+mod support;
+
+use support::cluster::*;
+use support::*;
+
+const LIBRARY: &str = include_str!("../functions/ratelimit.lua");
+
+/// The library as shipped, with the one line that reads `TIME` replaced by a clock that the
+/// extra function `rl_test_clock` sets: what the differential tests load.
+fn test_library() -> String {
+    let clock = LIBRARY
+        .lines()
+        .find(|l| l.starts_with("local function now_ms()"))
+        .expect("the clock line");
+    let replaced = LIBRARY.replacen(
+        clock,
+        "local test_now = 0 local function now_ms() return test_now end",
+        1,
+    );
+    format!(
+        "{replaced}\nredis.register_function('rl_test_clock', function(_, args) \
+         test_now = tonumber(args[1]) return test_now end)\n"
+    )
+}
+
+fn load(c: &mut Connection, code: &str) {
+    let name: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(code)
+        .query(c)
+        .unwrap();
+    assert_eq!(name, "ratelimit");
+}
+
+/// A server with the module (debug clock) and the test copy of the library, both at `ms`.
+fn both() -> (Server, Connection) {
+    let s = Server::start();
+    let mut c = s.connect();
+    load(&mut c, &test_library());
+    at(&mut c, T0_MS);
+    (s, c)
+}
+
+/// Sets both clocks.
+fn at(c: &mut Connection, ms: u64) {
+    clock_set(c, ms);
+    let _: i64 = redis::cmd("FCALL")
+        .arg("rl_test_clock")
+        .arg(0)
+        .arg(ms)
+        .query(c)
+        .unwrap();
+}
+
+/// The reply of a command, errors included (as text), so that both sides compare whole.
+fn reply(c: &mut Connection, words: &[String]) -> Result<Value, String> {
+    let mut command = redis::cmd(&words[0]);
+    for w in &words[1..] {
+        command.arg(w);
+    }
+    command.query(c).map_err(|e| {
+        format!(
+            "{} {}",
+            e.code().unwrap_or("?"),
+            e.detail().unwrap_or_default()
+        )
+    })
+}
+
+fn words(w: &[&str]) -> Vec<String> {
+    w.iter().map(|s| s.to_string()).collect()
+}
+
+/// The module's command for an algorithm, and the library's function.
+const ALGORITHMS: [(&str, &str, &str, bool); 5] = [
+    ("RL.GCRA", "rl_gcra", "GCRA", true),
+    ("RL.TOKENBUCKET", "rl_tokenbucket", "TOKENBUCKET", true),
+    ("RL.SLIDINGLOG", "rl_slidinglog", "SLIDINGLOG", false),
+    (
+        "RL.SLIDINGCOUNTER",
+        "rl_slidingcounter",
+        "SLIDINGCOUNTER",
+        false,
+    ),
+    ("RL.FIXEDWINDOW", "rl_fixedwindow", "FIXEDWINDOW", false),
+];
+
+#[derive(Clone, Copy, Debug)]
+struct Policy {
+    l: u64,
+    w: u64,
+    b: u64,
+}
+
+impl Policy {
+    fn random(rng: &mut Rng, burst: bool) -> Policy {
+        let l = rng.pick(&[1, 2, 3, 7, 10, 100, 1000]);
+        let w = rng.pick(&[1, 3, 10, 100, 1000, 7000, 60_000]);
+        let b = if burst && rng.below(2) == 0 {
+            1 + rng.below(2 * l)
+        } else {
+            l
+        };
+        Policy { l, w, b }
+    }
+
+    /// `L W [BURST B]`.
+    fn args(&self, burst: bool) -> Vec<String> {
+        let mut a = vec![self.l.to_string(), self.w.to_string()];
+        if burst {
+            a.extend(["BURST".to_string(), self.b.to_string()]);
+        }
+        a
+    }
+}
+
+/// One limiter key of a trace: its algorithm and the policies calls pick from (one, or two for
+/// the policy-change traces).
+struct Limiter {
+    algo: usize,
+    policies: Vec<Policy>,
+}
+
+/// A call, as the module's words and the library's.
+struct Call {
+    module: Vec<String>,
+    library: Vec<String>,
+    /// The keys it touches, without the side's prefix.
+    keys: Vec<String>,
+}
+
+fn cost(rng: &mut Rng, capacity: u64) -> u64 {
+    match rng.below(10) {
+        0 => 0,
+        1 | 2 => 1 + rng.below(capacity),
+        _ => 1,
+    }
+}
+
+fn pick_policy(rng: &mut Rng, lim: &Limiter) -> Policy {
+    lim.policies[rng.below(lim.policies.len() as u64) as usize]
+}
+
+/// A random call over the trace's limiters.
+fn random_call(rng: &mut Rng, limiters: &[Limiter]) -> Call {
+    let i = rng.below(limiters.len() as u64) as usize;
+    let key = format!("k{i}");
+    let lim = &limiters[i];
+    let (command, function, _, burst) = ALGORITHMS[lim.algo];
+    let single = |module: Vec<String>, library: Vec<String>| Call {
+        module,
+        library,
+        keys: vec![key.clone()],
+    };
+    match rng.below(20) {
+        0 => single(
+            words(&["RL.PEEK", &format!("m:{key}")]),
+            words(&["FCALL", "rl_peek", "1", &format!("f:{key}")]),
+        ),
+        1 => {
+            let n = (1 + rng.below(3)).to_string();
+            single(
+                words(&["RL.REFUND", &format!("m:{key}"), &n]),
+                words(&["FCALL", "rl_refund", "1", &format!("f:{key}"), &n]),
+            )
+        }
+        2 if lim.algo == 1 => {
+            let p = pick_policy(rng, lim);
+            let mut args = p.args(true);
+            args.extend(["WANT".to_string(), (1 + rng.below(2 * p.b)).to_string()]);
+            let mut module = words(&["RL.LEASE", &format!("m:{key}")]);
+            module.extend(args.clone());
+            let mut library = words(&["FCALL", "rl_lease", "1", &format!("f:{key}")]);
+            library.extend(args);
+            single(module, library)
+        }
+        3 | 4 => {
+            // RL.ALL over 1 to 3 distinct keys.
+            let n = 1 + rng.below(3.min(limiters.len() as u64)) as usize;
+            let mut chosen: Vec<usize> = Vec::new();
+            while chosen.len() < n {
+                let j = rng.below(limiters.len() as u64) as usize;
+                if !chosen.contains(&j) {
+                    chosen.push(j);
+                }
+            }
+            let keys: Vec<String> = chosen.iter().map(|j| format!("k{j}")).collect();
+            let mut module = vec!["RL.ALL".to_string(), n.to_string()];
+            module.extend(keys.iter().map(|k| format!("m:{k}")));
+            let mut library = vec!["FCALL".into(), "rl_all".into(), n.to_string()];
+            library.extend(keys.iter().map(|k| format!("f:{k}")));
+            for &j in &chosen {
+                let lim = &limiters[j];
+                let (_, _, name, burst) = ALGORITHMS[lim.algo];
+                let p = pick_policy(rng, lim);
+                let mut part = vec![name.to_string()];
+                part.extend(p.args(burst));
+                part.extend(["COST".to_string(), cost(rng, p.b).to_string()]);
+                module.extend(part.clone());
+                library.extend(part);
+            }
+            Call {
+                module,
+                library,
+                keys,
+            }
+        }
+        _ => {
+            let p = pick_policy(rng, lim);
+            let mut args = p.args(burst);
+            let c = cost(rng, p.b);
+            if c != 1 || rng.below(2) == 0 {
+                args.extend(["COST".to_string(), c.to_string()]);
+            }
+            let mut module = words(&[command, &format!("m:{key}")]);
+            module.extend(args.clone());
+            let mut library = words(&["FCALL", function, "1", &format!("f:{key}")]);
+            library.extend(args);
+            single(module, library)
+        }
+    }
+}
+
+/// The next instant: mostly the same or a few ms later, sometimes much later, sometimes a
+/// little earlier (a clock stepped back).
+fn next_instant(rng: &mut Rng, now: u64) -> u64 {
+    match rng.below(20) {
+        0..=7 => now,
+        8..=13 => now + 1 + rng.below(10),
+        14..=18 => now + rng.below(3000),
+        _ => now - rng.below(30),
+    }
+}
+
+/// Runs `calls` random calls over `limiters` on both sides; every reply and every touched key's
+/// absolute expiry must be equal.
+fn run_trace(c: &mut Connection, seed: u64, limiters: &[Limiter], calls: usize) {
+    let mut rng = Rng(seed);
+    let mut now = T0_MS + rng.below(1_000_000);
+    for n in 0..calls {
+        now = next_instant(&mut rng, now);
+        at(c, now);
+        let call = random_call(&mut rng, limiters);
+        let (m, f) = (reply(c, &call.module), reply(c, &call.library));
+        assert_eq!(
+            m, f,
+            "seed {seed} call {n} at {now}: {:?} vs {:?}",
+            call.module, call.library
+        );
+        for k in &call.keys {
+            let (pm, pf) = (
+                pexpiretime(c, &format!("m:{k}")),
+                pexpiretime(c, &format!("f:{k}")),
+            );
+            assert_eq!(
+                pm, pf,
+                "seed {seed} call {n} at {now}: expiry of {k} after {:?}",
+                call.module
+            );
+        }
+    }
+}
+
+fn limiters(rng: &mut Rng, policies: usize) -> Vec<Limiter> {
+    (0..5)
+        .map(|algo| {
+            let burst = ALGORITHMS[algo].3;
+            let mut policies: Vec<Policy> =
+                (0..policies).map(|_| Policy::random(rng, burst)).collect();
+            if burst {
+                // GCRA and the token bucket carry a balance across a change of W at the
+                // library's millisecond-unit resolution (see `window_changes_on_buckets`): the
+                // exact traces change L and BURST only.
+                let w = policies[0].w;
+                for p in &mut policies {
+                    p.w = w;
+                }
+            }
+            if ALGORITHMS[algo].0 == "RL.SLIDINGLOG" {
+                for p in &mut policies {
+                    p.l = p.l.min(100);
+                    p.b = p.l;
+                }
+            }
+            Limiter { algo, policies }
+        })
+        .collect()
+}
+
+/// Same policy on each key for the whole trace: requests, costs, peeks, leases, refunds,
+/// RL.ALL, at instants a few ms apart, seconds apart and stepped back.
+#[test]
+fn traces_agree_with_the_module() {
+    let (_s, mut c) = both();
+    for seed in 1..=40u64 {
+        let mut rng = Rng(seed * 0x9e37_79b9);
+        let lims = limiters(&mut rng, 1);
+        cmd(&mut c, &["FLUSHALL"]).unwrap();
+        run_trace(&mut c, seed, &lims, 60);
+    }
+}
+
+/////////////////////////////////////////////////////////////////////////////////////////////////
+// Policy changes. The library implements the rule on main when it was written (each
+// algorithm's `rescale` in src/algo/ and src/algo/step.rs): a new policy carries what was spent
+// over, and is stored whether or not the request that brings it is admitted. These traces keep
+// it equal to the module; when the module's rule changes, the library follows and so do they.
+
+/// Each call picks one of two policies for its key.
+#[test]
+fn policy_changes_agree_with_the_module() {
+    let (_s, mut c) = both();
+    for seed in 1..=40u64 {
+        let mut rng = Rng(seed * 0x51_7cc1_b727);
+        let lims = limiters(&mut rng, 2);
+        cmd(&mut c, &["FLUSHALL"]).unwrap();
+        run_trace(&mut c, seed, &lims, 60);
+    }
+}
+
+/// The trace of the rollout bug the module fixed: 100 spent under L = 100, then calls
+/// alternating between L = 10 and L = 100 in the same minute admit nothing more.
+#[test]
+fn alternating_limits_admit_nothing_more() {
+    let (_s, mut c) = both();
+    for (command, function) in [
+        ("RL.FIXEDWINDOW", "rl_fixedwindow"),
+        ("RL.SLIDINGLOG", "rl_slidinglog"),
+        ("RL.SLIDINGCOUNTER", "rl_slidingcounter"),
+    ] {
+        let module = |l: &str, cost: &str| words(&[command, "m:k", l, "60000", "COST", cost]);
+        let library =
+            |l: &str, cost: &str| words(&["FCALL", function, "1", "f:k", l, "60000", "COST", cost]);
+        assert_eq!(
+            reply(&mut c, &module("100", "100")),
+            reply(&mut c, &library("100", "100"))
+        );
+        at(&mut c, T0_MS + 1);
+        let mut admitted = 0;
+        for i in 0..40 {
+            let l = if i % 2 == 0 { "10" } else { "100" };
+            let (m, f) = (
+                reply(&mut c, &module(l, "1")),
+                reply(&mut c, &library(l, "1")),
+            );
+            assert_eq!(m, f, "{command} call {i}");
+            if let Ok(Value::Array(v)) = f {
+                admitted += i64::from(v[0] == Value::Int(1));
+            }
+        }
+        assert_eq!(admitted, 0, "{command}");
+        at(&mut c, T0_MS);
+    }
+}
+
+// End of the policy-change part.
+/////////////////////////////////////////////////////////////////////////////////////////////////
+
+/// Replies at instants the module and the library both take exactly: sub-millisecond rates
+/// (L per 1 ms), large costs, the longest windows the library accepts.
+#[test]
+fn edge_policies_agree() {
+    let (_s, mut c) = both();
+    let cases: &[&[&str]] = &[
+        &["1000", "1", "COST", "1000"],
+        &["1000", "1", "BURST", "10000000", "COST", "10000000"],
+        &["10000000", "90000000", "COST", "10000000"],
+        &["7", "90000000", "BURST", "3"],
+        &["3", "1000"],
+    ];
+    for (command, function, _, burst) in ALGORITHMS {
+        for (n, args) in cases.iter().enumerate() {
+            if !burst && args.contains(&"BURST") {
+                continue;
+            }
+            if command == "RL.SLIDINGLOG" && args[0].len() > 4 {
+                continue;
+            }
+            at(&mut c, T0_MS);
+            let key = format!("{n}{command}");
+            for step in [0, 0, 1, 333, 334, 1000, 89_999_999] {
+                at(&mut c, T0_MS + step);
+                let mut m = words(&[command, &format!("m:{key}")]);
+                m.extend(words(args));
+                let mut f = words(&["FCALL", function, "1", &format!("f:{key}")]);
+                f.extend(words(args));
+                assert_eq!(reply(&mut c, &m), reply(&mut c, &f), "{m:?} at +{step}");
+            }
+        }
+    }
+    // Windows longer than the continuous algorithms take, on the fixed window and the log.
+    for (command, function) in [
+        ("RL.FIXEDWINDOW", "rl_fixedwindow"),
+        ("RL.SLIDINGLOG", "rl_slidinglog"),
+    ] {
+        for step in [0, 5, 8_796_093, 8_796_094] {
+            at(&mut c, T0_MS + step);
+            let m = words(&[command, "m:long", "3", "8796093"]);
+            let f = words(&["FCALL", function, "1", "f:long", "3", "8796093"]);
+            assert_eq!(reply(&mut c, &m), reply(&mut c, &f), "{m:?} at +{step}");
+        }
+        cmd(&mut c, &["DEL", "m:long", "f:long"]).unwrap();
+    }
+}
+
+/// Argument errors: the module's text, but for the library's own bounds and the arity message.
+#[test]
+fn argument_errors_match_the_module() {
+    let (_s, mut c) = both();
+    cmd(&mut c, &["SET", "m:str", "x"]).unwrap();
+    cmd(&mut c, &["SET", "f:str", "x"]).unwrap();
+    cmd(&mut c, &["RL.GCRA", "m:gcra", "10", "1000"]).unwrap();
+    cmd(&mut c, &["FCALL", "rl_gcra", "1", "f:gcra", "10", "1000"]).unwrap();
+    // (function, key, arguments after the key): the same error from both sides.
+    let same: &[(&str, &str, &[&str])] = &[
+        ("GCRA", "gcra", &["abc", "1000"]),
+        ("GCRA", "gcra", &["0", "1000"]),
+        ("GCRA", "gcra", &["1.5", "1000"]),
+        ("GCRA", "gcra", &["+1", "1000"]),
+        ("GCRA", "gcra", &["10", "1000", "BURST"]),
+        ("GCRA", "gcra", &["10", "1000", "COST"]),
+        ("GCRA", "gcra", &["10", "1000", "BURST", "0"]),
+        ("GCRA", "gcra", &["10", "1000", "COST", "-1"]),
+        ("GCRA", "gcra", &["10", "1000", "COST", "11"]),
+        ("GCRA", "gcra", &["10", "1000", "BURST", "3", "COST", "4"]),
+        ("GCRA", "gcra", &["10", "1000", "COST", "1", "cost", "1"]),
+        ("GCRA", "gcra", &["10", "1000", "BURST", "5", "burst", "5"]),
+        ("GCRA", "gcra", &["10", "1000", "FOO", "1"]),
+        ("GCRA", "gcra", &["10", "1000", "\r\nSET", "1"]),
+        ("GCRA", "gcra", &["1", "90000000", "BURST", "20000"]),
+        ("GCRA", "str", &["10", "1000"]),
+        ("TOKENBUCKET", "gcra", &["10", "1000"]),
+        ("SLIDINGLOG", "log", &["10", "1000", "BURST", "10"]),
+        ("SLIDINGCOUNTER", "c", &["10", "1000", "COST", "11"]),
+        ("FIXEDWINDOW", "w", &["10", "1000", "WANT", "1"]),
+        ("LEASE", "lease", &["1", "1", "WANT", "0"]),
+        ("LEASE", "lease", &["1", "1", "WANT", "1.5"]),
+        ("LEASE", "lease", &["1", "1", "BURST", "2"]),
+        ("LEASE", "lease", &["1", "1", "COST", "1"]),
+        ("LEASE", "lease", &["1", "1", "WANT", "1", "WANT", "2"]),
+        ("LEASE", "lease", &["1", "1", "WANT", "1", "BURST"]),
+        ("LEASE", "gcra", &["1", "1", "WANT", "1"]),
+        ("REFUND", "gcra", &["0"]),
+        ("REFUND", "gcra", &["x"]),
+    ];
+    // The key prefixes aside, and the bounds (the library's are checked below).
+    let relabel = |e: String| {
+        let e = e.replace("'m:", "'").replace("'f:", "'");
+        e.split(": expected an integer")
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    };
+    for &(name, key, args) in same {
+        let mut m = words(&[&format!("RL.{name}"), &format!("m:{key}")]);
+        m.extend(words(args));
+        let function = format!("rl_{}", name.to_lowercase());
+        let mut f = words(&["FCALL", &function, "1", &format!("f:{key}")]);
+        f.extend(words(args));
+        let (em, ef) = (reply(&mut c, &m), reply(&mut c, &f));
+        assert!(em.is_err(), "{m:?}: {em:?}");
+        assert_eq!(em.map_err(relabel), ef.map_err(relabel), "{m:?}");
+    }
+    // RL.ALL: the module's numkeys is FCALL's.
+    let all: &[&[&str]] = &[
+        &["2", "a", "a", "GCRA", "10", "1000", "GCRA", "10", "1000"],
+        &["2", "a", "b", "GCRA", "10", "1000"],
+        &["1", "a", "GCRA", "10", "1000", "GCRA", "10", "1000"],
+        &["1", "a", "LEAKY", "10", "1000"],
+        &["1", "a", "SLIDINGLOG", "10", "1000", "BURST", "20"],
+        &["1", "a", "GCRA", "10", "1000", "COST", "11"],
+        &["1", "str", "GCRA", "10", "1000"],
+        &["1", "gcra", "FIXEDWINDOW", "10", "1000"],
+        &["1", "a", "GCRA", "10", "1000", "WANT", "1"],
+    ];
+    for args in all {
+        let n: usize = args[0].parse().unwrap();
+        let mut m = vec!["RL.ALL".to_string(), n.to_string()];
+        let mut f = words(&["FCALL", "rl_all", args[0]]);
+        for (i, a) in args[1..].iter().enumerate() {
+            let (am, af) = if i < n {
+                (format!("m:{a}"), format!("f:{a}"))
+            } else {
+                (a.to_string(), a.to_string())
+            };
+            m.push(am);
+            f.push(af);
+        }
+        let (em, ef) = (reply(&mut c, &m), reply(&mut c, &f));
+        assert!(em.is_err(), "{m:?}: {em:?}");
+        assert_eq!(em.map_err(relabel), ef.map_err(relabel), "{m:?}");
+    }
+    // The library's own bounds (docs/functions.md), each naming the argument.
+    let bounds: &[(&[&str], &str)] = &[
+        (
+            &["rl_gcra", "1", "k", "10000001", "1000"],
+            "ERR invalid L '10000001': expected an integer from 1 to 10000000",
+        ),
+        (
+            &["rl_gcra", "1", "k", "10", "90000001"],
+            "ERR invalid W '90000001': expected an integer from 1 to 90000000",
+        ),
+        (
+            &["rl_slidingcounter", "1", "k", "10", "90000001"],
+            "ERR invalid W '90000001': expected an integer from 1 to 90000000",
+        ),
+        (
+            &["rl_fixedwindow", "1", "k", "10", "1000000000001"],
+            "ERR invalid W '1000000000001': expected an integer from 1 to 1000000000000",
+        ),
+        (
+            &[
+                "rl_tokenbucket",
+                "1",
+                "k",
+                "10",
+                "1000",
+                "BURST",
+                "10000001",
+            ],
+            "ERR invalid BURST '10000001': expected an integer from 1 to 10000000",
+        ),
+        (
+            &["rl_lease", "1", "k", "10", "1000", "WANT", "10000001"],
+            "ERR invalid WANT '10000001': expected an integer from 1 to 10000000",
+        ),
+        (
+            &["rl_slidinglog", "1", "k", "10001", "1000"],
+            "ERR L 10001 is above the library's sliding log maximum (10000)",
+        ),
+        (
+            &["rl_gcra", "1", "k", "10"],
+            "ERR wrong number of arguments for 'rl_gcra' function",
+        ),
+        (
+            &["rl_gcra", "2", "k", "j", "10", "1000"],
+            "ERR wrong number of arguments for 'rl_gcra' function",
+        ),
+        (
+            &["rl_lease", "1", "k", "10", "1000", "WANT"],
+            "ERR wrong number of arguments for 'rl_lease' function",
+        ),
+        (
+            &["rl_all", "0", "GCRA", "10", "1000"],
+            "ERR invalid numkeys '0': expected an integer from 1 to 32",
+        ),
+    ];
+    for (args, expected) in bounds {
+        let mut f = vec!["FCALL".to_string()];
+        f.extend(words(args));
+        let e = reply(&mut c, &f).unwrap_err();
+        assert!(e.starts_with(expected), "{f:?}: {e}");
+    }
+    // None of them wrote anything.
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
+    let mut keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["f:gcra", "f:str", "m:gcra", "m:str"]);
+}
+
+/// The shipped file reads the time once, from `TIME`, on the line the test copy replaces, and
+/// peeks are declared read-only.
+#[test]
+fn the_shipped_file_reads_only_time() {
+    assert!(LIBRARY.starts_with("#!lua name=ratelimit\n"));
+    let reads: Vec<&str> = LIBRARY.lines().filter(|l| l.contains("TIME")).collect();
+    let code: Vec<&&str> = reads
+        .iter()
+        .filter(|l| !l.trim_start().starts_with("--") && l.contains("redis.call"))
+        .collect();
+    assert_eq!(code.len(), 1, "{reads:?}");
+    assert!(code[0].starts_with("local function now_ms()"));
+    assert!(!test_library().contains("'TIME'"));
+
+    let (_s, mut c) = both();
+    let list = reply(
+        &mut c,
+        &words(&["FUNCTION", "LIST", "LIBRARYNAME", "ratelimit"]),
+    )
+    .unwrap();
+    let text = format!("{list:?}");
+    for f in [
+        "rl_gcra",
+        "rl_tokenbucket",
+        "rl_slidinglog",
+        "rl_slidingcounter",
+        "rl_fixedwindow",
+        "rl_lease",
+        "rl_refund",
+        "rl_all",
+        "rl_peek",
+    ] {
+        assert!(text.contains(f), "{f} missing from {text}");
+    }
+    // FCALL_RO takes only the no-writes function.
+    cmd(&mut c, &["FCALL", "rl_gcra", "1", "f:k", "10", "1000"]).unwrap();
+    assert!(cmd(&mut c, &["FCALL_RO", "rl_peek", "1", "f:k"]).is_ok());
+    assert!(cmd(&mut c, &["FCALL_RO", "rl_gcra", "1", "f:k", "10", "1000"]).is_err());
+}
+
+/// The shipped file on the real clock: a fresh key's first reply, and a burst spent at once.
+#[test]
+fn the_shipped_file_decides_on_the_server_clock() {
+    let s = Server::start();
+    let mut c = s.connect();
+    load(&mut c, LIBRARY);
+    let f = |c: &mut Connection, args: &[&str]| {
+        let mut w = vec!["FCALL"];
+        w.extend(args);
+        rl(c, &w)
+    };
+    assert_eq!(
+        f(
+            &mut c,
+            &["rl_fixedwindow", "1", "w", "5", "86400000", "COST", "5"]
+        )[..3],
+        [1, 5, 0]
+    );
+    let denied = f(&mut c, &["rl_fixedwindow", "1", "w", "5", "86400000"]);
+    assert_eq!(denied[..3], [0, 5, 0]);
+    assert!(denied[3] > 0 && denied[3] <= 86_400_000);
+    assert_eq!(
+        f(&mut c, &["rl_gcra", "1", "g", "10", "60000"]),
+        [1, 10, 9, -1, 6000]
+    );
+    let ttl: i64 = redis::cmd("PTTL").arg("g").query(&mut c).unwrap();
+    assert!((5_900..=6_000).contains(&ttl), "{ttl}");
+}
+
+/// Effects replication: a replica ends with the master's exact keys and expiries, and never
+/// runs a function (its command statistics show the effects, no FCALL).
+#[test]
+fn replicas_receive_effects_never_calls() {
+    let (master, mut m) = both();
+    let replica = Server::start();
+    let mut r = replica.connect();
+    // Another clock on the replica's module: nothing there may decide.
+    clock_set(&mut r, T0_MS + 12_345_678);
+    replicate(&mut r, &master);
+    cmd(&mut r, &["CONFIG", "RESETSTAT"]).unwrap();
+    let mut rng = Rng(77);
+    let lims = limiters(&mut rng, 2);
+    run_trace(&mut m, 77, &lims, 300);
+    wait_replica(&mut m);
+    let keys: Vec<String> = redis::cmd("KEYS").arg("f:*").query(&mut m).unwrap();
+    assert!(keys.len() >= 4, "{keys:?}");
+    for k in &keys {
+        assert_eq!(dump(&mut m, k), dump(&mut r, k), "{k}");
+        assert_eq!(pexpiretime(&mut m, k), pexpiretime(&mut r, k), "{k}");
+    }
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut r)
+        .unwrap();
+    assert!(!stats.contains("cmdstat_fcall"), "{stats}");
+    assert!(stats.contains("cmdstat_set:"), "{stats}");
+    // And a replica refuses the write functions, as it refuses the module's commands.
+    let e = cmd(&mut r, &["FCALL", "rl_gcra", "1", "f:x", "10", "1000"]).unwrap_err();
+    assert!(e.to_string().contains("read only"), "{e}");
+    assert!(cmd(&mut r, &["FCALL", "rl_peek", "1", &keys[0]]).is_ok());
+}
+
+/// `MEMORY USAGE` of one key per algorithm, the module's beside the library's, after the same
+/// requests (printed; docs/functions.md quotes it). The library's must stay within a bound.
+#[test]
+fn memory_per_key() {
+    let (_s, mut c) = both();
+    println!("{:<18} {:>7} {:>8}", "algorithm", "module", "library");
+    for (command, function, _, _) in ALGORITHMS {
+        for i in 0..10u64 {
+            at(&mut c, T0_MS + i);
+            cmd(&mut c, &[command, "m:k", "100", "60000"]).unwrap();
+            cmd(&mut c, &["FCALL", function, "1", "f:k", "100", "60000"]).unwrap();
+        }
+        let usage = |c: &mut Connection, k: &str| -> i64 {
+            redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(k)
+                .arg("SAMPLES")
+                .arg(0)
+                .query(c)
+                .unwrap()
+        };
+        let (m, f) = (usage(&mut c, "m:k"), usage(&mut c, "f:k"));
+        println!("{command:<18} {m:>7} {f:>8}");
+        assert!(f < 1000, "{command}: {f} bytes");
+        cmd(&mut c, &["DEL", "m:k", "f:k"]).unwrap();
+    }
+}
+
+/// A cluster: the library loaded on every master with `redis-cli --cluster call` (masters pass
+/// it to their replicas), called through a cluster-aware client on keys in every shard, and
+/// RL.ALL's form over hash-tagged keys.
+#[test]
+fn cluster_with_the_library_on_every_node() {
+    let cluster = Cluster::start(5000);
+    let first = cluster.live().next().unwrap();
+    let port = cluster.connect(first);
+    drop(port);
+    let node = format!("127.0.0.1:{}", cluster_port(&cluster, first));
+    let out = std::process::Command::new("redis-cli")
+        .args([
+            "--cluster",
+            "call",
+            &node,
+            "FUNCTION",
+            "LOAD",
+            "REPLACE",
+            LIBRARY,
+            "--cluster-only-masters",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    for n in cluster.live().collect::<Vec<_>>() {
+        let mut c = cluster.connect(n);
+        wait_for("the library on every node", || {
+            let list: Value = redis::cmd("FUNCTION").arg("LIST").query(&mut c).unwrap();
+            format!("{list:?}").contains("rl_gcra")
+        });
+    }
+    let mut client = cluster.client();
+    let tags = tags_for_all_slots();
+    let masters = cluster.masters();
+    let mut shards = std::collections::BTreeSet::new();
+    for slot in (0..16384u16).step_by(1000) {
+        let key = format!("{{{}}}:user", tags[slot as usize]);
+        let r: Vec<i64> = redis::cmd("FCALL")
+            .arg("rl_gcra")
+            .arg(1)
+            .arg(&key)
+            .arg(10)
+            .arg(60_000)
+            .query(&mut client)
+            .unwrap();
+        assert_eq!(r, [1, 10, 9, -1, 6000], "{key}");
+        shards.insert(cluster.owner(slot));
+        let all: Vec<Vec<i64>> = redis::cmd("FCALL")
+            .arg("rl_all")
+            .arg(2)
+            .arg(&key)
+            .arg(format!("{{{}}}:ip", tags[slot as usize]))
+            .arg("GCRA")
+            .arg(10)
+            .arg(60_000)
+            .arg("FIXEDWINDOW")
+            .arg(100)
+            .arg(86_400_000)
+            .query(&mut client)
+            .unwrap();
+        assert_eq!(all[0][..4], [1, 10, 8, -1], "{key}");
+    }
+    assert_eq!(shards.len(), masters.len());
+    // Keys in different slots: the cluster refuses the call before the library runs.
+    let e = redis::cmd("FCALL")
+        .arg("rl_all")
+        .arg(2)
+        .arg("a")
+        .arg("b")
+        .arg("GCRA")
+        .arg(1)
+        .arg(1000)
+        .arg("GCRA")
+        .arg(1)
+        .arg(1000)
+        .query::<Value>(&mut client)
+        .unwrap_err();
+    assert!(e.to_string().to_uppercase().contains("CROSSSLOT"), "{e}");
+}
+
+fn cluster_port(cluster: &Cluster, node: usize) -> u16 {
+    let mut c = cluster.connect(node);
+    let info: String = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("port")
+        .query::<Vec<String>>(&mut c)
+        .unwrap()
+        .remove(1);
+    info.parse().unwrap()
+}
