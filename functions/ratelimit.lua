@@ -25,8 +25,8 @@ Integer division goes through `idiv`, exact for operands below 2^53.
 
 Stored state (one key per limiter, plain Redis types, the key's TTL never shorter than the
 reply's reset_after_ms nor than 1 s, as the module):
-  GCRA            string "g L W B tat_ms tat_rem"     (tat = tat_ms·L + tat_rem units)
-  token bucket    string "t L W B tokens last_ms"     (tokens in units, at most B·W)
+  GCRA            string "g L W B tat_ms tat_rem tat_ns"  (tat = (tat_ms·L + tat_rem)·10^6 + tat_ns)
+  token bucket    string "t L W B tokens tokens_ns last_ms" (tokens·10^6 + tokens_ns, at most B·W·10^6)
   sliding counter string "c L W start_ms prev curr"
   fixed window    string "f L W start_ms count"
   sliding log     list   "s L W total newest_ms", then one "at_ms count" per instant, oldest first
@@ -119,126 +119,172 @@ local function decision(allowed, limit, remaining, retry, reset)
   return { allowed = allowed, limit = limit, remaining = remaining, retry = retry, reset = reset }
 end
 
--- An amount of tokens counted in `from`'s units, in `to`'s units: rounded up when `up` (a debt
--- never shrinks), down otherwise (a balance never grows). As the module's `rescale_units`.
-local function rescale_units(units, from, to, up)
-  local whole = idiv(units, from.w)
-  local scaled = (units - whole * from.w) * to.w
-  local part = up and cdiv(scaled, from.w) or idiv(scaled, from.w)
-  return whole * to.w + part
+-- The module counts a balance in units of a nanosecond (L per ns, W·10^6 per token); here a
+-- balance is a pair (u, f): u units of a millisecond (L per ms, W per token) and f < 10^6 units
+-- of a nanosecond on top, the module's u·10^6 + f. Only a change of policy makes f non-zero
+-- (src/algo/mod.rs `rescale_units` rounds there to the nanosecond unit); every other step adds
+-- whole millisecond units, and the replies below are the module's roundings of u·10^6 + f.
+local NS = 1000000
+
+-- ceil((u·10^6 + f) / (L·10^6)): a balance of (u, f) as milliseconds of refill, rounded up.
+local function ms_up(u, f, l)
+  if f > 0 then
+    return cdiv(u + 1, l)
+  end
+  return cdiv(u, l)
+end
+
+-- An amount (u, f) counted in `from`'s units, in `to`'s: rounded up when `up` (a debt never
+-- shrinks), down otherwise (a balance never grows), to the nanosecond unit as the module does.
+-- Every product stays below 2^53: r·W and b·10^6 + f·W with r, b < W <= 9·10^7.
+local function rescale_units(u, f, from, to, up)
+  local whole = idiv(u, from.w)
+  local q = (u - whole * from.w) * to.w
+  local a = idiv(q, from.w)
+  local rest = (q - a * from.w) * NS + f * to.w
+  local y = up and cdiv(rest, from.w) or idiv(rest, from.w)
+  local yu = idiv(y, NS)
+  return whole * to.w + a + yu, y - yu * NS
 end
 
 local function window_start(p, now)
   return now - now % p.w
 end
 
--- GCRA (src/algo/gcra.rs). State { tm, tr }: the theoretical arrival time tm·L + tr units.
+-- GCRA (src/algo/gcra.rs). State { tm, tr, tf }: the theoretical arrival time, (tm·L + tr)·10^6
+-- + tf units of a nanosecond.
 local gcra = { tag = 'g', name = 'GCRA', burst = true, max_w = MAX_RATE_WINDOW }
 
+-- The debt at now, (u, f): how far the arrival time is ahead of now.
 local function gcra_debt(s, p, now)
   if not s or s.tm < now then
-    return 0
+    return 0, 0
   end
-  return (s.tm - now) * p.l + s.tr
+  return (s.tm - now) * p.l + s.tr, s.tf
 end
 
-local function gcra_at(p, now, debt)
-  local whole = idiv(debt, p.l)
-  return { tm = now + whole, tr = debt - whole * p.l }
+local function gcra_at(p, now, u, f)
+  local whole = idiv(u, p.l)
+  return { tm = now + whole, tr = u - whole * p.l, tf = f }
 end
 
 function gcra.check(s, p, now, cost)
   local cap = p.b * p.w
-  local debt = gcra_debt(s, p, now)
-  local needed = debt + math.max(cost, 1) * p.w
-  local admitted = needed <= cap
-  local after = (admitted and cost > 0) and needed or debt
-  local d = decision(admitted and 1 or 0, p.b, idiv(math.max(cap - after, 0), p.w),
-    (not admitted) and cdiv(needed - cap, p.l) or nil, cdiv(after, p.l))
-  return d, (admitted and cost > 0) and gcra_at(p, now, after) or nil
+  local d, f = gcra_debt(s, p, now)
+  local needed = d + math.max(cost, 1) * p.w
+  local admitted = needed < cap or (needed == cap and f == 0)
+  local after = (admitted and cost > 0) and needed or d
+  -- Whole tokens in cap − (after, f): one fewer when f eats into the last.
+  local room = cap - after
+  local remaining = 0
+  if room > 0 then
+    remaining = idiv(f > 0 and room - 1 or room, p.w)
+  end
+  local dec = decision(admitted and 1 or 0, p.b, remaining,
+    (not admitted) and ms_up(needed - cap, f, p.l) or nil, ms_up(after, f, p.l))
+  return dec, (admitted and cost > 0) and gcra_at(p, now, after, f) or nil
 end
 
 function gcra.rescale(s, from, to, now)
-  return gcra_at(to, now, rescale_units(gcra_debt(s, from, now), from, to, true))
+  local d, f = gcra_debt(s, from, now)
+  return gcra_at(to, now, rescale_units(d, f, from, to, true))
 end
 
 function gcra.refund(s, p, now, n)
-  local debt = gcra_debt(s, p, now)
-  if debt == 0 then
+  local d, f = gcra_debt(s, p, now)
+  if d == 0 and f == 0 then
     return s
   end
-  return gcra_at(p, now, math.max(debt - n * p.w, 0))
+  d = d - n * p.w
+  if d < 0 then
+    return gcra_at(p, now, 0, 0)
+  end
+  return gcra_at(p, now, d, f)
 end
 
 function gcra.encode(s)
-  return num(s.tm) .. ' ' .. num(s.tr)
+  return num(s.tm) .. ' ' .. num(s.tr) .. ' ' .. num(s.tf)
 end
 
-function gcra.decode(a, b)
-  return { tm = a, tr = b }
+function gcra.decode(a, b, c)
+  return { tm = a, tr = b, tf = c }
 end
 
--- Token bucket (src/algo/token_bucket.rs). State { tokens (units), last (ms) }.
+-- Token bucket (src/algo/token_bucket.rs). State { t, tf, last }: the balance (t, tf) at the
+-- last refill, and when that was (ms).
 local bucket = { tag = 't', name = 'token bucket', burst = true, max_w = MAX_RATE_WINDOW }
+
+-- (u, f) capped at the capacity `cap` (whole units).
+local function capped(u, f, cap)
+  if u > cap or (u == cap and f > 0) then
+    return cap, 0
+  end
+  return u, f
+end
 
 local function refilled(s, p, now)
   local cap = p.b * p.w
   if not s then
-    return { tokens = cap, last = now }
+    return { t = cap, tf = 0, last = now }
   end
-  local tokens = s.tokens
+  local t, tf = capped(s.t, s.tf, cap)
   local elapsed = now - s.last
   if elapsed > 0 then
     -- elapsed·L is taken only when it does not fill the bucket, so it stays below 2^53.
-    if elapsed >= cdiv(cap - tokens, p.l) then
-      tokens = math.max(tokens, cap)
+    if elapsed >= cdiv(cap - t, p.l) then
+      t, tf = cap, 0
     else
-      tokens = tokens + elapsed * p.l
+      t, tf = capped(t + elapsed * p.l, tf, cap)
     end
   end
-  return { tokens = math.min(tokens, cap), last = math.max(s.last, now) }
+  return { t = t, tf = tf, last = math.max(s.last, now) }
 end
 
 function bucket.check(s, p, now, cost)
   local cap = p.b * p.w
   local full = refilled(s, p, now)
   local asked = math.max(cost, 1) * p.w
-  local admitted = full.tokens >= asked
-  local after = (admitted and cost > 0) and full.tokens - asked or full.tokens
-  local d = decision(admitted and 1 or 0, p.b, idiv(after, p.w),
-    (not admitted) and cdiv(asked - full.tokens, p.l) or nil, cdiv(cap - after, p.l))
-  return d, (admitted and cost > 0) and { tokens = after, last = full.last } or nil
+  local admitted = full.t >= asked
+  local after = (admitted and cost > 0) and full.t - asked or full.t
+  -- A fraction f on top of a balance neither adds a whole token nor shortens a wait by a
+  -- whole millisecond: the module's roundings of u·10^6 + f are those of u.
+  local dec = decision(admitted and 1 or 0, p.b, idiv(after, p.w),
+    (not admitted) and cdiv(asked - full.t, p.l) or nil, cdiv(cap - after, p.l))
+  return dec, (admitted and cost > 0) and { t = after, tf = full.tf, last = full.last } or nil
 end
 
 function bucket.rescale(s, from, to, now)
   local full = refilled(s, from, now)
-  return { tokens = math.min(rescale_units(full.tokens, from, to, false), to.b * to.w), last = full.last }
+  local t, tf = rescale_units(full.t, full.tf, from, to, false)
+  t, tf = capped(t, tf, to.b * to.w)
+  return { t = t, tf = tf, last = full.last }
 end
 
 function bucket.refund(s, p, now, n)
   local full = refilled(s, p, now)
   local cap = p.b * p.w
-  if full.tokens >= cap then
+  if full.t >= cap then
     return s
   end
-  return { tokens = math.min(full.tokens + n * p.w, cap), last = full.last }
+  local t, tf = capped(full.t + n * p.w, full.tf, cap)
+  return { t = t, tf = tf, last = full.last }
 end
 
 -- A lease (src/algo/lease.rs): the bucket's own decision with cost min(want, whole tokens).
 function bucket.lease(s, p, now, want)
   local full = refilled(s, p, now)
-  local granted = math.min(idiv(full.tokens, p.w), want)
+  local granted = math.min(idiv(full.t, p.w), want)
   local d, next = bucket.check(full, p, now, math.max(granted, 1))
   d.allowed = granted
   return d, next
 end
 
 function bucket.encode(s)
-  return num(s.tokens) .. ' ' .. num(s.last)
+  return num(s.t) .. ' ' .. num(s.tf) .. ' ' .. num(s.last)
 end
 
-function bucket.decode(a, b)
-  return { tokens = a, last = b }
+function bucket.decode(a, b, c)
+  return { t = a, tf = b, last = c }
 end
 
 -- Fixed window (src/algo/fixed_window.rs). State { start, count }.
@@ -539,8 +585,8 @@ local function held(key, wanted, named)
       for n in string.gmatch(rest, '%d+') do
         f[#f + 1] = tonumber(n)
       end
-      if algo.burst and #f == 5 then
-        return { algo = algo, policy = policy_of(f[1], f[2], f[3]), state = algo.decode(f[4], f[5]) }
+      if algo.burst and #f == 6 then
+        return { algo = algo, policy = policy_of(f[1], f[2], f[3]), state = algo.decode(f[4], f[5], f[6]) }
       elseif not algo.burst and #f == 4 + (algo == counter and 1 or 0) then
         return { algo = algo, policy = policy_of(f[1], f[2], f[1]), state = algo.decode(f[3], f[4], f[5]) }
       end

@@ -277,15 +277,6 @@ fn limiters(rng: &mut Rng, policies: usize) -> Vec<Limiter> {
             let burst = ALGORITHMS[algo].3;
             let mut policies: Vec<Policy> =
                 (0..policies).map(|_| Policy::random(rng, burst)).collect();
-            if burst {
-                // GCRA and the token bucket carry a balance across a change of W at the
-                // library's millisecond-unit resolution (see `window_changes_on_buckets`): the
-                // exact traces change L and BURST only.
-                let w = policies[0].w;
-                for p in &mut policies {
-                    p.w = w;
-                }
-            }
             if ALGORITHMS[algo].0 == "RL.SLIDINGLOG" {
                 for p in &mut policies {
                     p.l = p.l.min(100);
@@ -360,6 +351,28 @@ fn alternating_limits_admit_nothing_more() {
         }
         assert_eq!(admitted, 0, "{command}");
         at(&mut c, T0_MS);
+    }
+}
+
+/// GCRA and the token bucket across changes of W, the case where the module's carried balance
+/// has a fraction of a millisecond unit (it rounds to the nanosecond unit): the library carries
+/// that fraction too, and every reply stays equal. Each call picks one of two policies.
+#[test]
+fn window_changes_on_buckets() {
+    let (_s, mut c) = both();
+    for seed in 1..=60u64 {
+        let mut rng = Rng(seed * 0x2545_f491);
+        let lims: Vec<Limiter> = (0..2)
+            .map(|algo| Limiter {
+                algo,
+                policies: vec![
+                    Policy::random(&mut rng, true),
+                    Policy::random(&mut rng, true),
+                ],
+            })
+            .collect();
+        cmd(&mut c, &["FLUSHALL"]).unwrap();
+        run_trace(&mut c, seed, &lims, 60);
     }
 }
 
