@@ -29,7 +29,7 @@ reply's reset_after_ms nor than 1 s, as the module):
   token bucket    string "t L W B tokens tokens_ns last_ms" (tokens·10^6 + tokens_ns, at most B·W·10^6)
   sliding counter string "c L W start_ms prev curr"
   fixed window    string "f L W start_ms count"
-  sliding log     list   "s L W total newest_ms", then one "at_ms count" per instant, oldest first
+  sliding log     list   "s L W total newest_ms entries", then "at_ms count" per instant, oldest first
 Every write is an ordinary command (SET … PXAT, RPUSH, LSET, LTRIM, PEXPIREAT), which Redis 7+
 replicates as effects: a replica or the AOF never runs the decision again.
 ]]
@@ -569,9 +569,35 @@ local function policy_of(l, w, b)
   return { l = l, w = w, b = b }
 end
 
+-- A sliding log from its list's first element, the header "s L W total newest_ms entries".
+local function held_log(key, first)
+  local l, w, total, newest, len = string.match(first or '', '^s (%d+) (%d+) (%d+) (%d+) (%d+)$')
+  if not l then
+    return nil
+  end
+  return {
+    algo = log,
+    policy = policy_of(tonumber(l), tonumber(w), tonumber(l)),
+    state = stored_log(key, tonumber(total), tonumber(newest), tonumber(len)),
+  }
+end
+
 -- What `key` holds: nil, or { algo, policy, state }; another value raises WRONGTYPE naming
 -- `wanted` (the algorithm the caller needs; nil: any limiter) and, when `named`, the key.
 local function held(key, wanted, named)
+  if wanted == log then
+    -- A sliding log's own call reads the header first: one call when the key holds a log.
+    local first = redis.pcall('LINDEX', key, 0)
+    if first == false then
+      return nil
+    elseif type(first) == 'string' then
+      local h = held_log(key, first)
+      if h then
+        return h
+      end
+      wrong_type('a list', log.name, named and key)
+    end
+  end
   local v = redis.pcall('GET', key)
   if v == false then
     return nil
@@ -595,14 +621,9 @@ local function held(key, wanted, named)
     local t = redis.call('TYPE', key)['ok']
     holds = TYPE_NAMES[t] or "another module's value"
     if t == 'list' then
-      local l, w, total, newest = string.match(redis.call('LINDEX', key, 0) or '', '^s (%d+) (%d+) (%d+) (%d+)$')
-      if l then
-        local len = redis.call('LLEN', key) - 1
-        return {
-          algo = log,
-          policy = policy_of(tonumber(l), tonumber(w), tonumber(l)),
-          state = stored_log(key, tonumber(total), tonumber(newest), len),
-        }
+      local h = held_log(key, redis.call('LINDEX', key, 0))
+      if h then
+        return h
       end
     end
   end
@@ -623,7 +644,7 @@ local function expire_at(now, d)
 end
 
 local function header(p, s)
-  return 's ' .. num(p.l) .. ' ' .. num(p.w) .. ' ' .. num(s.total) .. ' ' .. num(s.newest)
+  return 's ' .. num(p.l) .. ' ' .. num(p.w) .. ' ' .. num(s.total) .. ' ' .. num(s.newest) .. ' ' .. num(s.len)
 end
 
 -- Stores a whole state (after a first request, a policy change or a refund).
@@ -676,7 +697,12 @@ local function log_apply(key, p, s, change, now, d)
     total = total - count
   end
   local len = s.len - change.dropped
-  local h = header(p, { total = math.max(total, 0) + change.count, newest = change.at })
+  local merge = len > 0 and s.newest == change.at
+  local h = header(p, {
+    total = math.max(total, 0) + change.count,
+    newest = change.at,
+    len = merge and len or len + 1,
+  })
   if len == 0 then
     redis.call('DEL', key)
     redis.call('RPUSH', key, h, num(change.at) .. ' ' .. num(change.count))
@@ -685,7 +711,7 @@ local function log_apply(key, p, s, change, now, d)
       redis.call('LTRIM', key, change.dropped, -1)
     end
     redis.call('LSET', key, 0, h)
-    if s.newest == change.at then
+    if merge then
       local _, count = s.entry(s.len)
       redis.call('LSET', key, -1, num(change.at) .. ' ' .. num(count + change.count))
     else
