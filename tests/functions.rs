@@ -426,6 +426,35 @@ fn edge_policies_agree() {
     }
 }
 
+/// The one documented difference in replies within the bounds: a sliding log with a window of
+/// 2^43 ns (about 2.44 hours) or longer stores its instants in ticks of 2^k ns in the module,
+/// rounded up, so off a tick the module's entry leaves up to a tick later and its
+/// `reset_after_ms`, `retry_after_ms` and expiry read 1 ms more; the library's entry leaves
+/// exactly W after its millisecond. Decisions are the same (docs/functions.md).
+#[test]
+fn long_sliding_log_windows_differ_by_the_module_tick() {
+    let (_s, mut c) = both();
+    at(&mut c, T0_MS + 1);
+    let w = "100000000000";
+    let module = |cost: &str| words(&["RL.SLIDINGLOG", "m:k", "3", w, "COST", cost]);
+    let library = |cost: &str| words(&["FCALL", "rl_slidinglog", "1", "f:k", "3", w, "COST", cost]);
+    let ints =
+        |v: Result<Value, String>| -> Vec<i64> { redis::from_redis_value(&v.unwrap()).unwrap() };
+    for cost in ["1", "2", "1"] {
+        let (m, f) = (
+            ints(reply(&mut c, &module(cost))),
+            ints(reply(&mut c, &library(cost))),
+        );
+        assert_eq!(m[..3], f[..3], "cost {cost}");
+        assert_eq!(
+            (m[3] - f[3], m[4] - f[4]),
+            (if m[0] == 1 { 0 } else { 1 }, 1),
+            "{m:?} {f:?}"
+        );
+    }
+    assert_eq!(pexpiretime(&mut c, "m:k") - pexpiretime(&mut c, "f:k"), 1);
+}
+
 /// Argument errors: the module's text, but for the library's own bounds and the arity message.
 #[test]
 fn argument_errors_match_the_module() {
