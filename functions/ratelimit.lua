@@ -7,7 +7,8 @@ modules (managed Redis and Valkey 7+). Load it with
 
 and call `FCALL rl_gcra 1 key L W [BURST B] [COST n]` where the module has `RL.GCRA key L W ...`:
 the same arguments after the key, the same five-integer reply, the same errors (within the
-bounds below). docs/functions.md is the long form: bounds, stored formats, what differs.
+bounds below). Functions: rl_gcra rl_tokenbucket rl_slidinglog rl_slidingcounter rl_fixedwindow
+rl_shape rl_lease rl_refund rl_all rl_peek (read-only: `no-writes`, FCALL_RO and replicas). docs/functions.md is the long form: bounds, stored formats, what differs.
 
 Exactness. Lua numbers are doubles, exact for integers below 2^53. Time is whole milliseconds
 (`TIME`, read once per call, rounded down), and the continuous algorithms count in units where
@@ -27,6 +28,7 @@ Stored state (one key per limiter, plain Redis types, the key's TTL never shorte
 reply's reset_after_ms nor than 1 s, as the module):
   GCRA            string "g L W B tat_ms tat_rem tat_ns"  (tat = (tat_ms·L + tat_rem)·10^6 + tat_ns)
   token bucket    string "t L W B tokens tokens_ns last_ms" (tokens·10^6 + tokens_ns, at most B·W·10^6)
+  leaky bucket    string "h L W B tat_ms tat_rem tat_ns d"  (RL.SHAPE: B = QUEUE + 1, d undelayed)
   sliding counter string "c L W start_ms prev curr"
   fixed window    string "f L W start_ms count"
   sliding log     list   "s L W total newest_ms entries", then "at_ms count" per instant, oldest first
@@ -153,7 +155,7 @@ end
 
 -- GCRA (src/algo/gcra.rs). State { tm, tr, tf }: the theoretical arrival time, (tm·L + tr)·10^6
 -- + tf units of a nanosecond.
-local gcra = { tag = 'g', name = 'GCRA', burst = true, max_w = MAX_RATE_WINDOW }
+local gcra = { tag = 'g', name = 'GCRA', burst = true, max_w = MAX_RATE_WINDOW, fields = 6 }
 
 -- The debt at now, (u, f): how far the arrival time is ahead of now.
 local function gcra_debt(s, p, now)
@@ -212,7 +214,7 @@ end
 
 -- Token bucket (src/algo/token_bucket.rs). State { t, tf, last }: the balance (t, tf) at the
 -- last refill, and when that was (ms).
-local bucket = { tag = 't', name = 'token bucket', burst = true, max_w = MAX_RATE_WINDOW }
+local bucket = { tag = 't', name = 'token bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 6 }
 
 -- (u, f) capped at the capacity `cap` (whole units).
 local function capped(u, f, cap)
@@ -287,8 +289,62 @@ function bucket.decode(a, b, c)
   return { t = a, tf = b, last = c }
 end
 
+-- The leaky bucket as a queue, RL.SHAPE (src/algo/shape.rs): GCRA with capacity q + 1, and d,
+-- how many beyond the rate go undelayed. State { tm, tr, tf, d }.
+local shape = { tag = 'h', name = 'leaky bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 7 }
+
+-- The five-field decision, as RL.PEEK and RL.REFUND answer for a shaper; d is kept.
+function shape.check(s, p, now, cost)
+  local dec, next = gcra.check(s, p, now, cost)
+  if next then
+    next.d = s and s.d or 0
+  end
+  return dec, next
+end
+
+-- How long an admitted request waits: until its last unit's excess is down to d.
+local function shape_delay(s, p, now, dec, next)
+  if dec.allowed ~= 1 then
+    return 0
+  end
+  local u, f
+  if next then
+    u, f = gcra_debt(next, p, now)
+  else
+    u, f = gcra_debt(s, p, now)
+    u = u + p.w
+  end
+  u = u - (s.d + 1) * p.w
+  if u < 0 then
+    return 0
+  end
+  return ms_up(u, f, p.l)
+end
+
+function shape.rescale(s, from, to, now)
+  local g = gcra.rescale(s, from, to, now)
+  g.d = math.min(s.d, to.b - 1)
+  return g
+end
+
+function shape.refund(s, p, now, n)
+  local g = gcra.refund(s, p, now, n)
+  if g ~= s then
+    g.d = s.d
+  end
+  return g
+end
+
+function shape.encode(s)
+  return gcra.encode(s) .. ' ' .. num(s.d)
+end
+
+function shape.decode(a, b, c, d)
+  return { tm = a, tr = b, tf = c, d = d }
+end
+
 -- Fixed window (src/algo/fixed_window.rs). State { start, count }.
-local fixed = { tag = 'f', name = 'fixed window', burst = false, max_w = MAX_WINDOW }
+local fixed = { tag = 'f', name = 'fixed window', burst = false, max_w = MAX_WINDOW, fields = 4 }
 
 local function fixed_current(s, p, now)
   local start = window_start(p, now)
@@ -327,7 +383,7 @@ function fixed.decode(a, b)
 end
 
 -- Sliding counter (src/algo/sliding_counter.rs). State { start, prev, curr }.
-local counter = { tag = 'c', name = 'sliding counter', burst = false, max_w = MAX_RATE_WINDOW }
+local counter = { tag = 'c', name = 'sliding counter', burst = false, max_w = MAX_RATE_WINDOW, fields = 5 }
 
 local function counter_current(s, p, now)
   local start = window_start(p, now)
@@ -552,7 +608,7 @@ end
 ------------------------------------------------------------------------------------------------
 -- Keys: what a key holds, and storing a state with its expiry.
 
-local ALGORITHMS = { g = gcra, t = bucket, f = fixed, c = counter, s = log }
+local ALGORITHMS = { g = gcra, t = bucket, f = fixed, c = counter, s = log, h = shape }
 
 local TYPE_NAMES = {
   string = 'a string', list = 'a list', hash = 'a hash', set = 'a set', zset = 'a sorted set',
@@ -611,10 +667,10 @@ local function held(key, wanted, named)
       for n in string.gmatch(rest, '%d+') do
         f[#f + 1] = tonumber(n)
       end
-      if algo.burst and #f == 6 then
-        return { algo = algo, policy = policy_of(f[1], f[2], f[3]), state = algo.decode(f[4], f[5], f[6]) }
-      elseif not algo.burst and #f == 4 + (algo == counter and 1 or 0) then
-        return { algo = algo, policy = policy_of(f[1], f[2], f[1]), state = algo.decode(f[3], f[4], f[5]) }
+      if #f == algo.fields then
+        local b = algo.burst and f[3] or f[1]
+        local first = algo.burst and 4 or 3
+        return { algo = algo, policy = policy_of(f[1], f[2], b), state = algo.decode(unpack(f, first)) }
       end
     end
   else
@@ -905,6 +961,86 @@ local function peek(keys, args)
   return reply((h.algo.check(h.state, h.policy, now, 0)))
 end
 
+-- FCALL rl_shape 1 key L W [QUEUE q] [DELAY d | NODELAY] [COST n] (src/command/shape.rs): the
+-- five fields, then delay_ms.
+local function shaped(keys, args)
+  if #keys ~= 1 or #args < 2 then
+    arity('rl_shape')
+  end
+  local l = parse_int('L', args[1], 1, MAX_AMOUNT)
+  local w = parse_int('W', args[2], 1, MAX_RATE_WINDOW)
+  local opts, nodelay, i = {}, false, 3
+  while args[i] ~= nil do
+    local name = string.upper(args[i])
+    if name == 'NODELAY' then
+      if nodelay then
+        fail('ERR option NODELAY given more than once')
+      end
+      nodelay, i = true, i + 1
+    else
+      local max = MAX_AMOUNT - 1
+      if name == 'COST' then
+        max = MAX_AMOUNT
+      elseif name ~= 'QUEUE' and name ~= 'DELAY' then
+        fail("ERR unknown option '" .. echo(args[i]) .. "'; expected QUEUE, DELAY, NODELAY or COST")
+      end
+      if opts[name] then
+        fail('ERR option ' .. name .. ' given more than once')
+      elseif args[i + 1] == nil then
+        fail('ERR option ' .. name .. ' needs a value')
+      end
+      opts[name] = parse_int(name, args[i + 1], 0, max)
+      i = i + 2
+    end
+  end
+  local queue = opts.QUEUE or 0
+  local undelayed = opts.DELAY or 0
+  if opts.DELAY and nodelay then
+    fail('ERR DELAY d and NODELAY are exclusive (NODELAY is DELAY equal to QUEUE)')
+  elseif nodelay then
+    undelayed = queue
+  end
+  if undelayed > queue then
+    fail(string.format('ERR DELAY %d is above QUEUE %d: at most the whole queue goes undelayed', undelayed, queue))
+  end
+  local b = queue + 1
+  if b * w > MAX_REFILL_MS * l then
+    fail(string.format('ERR a capacity of %d refilled at %d per %d ms takes longer than %d ms to refill',
+      b, l, w, MAX_REFILL_MS))
+  end
+  local cost = opts.COST or 1
+  if cost > b then
+    fail(string.format('ERR COST %d can never be admitted: it exceeds the capacity %d', cost, b))
+  end
+  local p = policy_of(l, w, b)
+  local now = now_ms()
+  local key = keys[1]
+  local h = held_as(key, shape, false)
+  local start, carried = h and h.state, false
+  if h and not same_policy(h.policy, p) then
+    start, carried = shape.rescale(h.state, h.policy, p, now), true
+  end
+  -- The request decides with its own d; a new d, like a new policy, is stored even when the
+  -- request is denied (a peek stores nothing).
+  local configured = { tm = 0, tr = 0, tf = 0, d = undelayed }
+  if start then
+    configured = { tm = start.tm, tr = start.tr, tf = start.tf, d = undelayed }
+  end
+  local d, next = gcra.check(configured, p, now, cost)
+  local delay = shape_delay(configured, p, now, d, next)
+  if next then
+    next.d = undelayed
+  elseif cost > 0 and start and (carried or start.d ~= undelayed) then
+    next = configured
+  end
+  if next then
+    store(key, shape, p, next, now, d)
+  end
+  local out = reply(d)
+  out[6] = delay
+  return out
+end
+
 local ALL = {
   GCRA = gcra, TOKENBUCKET = bucket, SLIDINGLOG = log, SLIDINGCOUNTER = counter, FIXEDWINDOW = fixed,
 }
@@ -1025,6 +1161,7 @@ redis.register_function('rl_slidinglog', guarded(limiter('rl_slidinglog', log)))
 redis.register_function('rl_slidingcounter', guarded(limiter('rl_slidingcounter', counter)))
 redis.register_function('rl_fixedwindow', guarded(limiter('rl_fixedwindow', fixed)))
 redis.register_function('rl_lease', guarded(lease))
+redis.register_function('rl_shape', guarded(shaped))
 redis.register_function('rl_refund', guarded(refund))
 redis.register_function('rl_all', guarded(all))
 redis.register_function({ function_name = 'rl_peek', callback = guarded(peek), flags = { 'no-writes' } })

@@ -426,6 +426,72 @@ fn edge_policies_agree() {
     }
 }
 
+/// RL.SHAPE and `rl_shape`: the six-integer reply (the delay last) and the expiry, on traces
+/// that switch between two shapers (L, W, QUEUE, DELAY or NODELAY), with peeks and refunds.
+#[test]
+fn shaping_agrees_with_the_module() {
+    let (_s, mut c) = both();
+    let mut delayed = 0;
+    for seed in 1..=40u64 {
+        let mut rng = Rng(seed * 0x7f4a_7c15);
+        cmd(&mut c, &["FLUSHALL"]).unwrap();
+        let shapers: Vec<Vec<String>> = (0..2)
+            .map(|_| {
+                let p = Policy::random(&mut rng, false);
+                let q = rng.below(8);
+                let mut a = vec![
+                    p.l.to_string(),
+                    p.w.to_string(),
+                    "QUEUE".into(),
+                    q.to_string(),
+                ];
+                match rng.below(3) {
+                    0 => a.push("NODELAY".into()),
+                    1 => a.extend(["DELAY".to_string(), rng.below(q + 1).to_string()]),
+                    _ => {}
+                }
+                a
+            })
+            .collect();
+        let mut now = T0_MS + rng.below(1_000_000);
+        for n in 0..60 {
+            now = next_instant(&mut rng, now);
+            at(&mut c, now);
+            let (m, f) = match rng.below(10) {
+                0 => (
+                    words(&["RL.PEEK", "m:s"]),
+                    words(&["FCALL", "rl_peek", "1", "f:s"]),
+                ),
+                1 => (
+                    words(&["RL.REFUND", "m:s", "2"]),
+                    words(&["FCALL", "rl_refund", "1", "f:s", "2"]),
+                ),
+                _ => {
+                    let mut a = shapers[rng.below(2) as usize].clone();
+                    let q: u64 = a[3].parse().unwrap();
+                    a.extend(["COST".to_string(), cost(&mut rng, q + 1).to_string()]);
+                    let mut m = words(&["RL.SHAPE", "m:s"]);
+                    m.extend(a.clone());
+                    let mut f = words(&["FCALL", "rl_shape", "1", "f:s"]);
+                    f.extend(a);
+                    (m, f)
+                }
+            };
+            assert_eq!(
+                reply(&mut c, &m),
+                reply(&mut c, &f),
+                "seed {seed} call {n}: {m:?}"
+            );
+            assert_eq!(
+                pexpiretime(&mut c, "m:s"),
+                pexpiretime(&mut c, "f:s"),
+                "seed {seed} call {n}: {m:?}"
+            );
+        }
+    }
+    assert!(delayed > 20, "only {delayed} delayed replies");
+}
+
 /// The one documented difference in replies within the bounds: a sliding log with a window of
 /// 2^43 ns (about 2.44 hours) or longer stores its instants in ticks of 2^k ns in the module,
 /// rounded up, so off a tick the module's entry leaves up to a tick later and its
@@ -492,6 +558,16 @@ fn argument_errors_match_the_module() {
         ("LEASE", "lease", &["1", "1", "WANT", "1", "WANT", "2"]),
         ("LEASE", "lease", &["1", "1", "WANT", "1", "BURST"]),
         ("LEASE", "gcra", &["1", "1", "WANT", "1"]),
+        ("SHAPE", "gcra", &["10", "1000"]),
+        ("SHAPE", "s", &["10", "1000", "QUEUE"]),
+        ("SHAPE", "s", &["10", "1000", "QUEUE", "x"]),
+        ("SHAPE", "s", &["10", "1000", "QUEUE", "2", "DELAY", "3"]),
+        ("SHAPE", "s", &["10", "1000", "DELAY", "1", "NODELAY"]),
+        ("SHAPE", "s", &["10", "1000", "NODELAY", "NODELAY"]),
+        ("SHAPE", "s", &["10", "1000", "QUEUE", "1", "QUEUE", "1"]),
+        ("SHAPE", "s", &["10", "1000", "QUEUE", "2", "COST", "4"]),
+        ("SHAPE", "s", &["10", "1000", "BURST", "2"]),
+        ("SHAPE", "s", &["1", "90000000", "QUEUE", "20000"]),
         ("REFUND", "gcra", &["0"]),
         ("REFUND", "gcra", &["x"]),
     ];
@@ -641,6 +717,7 @@ fn the_shipped_file_reads_only_time() {
         "rl_refund",
         "rl_all",
         "rl_peek",
+        "rl_shape",
     ] {
         assert!(text.contains(f), "{f} missing from {text}");
     }
