@@ -625,17 +625,40 @@ local function policy_of(l, w, b)
   return { l = l, w = w, b = b }
 end
 
--- A sliding log from its list's first element, the header "s L W total newest_ms entries".
-local function held_log(key, first)
-  local l, w, total, newest, len = string.match(first or '', '^s (%d+) (%d+) (%d+) (%d+) (%d+)$')
-  if not l then
+-- The numbers of a stored value, "n n n …" (single spaces), each below 10^15; nil for anything
+-- else. Stored values are read, never trusted: a key another client wrote is not a limiter.
+local function numbers(text)
+  if not string.find(text, '^%d+[ %d]*$') or string.find(text, '  ') or string.find(text, ' $') then
     return nil
   end
-  return {
-    algo = log,
-    policy = policy_of(tonumber(l), tonumber(w), tonumber(l)),
-    state = stored_log(key, tonumber(total), tonumber(newest), tonumber(len)),
-  }
+  local f = {}
+  for n in string.gmatch(text, '%d+') do
+    if #n > 15 then
+      return nil
+    end
+    f[#f + 1] = tonumber(n)
+  end
+  return f
+end
+
+-- A policy a stored value may hold: the bounds a request's arguments have.
+local function valid_policy(algo, p)
+  local max_l = algo == log and MAX_LOG or MAX_AMOUNT
+  return p.l >= 1 and p.l <= max_l and p.w >= 1 and p.w <= algo.max_w and p.b >= 1
+    and p.b <= MAX_AMOUNT and p.b * p.w <= MAX_REFILL_MS * p.l
+end
+
+-- A sliding log from its list's first element, the header "s L W total newest_ms entries".
+local function held_log(key, first)
+  local f = type(first) == 'string' and string.sub(first, 1, 2) == 's ' and numbers(string.sub(first, 3))
+  if not f or #f ~= 5 then
+    return nil
+  end
+  local p = policy_of(f[1], f[2], f[1])
+  if not valid_policy(log, p) then
+    return nil
+  end
+  return { algo = log, policy = p, state = stored_log(key, f[3], f[4], f[5]) }
 end
 
 -- What `key` holds: nil, or { algo, policy, state }; another value raises WRONGTYPE naming
@@ -662,15 +685,11 @@ local function held(key, wanted, named)
   if type(v) == 'string' then
     local tag, rest = string.match(v, '^(%l) (.*)$')
     local algo = ALGORITHMS[tag or '']
-    if algo and algo ~= log then
-      local f = {}
-      for n in string.gmatch(rest, '%d+') do
-        f[#f + 1] = tonumber(n)
-      end
-      if #f == algo.fields then
-        local b = algo.burst and f[3] or f[1]
-        local first = algo.burst and 4 or 3
-        return { algo = algo, policy = policy_of(f[1], f[2], b), state = algo.decode(unpack(f, first)) }
+    local f = algo and algo ~= log and numbers(rest)
+    if f and #f == algo.fields then
+      local p = policy_of(f[1], f[2], algo.burst and f[3] or f[1])
+      if valid_policy(algo, p) then
+        return { algo = algo, policy = p, state = algo.decode(unpack(f, algo.burst and 4 or 3)) }
       end
     end
   else

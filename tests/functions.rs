@@ -686,6 +686,100 @@ fn argument_errors_match_the_module() {
     assert_eq!(keys, ["f:gcra", "f:str", "m:gcra", "m:str"]);
 }
 
+/// Values another client wrote under a limiter's key are never trusted: a string or a list that
+/// is not exactly a stored limiter within the bounds is answered WRONGTYPE, and a valid header
+/// over garbage entries decides without failing.
+#[test]
+fn foreign_values_are_not_limiters() {
+    let (_s, mut c) = both();
+    let strings = [
+        "g 0 1000 10 1 0 0",
+        "g 10 1000 10 1 0",
+        "g 10 1000 10 1 0 0 0",
+        "g 10 1000 10 9999999999999999 0 0",
+        "g 10  1000 10 1 0 0",
+        "g 10 1000 10 1 0 0 ",
+        "g 10 100000000 10 1 0 0",
+        "g 10 1000 10000001 1 0 0",
+        "t 10 1000 10 abc 0 0",
+        "c 10 1000",
+        "f -1 1000 0 0",
+        "s 10 1000 0 0 0",
+        "x 1 2 3",
+        "",
+        "g",
+    ];
+    for v in strings {
+        cmd(&mut c, &["SET", "f:x", v]).unwrap();
+        for f in [
+            words(&["FCALL", "rl_peek", "1", "f:x"]),
+            words(&["FCALL", "rl_refund", "1", "f:x", "1"]),
+            words(&["FCALL", "rl_gcra", "1", "f:x", "10", "1000"]),
+        ] {
+            assert_eq!(
+                reply(&mut c, &f),
+                Err(format!(
+                    "WRONGTYPE the key holds a string, not a{} limiter; use another key or DEL it",
+                    if f[1] == "rl_gcra" { " GCRA" } else { "" }
+                )),
+                "{v:?} {f:?}"
+            );
+        }
+    }
+    for head in [
+        "s 10 1000 x",
+        "s 0 1000 0 0 0",
+        "hello",
+        "s 10 1000 1 1 1 1",
+    ] {
+        cmd(&mut c, &["DEL", "f:x"]).unwrap();
+        cmd(&mut c, &["RPUSH", "f:x", head, "1 1"]).unwrap();
+        let e = reply(
+            &mut c,
+            &words(&["FCALL", "rl_slidinglog", "1", "f:x", "10", "1000"]),
+        );
+        assert_eq!(
+            e,
+            Err("WRONGTYPE the key holds a list, not a sliding log limiter; use another key or DEL it".into()),
+            "{head:?}"
+        );
+    }
+    cmd(&mut c, &["DEL", "f:x"]).unwrap();
+    let now = T0_MS.to_string();
+    cmd(
+        &mut c,
+        &[
+            "RPUSH",
+            "f:x",
+            &format!("s 10 1000 5 {now} 3"),
+            "garbage",
+            "x y",
+            "1 99999999999999999999",
+        ],
+    )
+    .unwrap();
+    for f in [
+        words(&["FCALL", "rl_slidinglog", "1", "f:x", "10", "1000"]),
+        words(&[
+            "FCALL",
+            "rl_slidinglog",
+            "1",
+            "f:x",
+            "10",
+            "1000",
+            "COST",
+            "10",
+        ]),
+        words(&["FCALL", "rl_peek", "1", "f:x"]),
+        words(&["FCALL", "rl_refund", "1", "f:x", "3"]),
+        words(&["FCALL", "rl_slidinglog", "1", "f:x", "5", "1000"]),
+    ] {
+        let r = reply(&mut c, &f);
+        let v: Vec<i64> = redis::from_redis_value(r.as_ref().unwrap()).unwrap();
+        assert_eq!(v.len(), 5, "{f:?}: {r:?}");
+    }
+}
+
 /// The shipped file reads the time once, from `TIME`, on the line the test copy replaces, and
 /// peeks are declared read-only.
 #[test]
