@@ -727,7 +727,7 @@ local function store(key, algo, p, s, now, d)
   local at = expire_at(now, d)
   if algo ~= log then
     local pol = algo.burst and (num(p.l) .. ' ' .. num(p.w) .. ' ' .. num(p.b)) or (num(p.l) .. ' ' .. num(p.w))
-    redis.call('SET', key, algo.tag .. ' ' .. pol .. ' ' .. algo.encode(s), 'PXAT', at)
+    redis.call('SET', key, algo.tag .. ' ' .. pol .. ' ' .. algo.encode(s), 'PXAT', num(at))
     return
   end
   redis.call('DEL', key)
@@ -743,7 +743,7 @@ local function store(key, algo, p, s, now, d)
   if #words > 0 then
     redis.call('RPUSH', key, unpack(words))
   end
-  redis.call('PEXPIREAT', key, at)
+  redis.call('PEXPIREAT', key, num(at))
 end
 
 -- A sliding log after an admitted request, in memory (after a policy change or on a new key).
@@ -793,7 +793,7 @@ local function log_apply(key, p, s, change, now, d)
       redis.call('RPUSH', key, num(change.at) .. ' ' .. num(change.count))
     end
   end
-  redis.call('PEXPIREAT', key, expire_at(now, d))
+  redis.call('PEXPIREAT', key, num(expire_at(now, d)))
 end
 
 -- Stores the state a request leaves: `next` (admitted), else the carried one (a policy change).

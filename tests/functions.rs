@@ -103,6 +103,14 @@ struct Policy {
 }
 
 impl Policy {
+    /// Near the library's bounds: L and BURST up to 10^7, W up to 9·10^7 ms.
+    fn large(rng: &mut Rng, burst: bool) -> Policy {
+        let l = rng.pick(&[9_999_991, 10_000_000, 123_457, 65_536, 3]);
+        let w = rng.pick(&[1, 7, 86_400_000, 90_000_000, 89_999_999]);
+        let b = if burst { 1 + rng.below(10_000_000) } else { l };
+        Policy { l, w, b }
+    }
+
     fn random(rng: &mut Rng, burst: bool) -> Policy {
         let l = rng.pick(&[1, 2, 3, 7, 10, 100, 1000]);
         let w = rng.pick(&[1, 3, 10, 100, 1000, 7000, 60_000]);
@@ -177,7 +185,10 @@ fn random_call(rng: &mut Rng, limiters: &[Limiter]) -> Call {
         2 if lim.algo == 1 => {
             let p = pick_policy(rng, lim);
             let mut args = p.args(true);
-            args.extend(["WANT".to_string(), (1 + rng.below(2 * p.b)).to_string()]);
+            args.extend([
+                "WANT".to_string(),
+                (1 + rng.below(2 * p.b)).min(10_000_000).to_string(),
+            ]);
             let mut module = words(&["RL.LEASE", &format!("m:{key}")]);
             module.extend(args.clone());
             let mut library = words(&["FCALL", "rl_lease", "1", &format!("f:{key}")]);
@@ -243,8 +254,9 @@ fn next_instant(rng: &mut Rng, now: u64) -> u64 {
 }
 
 /// Runs `calls` random calls over `limiters` on both sides; every reply and every touched key's
-/// absolute expiry must be equal.
-fn run_trace(c: &mut Connection, seed: u64, limiters: &[Limiter], calls: usize) {
+/// absolute expiry must be equal. Returns how many were answered without an error.
+fn run_trace(c: &mut Connection, seed: u64, limiters: &[Limiter], calls: usize) -> usize {
+    let mut answered = 0;
     let mut rng = Rng(seed);
     let mut now = T0_MS + rng.below(1_000_000);
     for n in 0..calls {
@@ -252,6 +264,7 @@ fn run_trace(c: &mut Connection, seed: u64, limiters: &[Limiter], calls: usize) 
         at(c, now);
         let call = random_call(&mut rng, limiters);
         let (m, f) = (reply(c, &call.module), reply(c, &call.library));
+        answered += usize::from(f.is_ok());
         assert_eq!(
             m, f,
             "seed {seed} call {n} at {now}: {:?} vs {:?}",
@@ -269,6 +282,7 @@ fn run_trace(c: &mut Connection, seed: u64, limiters: &[Limiter], calls: usize) 
             );
         }
     }
+    answered
 }
 
 fn limiters(rng: &mut Rng, policies: usize) -> Vec<Limiter> {
@@ -374,6 +388,33 @@ fn window_changes_on_buckets() {
         cmd(&mut c, &["FLUSHALL"]).unwrap();
         run_trace(&mut c, seed, &lims, 60);
     }
+}
+
+/// Policies near the library's bounds, switching between two per key: the products the bounds
+/// are there for (B·W near 9·10^14, W² near 8.1·10^15 when W changes) stay exact.
+#[test]
+fn large_policies_agree() {
+    let (_s, mut c) = both();
+    let mut answered = 0;
+    for seed in 1..=30u64 {
+        let mut rng = Rng(seed * 0x1234_5677);
+        let lims: Vec<Limiter> = [0usize, 1, 3, 4]
+            .iter()
+            .map(|&algo| Limiter {
+                algo,
+                policies: vec![
+                    Policy::large(&mut rng, ALGORITHMS[algo].3),
+                    Policy::large(&mut rng, ALGORITHMS[algo].3),
+                ],
+            })
+            .collect();
+        cmd(&mut c, &["FLUSHALL"]).unwrap();
+        answered += run_trace(&mut c, seed, &lims, 40);
+    }
+    assert!(
+        answered > 30 * 40 * 3 / 4,
+        "{answered} answered without an error"
+    );
 }
 
 // End of the policy-change part.
