@@ -96,15 +96,21 @@ end
 
 -- A decimal integer in min..max: digits only, no sign, spaces or exponent.
 local function parse_int(name, s, min, max)
-  if #s == 0 or #s > 20 or string.find(s, '%D') then
-    invalid(name, s, min, max)
-  end
-  local digits = string.gsub(s, '^0+', '')
-  local n = 0
-  if #digits > 16 then
-    invalid(name, s, min, max)
-  elseif #digits > 0 then
-    n = tonumber(digits)
+  local n
+  if string.find(s, '^%d%d?%d?%d?%d?%d?%d?%d?$') then
+    -- Up to 8 digits (the common case): exact as it stands.
+    n = tonumber(s)
+  else
+    if #s == 0 or #s > 20 or string.find(s, '%D') then
+      invalid(name, s, min, max)
+    end
+    local digits = string.gsub(s, '^0+', '')
+    n = 0
+    if #digits > 16 then
+      invalid(name, s, min, max)
+    elseif #digits > 0 then
+      n = tonumber(digits)
+    end
   end
   if n < min or n > max then
     invalid(name, s, min, max)
@@ -204,8 +210,8 @@ function gcra.refund(s, p, now, n)
   return gcra_at(p, now, d, f)
 end
 
-function gcra.encode(s)
-  return num(s.tm) .. ' ' .. num(s.tr) .. ' ' .. num(s.tf)
+function gcra.encode(s, p)
+  return string.format('g %d %d %d %d %d %d', p.l, p.w, p.b, s.tm, s.tr, s.tf)
 end
 
 function gcra.decode(a, b, c)
@@ -281,8 +287,8 @@ function bucket.lease(s, p, now, want)
   return d, next
 end
 
-function bucket.encode(s)
-  return num(s.t) .. ' ' .. num(s.tf) .. ' ' .. num(s.last)
+function bucket.encode(s, p)
+  return string.format('t %d %d %d %d %d %d', p.l, p.w, p.b, s.t, s.tf, s.last)
 end
 
 function bucket.decode(a, b, c)
@@ -335,8 +341,8 @@ function shape.refund(s, p, now, n)
   return g
 end
 
-function shape.encode(s)
-  return gcra.encode(s) .. ' ' .. num(s.d)
+function shape.encode(s, p)
+  return string.format('h %d %d %d %d %d %d %d', p.l, p.w, p.b, s.tm, s.tr, s.tf, s.d)
 end
 
 function shape.decode(a, b, c, d)
@@ -374,8 +380,8 @@ function fixed.refund(s, p, now, n)
   return { start = win.start, count = math.max(win.count - n, 0) }
 end
 
-function fixed.encode(s)
-  return num(s.start) .. ' ' .. num(s.count)
+function fixed.encode(s, p)
+  return string.format('f %d %d %d %d', p.l, p.w, s.start, s.count)
 end
 
 function fixed.decode(a, b)
@@ -468,8 +474,8 @@ function counter.refund(s, p, now, n)
   return { start = c.start, prev = c.prev, curr = math.max(c.curr - n, 0) }
 end
 
-function counter.encode(s)
-  return num(s.start) .. ' ' .. num(s.prev) .. ' ' .. num(s.curr)
+function counter.encode(s, p)
+  return string.format('c %d %d %d %d %d', p.l, p.w, s.start, s.prev, s.curr)
 end
 
 function counter.decode(a, b, c)
@@ -627,16 +633,24 @@ end
 
 -- The numbers of a stored value, "n n n …" (single spaces), each below 10^15; nil for anything
 -- else. Stored values are read, never trusted: a key another client wrote is not a limiter.
-local function numbers(text)
-  if not string.find(text, '^%d+[ %d]*$') or string.find(text, '  ') or string.find(text, ' $') then
+local NUMBER = '(%d%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?)'
+local PATTERNS = {}
+local function numbers(text, count)
+  local pattern = PATTERNS[count]
+  if not pattern then
+    pattern = '^' .. NUMBER
+    for _ = 2, count do
+      pattern = pattern .. ' ' .. NUMBER
+    end
+    pattern = pattern .. '$'
+    PATTERNS[count] = pattern
+  end
+  local f = { string.match(text, pattern) }
+  if #f ~= count then
     return nil
   end
-  local f = {}
-  for n in string.gmatch(text, '%d+') do
-    if #n > 15 then
-      return nil
-    end
-    f[#f + 1] = tonumber(n)
+  for i = 1, count do
+    f[i] = tonumber(f[i])
   end
   return f
 end
@@ -650,8 +664,8 @@ end
 
 -- A sliding log from its list's first element, the header "s L W total newest_ms entries".
 local function held_log(key, first)
-  local f = type(first) == 'string' and string.sub(first, 1, 2) == 's ' and numbers(string.sub(first, 3))
-  if not f or #f ~= 5 then
+  local f = type(first) == 'string' and string.sub(first, 1, 2) == 's ' and numbers(string.sub(first, 3), 5)
+  if not f then
     return nil
   end
   local p = policy_of(f[1], f[2], f[1])
@@ -685,8 +699,8 @@ local function held(key, wanted, named)
   if type(v) == 'string' then
     local tag, rest = string.match(v, '^(%l) (.*)$')
     local algo = ALGORITHMS[tag or '']
-    local f = algo and algo ~= log and numbers(rest)
-    if f and #f == algo.fields then
+    local f = algo and algo ~= log and numbers(rest, algo.fields)
+    if f then
       local p = policy_of(f[1], f[2], algo.burst and f[3] or f[1])
       if valid_policy(algo, p) then
         return { algo = algo, policy = p, state = algo.decode(unpack(f, algo.burst and 4 or 3)) }
@@ -726,8 +740,7 @@ end
 local function store(key, algo, p, s, now, d)
   local at = expire_at(now, d)
   if algo ~= log then
-    local pol = algo.burst and (num(p.l) .. ' ' .. num(p.w) .. ' ' .. num(p.b)) or (num(p.l) .. ' ' .. num(p.w))
-    redis.call('SET', key, algo.tag .. ' ' .. pol .. ' ' .. algo.encode(s), 'PXAT', num(at))
+    redis.call('SET', key, algo.encode(s, p), 'PXAT', num(at))
     return
   end
   redis.call('DEL', key)
