@@ -307,11 +307,11 @@ fn limiters(rng: &mut Rng, policies: usize) -> Vec<Limiter> {
 #[test]
 fn traces_agree_with_the_module() {
     let (_s, mut c) = both();
-    for seed in 1..=40u64 {
+    for seed in 1..=80u64 {
         let mut rng = Rng(seed * 0x9e37_79b9);
         let lims = limiters(&mut rng, 1);
         cmd(&mut c, &["FLUSHALL"]).unwrap();
-        run_trace(&mut c, seed, &lims, 60);
+        run_trace(&mut c, seed, &lims, 80);
     }
 }
 
@@ -325,11 +325,11 @@ fn traces_agree_with_the_module() {
 #[test]
 fn policy_changes_agree_with_the_module() {
     let (_s, mut c) = both();
-    for seed in 1..=40u64 {
+    for seed in 1..=80u64 {
         let mut rng = Rng(seed * 0x51_7cc1_b727);
         let lims = limiters(&mut rng, 2);
         cmd(&mut c, &["FLUSHALL"]).unwrap();
-        run_trace(&mut c, seed, &lims, 60);
+        run_trace(&mut c, seed, &lims, 80);
     }
 }
 
@@ -959,9 +959,7 @@ fn memory_per_key() {
 fn cluster_with_the_library_on_every_node() {
     let cluster = Cluster::start(5000);
     let first = cluster.live().next().unwrap();
-    let port = cluster.connect(first);
-    drop(port);
-    let node = format!("127.0.0.1:{}", cluster_port(&cluster, first));
+    let node = format!("127.0.0.1:{}", cluster.nodes[first].port);
     let out = std::process::Command::new("redis-cli")
         .args([
             "--cluster",
@@ -1030,15 +1028,4 @@ fn cluster_with_the_library_on_every_node() {
         .query::<Value>(&mut client)
         .unwrap_err();
     assert!(e.to_string().to_uppercase().contains("CROSSSLOT"), "{e}");
-}
-
-fn cluster_port(cluster: &Cluster, node: usize) -> u16 {
-    let mut c = cluster.connect(node);
-    let info: String = redis::cmd("CONFIG")
-        .arg("GET")
-        .arg("port")
-        .query::<Vec<String>>(&mut c)
-        .unwrap()
-        .remove(1);
-    info.parse().unwrap()
 }
