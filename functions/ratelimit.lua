@@ -8,16 +8,20 @@ modules (managed Redis and Valkey 7+). Load it with
 and call `FCALL rl_gcra 1 key L W [BURST B] [COST n]` where the module has `RL.GCRA key L W ...`:
 the same arguments after the key, the same five-integer reply, the same errors (within the
 bounds below). Functions: rl_gcra rl_tokenbucket rl_slidinglog rl_slidingcounter rl_fixedwindow
-rl_shape rl_lease rl_refund rl_all rl_peek (read-only: `no-writes`, FCALL_RO and replicas). docs/functions.md is the long form: bounds, stored formats, what differs.
+rl_shape rl_lease rl_refund rl_all rl_peek (read-only: `no-writes`, FCALL_RO and replicas).
+docs/functions.md is the long form: bounds, stored formats, what differs.
 
 Exactness. Lua numbers are doubles, exact for integers below 2^53. Time is whole milliseconds
 (`TIME`, read once per call, rounded down), and the continuous algorithms count in units where
 one millisecond is worth L units and one token W units: the module's arithmetic divided by 10^6,
-which at whole-millisecond instants gives the module's replies exactly. Absolute instants are
-never multiplied: a GCRA arrival time is stored as whole milliseconds plus a remainder below L.
+which at whole-millisecond instants gives the module's replies exactly. A policy change can leave
+a balance with a fraction of such a unit (the module rounds it to the nanosecond unit): GCRA and
+the token bucket keep it, in nanosecond units below 10^6. Absolute instants are never
+multiplied: a GCRA arrival time is stored as whole milliseconds plus a remainder below L.
 The bounds keep every product below 2^53 (the largest is W², in a policy change):
-  L, BURST, COST, WANT, n   1 .. 10^7
-  W                         1 .. 9·10^7 ms (25 h) for GCRA, token bucket, lease, sliding counter;
+  L, BURST, COST, WANT, n   1 .. 10^7 (QUEUE, DELAY 0 .. 10^7 − 1)
+  W                         1 .. 9·10^7 ms (25 h) for GCRA, token bucket, lease, shape, sliding
+                            counter;
                             1 .. 10^12 ms for the fixed window and the sliding log (no products)
   sliding log L             1 .. 10^4 (an entry per distinct request instant, like the module's
                             default ratelimit.max-log-entries)
@@ -36,7 +40,6 @@ Every write is an ordinary command (SET … PXAT, RPUSH, LSET, LTRIM, PEXPIREAT)
 replicates as effects: a replica or the AOF never runs the decision again.
 ]]
 
-
 local MAX_AMOUNT = 10000000
 local MAX_RATE_WINDOW = 90000000
 local MAX_WINDOW = 1000000000000
@@ -49,7 +52,7 @@ local MIN_TTL_MS = 1000
 -- in the copy it loads (and only there) with a clock it sets; nothing else reads the time.
 local function now_ms() local t = redis.call('TIME') return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end
 
--- math.floor(a / b) for integers below 2^53 in magnitude, b > 0: the quotient of doubles is
+-- floor(a / b) for integers below 2^53 in magnitude, b > 0: the quotient of doubles is
 -- corrected by its remainder, so it is exact.
 local function idiv(a, b)
   local q = math.floor(a / b)
