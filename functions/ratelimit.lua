@@ -100,7 +100,7 @@ end
 -- A decimal integer in min..max: digits only, no sign, spaces or exponent.
 local function parse_int(name, s, min, max)
   local n
-  if string.find(s, '^%d%d?%d?%d?%d?%d?%d?%d?$') then
+  if #s > 0 and #s <= 8 and not string.find(s, '%D') then
     -- Up to 8 digits (the common case): exact as it stands.
     n = tonumber(s)
   else
@@ -636,14 +636,17 @@ end
 
 -- The numbers of a stored value, "n n n …" (single spaces), each below 10^15; nil for anything
 -- else. Stored values are read, never trusted: a key another client wrote is not a limiter.
-local NUMBER = '(%d%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?)'
+-- (`%d+` between single spaces cannot backtrack far: a digit run ends only at a space.)
 local PATTERNS = {}
 local function numbers(text, count)
+  if #text > 16 * count then
+    return nil
+  end
   local pattern = PATTERNS[count]
   if not pattern then
-    pattern = '^' .. NUMBER
+    pattern = '^(%d+)'
     for _ = 2, count do
-      pattern = pattern .. ' ' .. NUMBER
+      pattern = pattern .. ' (%d+)'
     end
     pattern = pattern .. '$'
     PATTERNS[count] = pattern
@@ -653,6 +656,9 @@ local function numbers(text, count)
     return nil
   end
   for i = 1, count do
+    if #f[i] > 15 then
+      return nil
+    end
     f[i] = tonumber(f[i])
   end
   return f

@@ -750,7 +750,17 @@ fn foreign_values_are_not_limiters() {
         "",
         "g",
     ];
-    for v in strings {
+    // Long values, which a backtracking pattern would take seconds over: refused at once.
+    let long = [
+        format!("g {} 1 1 1 1 1", "9".repeat(10_000)),
+        format!("g {}", "1 ".repeat(5_000)),
+        format!("g 1 1 1 1 1 1{}", " ".repeat(1_000)),
+    ];
+    for v in strings
+        .iter()
+        .copied()
+        .chain(long.iter().map(String::as_str))
+    {
         cmd(&mut c, &["SET", "f:x", v]).unwrap();
         for f in [
             words(&["FCALL", "rl_peek", "1", "f:x"]),
