@@ -562,6 +562,53 @@ fn long_sliding_log_windows_differ_by_the_module_tick() {
     assert_eq!(pexpiretime(&mut c, "m:k") - pexpiretime(&mut c, "f:k"), 1);
 }
 
+/// A denial under the key's own policy, a `COST 0` peek and `rl_peek` write nothing: the
+/// server's count of changes (`rdb_changes_since_last_save`, what propagation follows) stays
+/// and a WATCH on the key holds; an admitted request aborts it.
+#[test]
+fn denials_and_peeks_write_nothing() {
+    let (_s, mut c) = both();
+    let changes = |c: &mut Connection| -> String {
+        let info: String = redis::cmd("INFO").arg("persistence").query(c).unwrap();
+        info.lines()
+            .find(|l| l.starts_with("rdb_changes_since_last_save:"))
+            .unwrap()
+            .to_string()
+    };
+    // EXEC after WATCH and `call`: whether the transaction ran (nothing touched the key).
+    let watched = |c: &mut Connection, call: &[String]| -> bool {
+        cmd(c, &["WATCH", "f:k"]).unwrap();
+        reply(c, call).unwrap();
+        cmd(c, &["MULTI"]).unwrap();
+        cmd(c, &["PING"]).unwrap();
+        cmd(c, &["EXEC"]).unwrap() != Value::Nil
+    };
+    for (_, function, _, _) in ALGORITHMS {
+        cmd(&mut c, &["DEL", "f:k"]).unwrap();
+        let request =
+            |cost: &str| words(&["FCALL", function, "1", "f:k", "3", "60000", "COST", cost]);
+        let empty = changes(&mut c);
+        assert!(
+            !watched(&mut c, &request("3")),
+            "{function}: an admission must touch the key"
+        );
+        let before = changes(&mut c);
+        assert_ne!(
+            before, empty,
+            "{function}: an admission must count as a change"
+        );
+        for call in [
+            request("1"),
+            request("0"),
+            words(&["FCALL", "rl_peek", "1", "f:k"]),
+            words(&["FCALL_RO", "rl_peek", "1", "f:k"]),
+        ] {
+            assert!(watched(&mut c, &call), "{call:?} touched the key");
+        }
+        assert_eq!(changes(&mut c), before, "{function}: something was written");
+    }
+}
+
 /// Argument errors: the module's text, but for the library's own bounds and the arity message.
 #[test]
 fn argument_errors_match_the_module() {
