@@ -4,7 +4,8 @@
 //! `tests/http_headers.rs` includes this file and checks the worked table of docs/http.md against it.
 //!
 //! `cargo run --example http_headers -- KEY L W [B] [HOST PORT]` calls `RL.GCRA KEY L W BURST B`
-//! once (default 127.0.0.1 6379) and prints the response head a gateway would send.
+//! once and prints the response head a gateway would send. The server: HOST PORT when given,
+//! else 127.0.0.1 on `$PORT` (the variable `PORT=… make run` takes), else 6379.
 
 /// `RateLimit-Policy` has no burst parameter: B goes in an implementation-specific one, which the
 /// draft asks to prefix with a vendor name (its own example is `acme-burst`). Use yours.
@@ -84,6 +85,85 @@ pub fn response(name: &str, policy: Policy, reply: [i64; 5], jitter_s: u64) -> R
     }
 }
 
+/// One limiter of an `RL.ALL` call as its headers show it: the policy name (a token of your
+/// choosing, distinct within the call), its policy, and the COST the call gave it.
+#[derive(Clone, Copy, Debug)]
+pub struct Limiter<'a> {
+    pub name: &'a str,
+    pub policy: Policy,
+    pub cost: u64,
+}
+
+/// The response for an `RL.ALL` reply (`combined`, then `each` limiter's five fields, in the
+/// call's order). One list item per limiter, in that order, in both fields:
+/// - `RateLimit-Policy`: each limiter's item as for one policy (`q`, `w`, the burst parameter).
+/// - Admitted (200): each item is that limiter's state after the call,
+///   `r=min(remaining, q);t=ceil(reset_after_ms / 1000)`.
+/// - Denied (429): `Retry-After` is `ceil(combined retry_after_ms / 1000)` plus the jitter. An
+///   item of a limiter that denied it (charged, COST > 0, field 1 = 0) is `r=0;t=<its own
+///   ceil(retry_after_ms / 1000) + the jitter>`, so `Retry-After` is never before any t. Every
+///   other item — a limiter that would have admitted (nothing was spent on it), or one at COST
+///   0 — is its state as it stands, as on a 200: the client sees which quota refused it.
+pub fn response_all(
+    limiters: &[Limiter<'_>],
+    combined: [i64; 5],
+    each: &[[i64; 5]],
+    jitter_s: u64,
+) -> Response {
+    let mut policies = Vec::new();
+    let mut states = Vec::new();
+    let admitted = combined[0] > 0;
+    for (limiter, fields) in limiters.iter().zip(each) {
+        let [allowed, _limit, remaining, retry_after_ms, reset_after_ms] = *fields;
+        let (q, w) = quota(limiter.policy);
+        let mut item = format!("\"{}\";q={q};w={w}", limiter.name);
+        if limiter.policy.burst != limiter.policy.limit {
+            item += &format!(";{BURST_PARAMETER}={}", limiter.policy.burst);
+        }
+        policies.push(item);
+        let denied_it = !admitted && limiter.cost > 0 && allowed == 0;
+        states.push(if denied_it {
+            let t = seconds_up(retry_after_ms).saturating_add(jitter_s);
+            format!("\"{}\";r=0;t={t}", limiter.name)
+        } else {
+            let r = u64::try_from(remaining).unwrap_or(0).min(q);
+            let t = seconds_up(reset_after_ms);
+            format!("\"{}\";r={r};t={t}", limiter.name)
+        });
+    }
+    let mut headers = vec![("RateLimit-Policy", policies.join(", "))];
+    if admitted {
+        headers.push(("RateLimit", states.join(", ")));
+        return Response {
+            status: 200,
+            headers,
+        };
+    }
+    let s = seconds_up(combined[3]).saturating_add(jitter_s);
+    headers.push(("Retry-After", s.to_string()));
+    headers.push(("RateLimit", states.join(", ")));
+    Response {
+        status: 429,
+        headers,
+    }
+}
+
+/// The server to call: `HOST PORT` from the arguments after L W B, else 127.0.0.1 on `env_port`
+/// (`$PORT`, as `make run` takes it), else 6379.
+pub fn server(host_port: &[String], env_port: Option<String>) -> (String, String) {
+    let env_port = || {
+        env_port
+            .clone()
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| "6379".into())
+    };
+    match host_port {
+        [host, port, ..] => (host.clone(), port.clone()),
+        [host] => (host.clone(), env_port()),
+        [] => ("127.0.0.1".into(), env_port()),
+    }
+}
+
 #[allow(dead_code)]
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -94,8 +174,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let (limit, window_ms) = (number(0)?, number(1)?);
     let burst = number(2).unwrap_or(limit);
-    let host = numbers.get(3).map_or("127.0.0.1", String::as_str);
-    let port = numbers.get(4).map_or("6379", String::as_str);
+    let (host, port) = server(&numbers[numbers.len().min(3)..], std::env::var("PORT").ok());
     let mut c = redis::Client::open(format!("redis://{host}:{port}/"))?.get_connection()?;
     let reply: Vec<i64> = redis::cmd("RL.GCRA")
         .arg(key)

@@ -2,7 +2,8 @@
 //! ("Code": 10 steady requests, 30 around the window boundary at t = 3 s, 40 of overload) fed to
 //! every limiter command with L = 10, W = 1000 ms, counting what each admits.
 //!
-//! `scripts/seed-trace [host] [port]` runs it (default 127.0.0.1 6379). The server's module must
+//! `scripts/seed-trace [host] [port]` runs it (default 127.0.0.1, port `$PORT` as `make run`
+//! takes it, else 6379). The server's module must
 //! be loaded with `DEBUG-CLOCK yes`: each request is sent at its trace instant t, with the
 //! module's clock pinned at `T0_MS + t` by `RL.DEBUG CLOCK SET`. `tests/seed_trace.rs` includes
 //! this file and asserts every number.
@@ -208,7 +209,10 @@ pub fn render(table: &Table) -> String {
 fn main() {
     let mut args = std::env::args().skip(1);
     let host = args.next().unwrap_or_else(|| "127.0.0.1".into());
-    let port = args.next().unwrap_or_else(|| "6379".into());
+    let port = args
+        .next()
+        .or_else(|| std::env::var("PORT").ok().filter(|p| !p.is_empty()))
+        .unwrap_or_else(|| "6379".into());
     let result = redis::Client::open(format!("redis://{host}:{port}/"))
         .and_then(|client| client.get_connection())
         .and_then(|mut con| table(&mut con, &format!("seed-trace:{}", std::process::id())));

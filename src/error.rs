@@ -47,6 +47,13 @@ pub enum Error {
     Internal,
 }
 
+/// Stored bytes that are not a valid state (`algo::bytes::Invalid`, the reason).
+impl From<&'static str> for Error {
+    fn from(why: &'static str) -> Error {
+        Error::BadState(why)
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

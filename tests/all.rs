@@ -824,7 +824,7 @@ fn run_case(c: &mut Connection, case: &Case) -> Result<(), TestCaseError> {
             }
         }
         // The combined fields: the tightest limiter (first of the fewest remaining), the
-        // latest retry and reset.
+        // latest retry of the charged limiters (of all when none is: a peek), the latest reset.
         let tightest = each
             .iter()
             .min_by_key(|d| d[2])
@@ -833,7 +833,12 @@ fn run_case(c: &mut Connection, case: &Case) -> Result<(), TestCaseError> {
         let retry = if admits {
             -1
         } else {
-            each.iter().map(|d| d[3].max(0)).max().unwrap_or(0)
+            each.iter()
+                .zip(&limiters)
+                .filter(|(_, l)| l.2 > 0 || !charged)
+                .map(|(d, _)| d[3].max(0))
+                .max()
+                .unwrap_or(0)
         };
         let reset = each.iter().map(|d| d[4]).max().unwrap_or(0);
         prop_assert_eq!(
@@ -1272,4 +1277,75 @@ fn a_sliding_log_charged_by_rl_all_propagates_a_delta() {
             .and_then(|v| v.trim().parse::<i64>().ok());
         assert_eq!(gauge, entries);
     }
+}
+
+/// A misspelt algorithm after the first limiter is named as an algorithm, as docs/rl-all.md
+/// says (it used to be read as an option of the limiter before it).
+#[test]
+fn an_unknown_algorithm_after_the_first_limiter_is_named_as_one() {
+    let (_s, mut c) = server();
+    for words in [
+        &[
+            "RL.ALL", "2", "a", "b", "GCRA", "10", "1000", "LEAKY", "10", "1000",
+        ][..],
+        &[
+            "RL.ALL",
+            "3",
+            "a",
+            "b",
+            "c",
+            "GCRA",
+            "10",
+            "1000",
+            "COST",
+            "2",
+            "TOKENBUCKET",
+            "5",
+            "1000",
+            "LEAKY",
+            "1",
+            "1000",
+        ],
+    ] {
+        assert_eq!(
+            err(&mut c, words),
+            "ERR unknown algorithm 'LEAKY'; expected GCRA, TOKENBUCKET, SLIDINGLOG, SLIDINGCOUNTER or FIXEDWINDOW"
+        );
+    }
+    // The last limiter still names a wrong option as an option.
+    assert_eq!(
+        err(
+            &mut c,
+            &["RL.ALL", "2", "a", "b", "GCRA", "10", "1000", "GCRA", "1", "1000", "LEAKY", "1"]
+        ),
+        "ERR unknown option 'LEAKY'; expected BURST or COST"
+    );
+    let keys: i64 = redis::cmd("DBSIZE").query(&mut c).unwrap();
+    assert_eq!(keys, 0);
+}
+
+/// On a denied call, a limiter at COST 0 (looked at, never charged) does not set the combined
+/// retry_after, even when it would deny for longer: only the charged limiters hold the request
+/// back. All at COST 0 (a peek), the latest retry counts.
+#[test]
+fn a_cost_0_limiter_does_not_set_the_combined_retry() {
+    let (_s, mut c) = server();
+    rl(&mut c, &["RL.GCRA", "fast", "1", "1000"]);
+    rl(&mut c, &["RL.GCRA", "slow", "1", "60000"]);
+    let (combined, each) = all(
+        &mut c,
+        &[
+            "RL.ALL", "2", "fast", "slow", "GCRA", "1", "1000", "GCRA", "1", "60000", "COST", "0",
+        ],
+    );
+    assert_eq!(each[1][3], 60_000, "the COST 0 limiter would deny for 60 s");
+    assert_eq!(combined, [0, 1, 0, 1000, 60_000]);
+    let (combined, _) = all(
+        &mut c,
+        &[
+            "RL.ALL", "2", "fast", "slow", "GCRA", "1", "1000", "COST", "0", "GCRA", "1", "60000",
+            "COST", "0",
+        ],
+    );
+    assert_eq!(combined[3], 60_000);
 }

@@ -1043,3 +1043,64 @@ fn refund_on_a_string_names_what_the_key_holds() {
     let e = err(&mut c, &["RL.REFUND", "s", "1"]);
     assert!(e.starts_with("WRONGTYPE the key holds a string"), "{e}");
 }
+
+/// Every refusal of `RL.SETSTATE` is logged with the key and the reason: on a replica or in an
+/// AOF nobody sees the error reply, and the key then keeps a stale limit or none. Among them an
+/// effect whose expiry is out of range (0, or past 10^15 ms) and an effect with extra arguments.
+#[test]
+fn every_setstate_refusal_logs_the_key_and_the_reason() {
+    let (s, mut c) = server();
+    let effect = |expire_at_ms: u64| {
+        let mut bytes = vec![0xE5u8];
+        bytes.extend_from_slice(&expire_at_ms.to_le_bytes());
+        bytes.extend_from_slice(gcra_full_state().as_bytes());
+        bytes
+    };
+    let delta = {
+        let mut bytes = vec![0xEDu8];
+        bytes.extend_from_slice(&(T0_MS + 1000).to_le_bytes());
+        bytes.extend_from_slice(&[0u8; 26]);
+        bytes
+    };
+    let cases: Vec<(&str, Vec<Vec<u8>>, &str)> = vec![
+        ("ss:zero", vec![effect(0)], "expiry out of range"),
+        (
+            "ss:far",
+            vec![effect(1_000_000_000_000_001)],
+            "expiry out of range",
+        ),
+        (
+            "ss:extra",
+            vec![effect(T0_MS + 1000), b"PXAT".to_vec(), b"5".to_vec()],
+            "",
+        ),
+        (
+            "ss:garbage",
+            vec![b"garbage".to_vec()],
+            "invalid limiter state",
+        ),
+        ("ss:delta", vec![delta], "invalid limiter state"),
+    ];
+    for (key, args, reason) in &cases {
+        let mut call = redis::cmd("RL.SETSTATE");
+        call.arg(*key);
+        for a in args {
+            call.arg(a.as_slice());
+        }
+        let e = call.query::<Value>(&mut c).unwrap_err();
+        let line = format!("RL.SETSTATE refused for key '{key}': ");
+        let log = s.log();
+        let logged = log
+            .lines()
+            .find(|l| l.contains(&line))
+            .unwrap_or_else(|| panic!("{key} ({e}) not logged:\n{log}"));
+        assert!(logged.contains(reason), "{logged}");
+        let exists: i64 = redis::cmd("EXISTS").arg(*key).query(&mut c).unwrap();
+        assert_eq!(exists, 0, "{key}");
+    }
+    // Accepted with a valid expiry: nothing logged.
+    let mut call = redis::cmd("RL.SETSTATE");
+    call.arg("ss:ok").arg(effect(T0_MS + 1000).as_slice());
+    let _: () = call.query(&mut c).unwrap();
+    assert!(!s.log().contains("key 'ss:ok'"));
+}

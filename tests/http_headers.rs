@@ -155,3 +155,178 @@ fn r_never_exceeds_q_and_a_denial_waits_as_long_as_t() {
         ]
     );
 }
+
+/// `PORT=… make run` reaches everything that talks to the server: `scripts/dev-server` starts on
+/// that port and prints the exact `redis-cli` line, and the example, run as the server suggests
+/// (`PORT=… cargo run --example http_headers -- …`), calls that port.
+#[test]
+fn make_run_port_reaches_redis_cli_and_the_example() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let port = free_port().to_string();
+    /// Stops the dev server (SIGTERM: it stops its redis-server and removes its directory),
+    /// also when an assertion fails.
+    struct Dev(std::process::Child);
+    impl Drop for Dev {
+        fn drop(&mut self) {
+            let _ = Command::new("kill").arg(self.0.id().to_string()).status();
+            let _ = self.0.wait();
+        }
+    }
+    let mut dev = Command::new(root.join("scripts/dev-server"))
+        .args(["DEBUG-CLOCK", "yes"])
+        .env("PORT", &port)
+        .env("MODULE", module_path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map(Dev)
+        .expect("scripts/dev-server");
+    let mut lines = BufReader::new(dev.0.stdout.take().expect("stdout")).lines();
+    let mut next = || lines.next().expect("a line").expect("utf-8");
+    let (_, cli, example) = (next(), next(), next());
+    assert_eq!(
+        cli,
+        format!("dev-server: in another terminal: redis-cli -p {port}")
+    );
+    assert_eq!(
+        example,
+        format!("dev-server: or: PORT={port} cargo run --example http_headers -- KEY L W [B]")
+    );
+    wait_for("the dev server", || {
+        std::net::TcpStream::connect(("127.0.0.1", port.parse::<u16>().unwrap())).is_ok()
+    });
+    // The printed redis-cli line, as printed.
+    let words: Vec<&str> = cli.rsplit(": ").next().unwrap().split(' ').collect();
+    let out = Command::new(words[0])
+        .args(&words[1..])
+        .arg("PING")
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "PONG");
+    // The example as `cargo test` built it, with PORT as the server printed it.
+    let examples = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|debug| debug.join("examples/http_headers"))
+        .unwrap();
+    if !examples.exists() {
+        // `cargo test --test http_headers` alone does not build the examples.
+        let built = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["build", "--example", "http_headers", "--manifest-path"])
+            .arg(root.join("Cargo.toml"))
+            .status()
+            .unwrap();
+        assert!(built.success());
+    }
+    let out = Command::new(&examples)
+        .args(["http:port", "10", "1000"])
+        .env("PORT", &port)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    drop(dev);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("HTTP/1.1 200 OK"), "{text}");
+    // HOST PORT arguments still win over PORT.
+    let (host, p) = http_headers::server(&["10.0.0.1".into(), "7000".into()], Some(port.clone()));
+    assert_eq!((host.as_str(), p.as_str()), ("10.0.0.1", "7000"));
+    let (_, p) = http_headers::server(&[], None);
+    assert_eq!(p, "6379");
+}
+
+/// docs/http.md's worked `RL.ALL` call: the headers `response_all` gives for the server's replies
+/// are the ones the page prints; a limiter that would have admitted the denied call shows its
+/// state; with one limiter the recipe is the one-policy recipe, jitter included.
+#[test]
+fn the_rl_all_recipe_gives_the_documented_headers() {
+    use http_headers::{response_all, Limiter};
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/http.md"))
+        .expect("docs/http.md");
+    let (_s, mut c) = server();
+    let limiters = |cost| {
+        [
+            Limiter {
+                name: "second",
+                policy: policy(5, 1000, 5),
+                cost,
+            },
+            Limiter {
+                name: "hour",
+                policy: policy(100, 3_600_000, 100),
+                cost,
+            },
+        ]
+    };
+    let call = |c: &mut Connection, cost: &str| -> ([i64; 5], Vec<[i64; 5]>) {
+        let reply: Vec<Vec<i64>> = redis::cmd("RL.ALL")
+            .arg(&[
+                "2",
+                "api:{alice}:s",
+                "api:{alice}:h",
+                "GCRA",
+                "5",
+                "1000",
+                "COST",
+                cost,
+                "TOKENBUCKET",
+                "100",
+                "3600000",
+                "COST",
+                cost,
+            ])
+            .query(c)
+            .unwrap();
+        let mut arrays = reply.into_iter().map(|v| <[i64; 5]>::try_from(v).unwrap());
+        (arrays.next().unwrap(), arrays.collect())
+    };
+    let mut texts = Vec::new();
+    for cost in [1, 5] {
+        let (combined, each) = call(&mut c, &cost.to_string());
+        let r = response_all(&limiters(cost), combined, &each, 0);
+        let reason = if r.status == 200 {
+            "OK"
+        } else {
+            "Too Many Requests"
+        };
+        let mut text = format!("HTTP/1.1 {} {reason}\n", r.status);
+        for (name, value) in &r.headers {
+            text += &format!("{name}: {value}\n");
+        }
+        texts.push(text);
+    }
+    assert_eq!(
+        texts[1].lines().nth(3),
+        Some("RateLimit: \"second\";r=0;t=1, \"hour\";r=99;t=36")
+    );
+    let block = texts.join("\n");
+    assert!(doc.contains(&block), "docs/http.md drifted:\n{block}");
+
+    // One limiter: the one-policy recipe, on a 200 and on a 429 with jitter.
+    for words in [
+        &["RL.ALL", "1", "one", "GCRA", "1", "1500"][..],
+        &["RL.ALL", "1", "one", "GCRA", "1", "1500"],
+    ] {
+        let (combined, each) = {
+            let reply: Vec<Vec<i64>> = redis::cmd(words[0]).arg(&words[1..]).query(&mut c).unwrap();
+            let mut arrays = reply.into_iter().map(|v| <[i64; 5]>::try_from(v).unwrap());
+            (arrays.next().unwrap(), arrays.collect::<Vec<_>>())
+        };
+        let p = policy(1, 1500, 1);
+        let one = [Limiter {
+            name: "default",
+            policy: p,
+            cost: 1,
+        }];
+        assert_eq!(
+            response_all(&one, combined, &each, 1),
+            response("default", p, combined, 1)
+        );
+    }
+}

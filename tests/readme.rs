@@ -9,8 +9,9 @@
 //!
 //! Each session runs on a server of its own, loaded with `DEBUG-CLOCK yes` as
 //! `make run ARGS="DEBUG-CLOCK yes"` loads it; sessions pin the clock themselves. A second test
-//! runs all of them one after another on one server, as a reader pasting them in order would:
-//! sessions that shared a key would then disagree.
+//! runs all of them one after another on one server, as a reader pasting them in order would,
+//! and then all of them again: sessions that shared a key, or left one behind, would then
+//! disagree.
 //!
 //! Each command goes to its own `redis-cli` process, in order, on the session's server (as
 //! `echo CMD | redis-cli`): a drift is then reported against the command that caused it.
@@ -203,14 +204,20 @@ fn every_session_reproduces_on_a_fresh_server() {
     assert!(drifted.is_empty(), "\n{}", drifted.join("\n"));
 }
 
+/// All sessions in order on one server, then all of them again: a reader pasting a session a
+/// second time sees what the document shows, because each session leaves no key behind.
 #[test]
-fn all_sessions_in_order_on_one_server_agree() {
+fn all_sessions_in_order_on_one_server_agree_and_again() {
     let server = Server::start();
-    let drifted: Vec<String> = all_sessions()
-        .iter()
-        .filter_map(|session| check(&server, session))
-        .collect();
-    assert!(drifted.is_empty(), "\n{}", drifted.join("\n"));
+    let sessions = all_sessions();
+    for paste in ["first", "second"] {
+        let drifted: Vec<String> = sessions
+            .iter()
+            .filter_map(|session| check(&server, session))
+            .map(|d| format!("{paste} paste: {d}"))
+            .collect();
+        assert!(drifted.is_empty(), "\n{}", drifted.join("\n"));
+    }
 }
 
 #[test]
@@ -220,4 +227,109 @@ fn the_diff_marks_what_drifted() {
         diff(&lines("a\nb\nc"), &lines("a\nx\nc")),
         "  a\n- b\n+ x\n  c\n"
     );
+}
+
+/// The ACL recipes of README.md and docs/operating.md, pasted as they are, grant what the text
+/// says: `gateway` calls the limiters (refunds included) on `rl:*` and nothing operator-only;
+/// `guard` spends and reads the security limits (`login:*`, `otp:*`) but cannot give tokens
+/// back (one `RL.REFUND` would reopen an exhausted `login:bob`); `dashboard` only reads.
+#[test]
+fn the_acl_recipes_grant_what_they_say() {
+    let sessions: Vec<Session> = all_sessions()
+        .into_iter()
+        .filter(|s| s.steps.iter().any(|(c, _)| c.starts_with("ACL SETUSER")))
+        .collect();
+    assert!(
+        sessions.len() >= 3,
+        "the ACL recipes are not console sessions"
+    );
+    for session in &sessions {
+        let server = Server::start();
+        if let Some(drift) = check(&server, session) {
+            panic!("{drift}");
+        }
+        let mut admin = server.connect();
+        let users: Vec<String> = redis::cmd("ACL").arg("USERS").query(&mut admin).unwrap();
+        let as_user = |user: &str| {
+            let mut c = server.connect();
+            let _: () = redis::cmd("AUTH")
+                .arg(user)
+                .arg("secret")
+                .query(&mut c)
+                .unwrap();
+            c
+        };
+        let allowed = |c: &mut redis::Connection, words: &[&str]| {
+            if let Err(e) = support::cmd(c, words) {
+                assert!(!e.to_string().contains("NOPERM"), "{words:?}: {e}");
+            }
+        };
+        let refused = |c: &mut redis::Connection, words: &[&str]| {
+            let e = support::cmd(c, words).expect_err("allowed");
+            assert!(e.to_string().contains("NOPERM"), "{words:?}: {e}");
+        };
+        if users.iter().any(|u| u == "gateway") {
+            let mut c = as_user("gateway");
+            allowed(&mut c, &["RL.GCRA", "rl:api", "10", "1000"]);
+            allowed(&mut c, &["RL.LEASE", "rl:batch", "10", "1000", "WANT", "5"]);
+            allowed(&mut c, &["RL.REFUND", "rl:batch", "2"]);
+            allowed(&mut c, &["RL.THROTTLE", "rl:cell", "4", "1", "1"]);
+            allowed(
+                &mut c,
+                &[
+                    "RL.ALL",
+                    "2",
+                    "rl:a",
+                    "rl:b",
+                    "GCRA",
+                    "1",
+                    "1000",
+                    "FIXEDWINDOW",
+                    "1",
+                    "1000",
+                ],
+            );
+            refused(&mut c, &["RL.SETSTATE", "rl:api", "x"]);
+            refused(&mut c, &["RL.DEBUG", "CLOCK", "SET", "1"]);
+            refused(&mut c, &["RL.GCRA", "login:bob", "5", "60000"]);
+            refused(&mut c, &["GET", "rl:api"]);
+        }
+        if users.iter().any(|u| u == "guard") {
+            let mut c = as_user("guard");
+            for _ in 0..6 {
+                allowed(&mut c, &["RL.GCRA", "login:bob", "5", "60000"]);
+            }
+            allowed(
+                &mut c,
+                &[
+                    "RL.ALL",
+                    "2",
+                    "login:acct:bob",
+                    "otp:bob",
+                    "GCRA",
+                    "5",
+                    "60000",
+                    "SLIDINGLOG",
+                    "3",
+                    "60000",
+                ],
+            );
+            refused(&mut c, &["RL.REFUND", "login:bob", "5"]);
+            refused(&mut c, &["RL.SETSTATE", "login:bob", "x"]);
+            refused(&mut c, &["RL.GCRA", "rl:api", "10", "1000"]);
+            let exhausted = support::rl(
+                &mut admin,
+                &["RL.GCRA", "login:bob", "5", "60000", "COST", "0"],
+            );
+            assert_eq!(exhausted[0], 0, "login:bob is still exhausted");
+        }
+        if users.iter().any(|u| u == "dashboard") {
+            let mut c = as_user("dashboard");
+            allowed(&mut c, &["RL.PEEK", "rl:api"]);
+            allowed(&mut c, &["RL.INSPECT", "rl:api"]);
+            allowed(&mut c, &["INFO", "ratelimit"]);
+            refused(&mut c, &["RL.GCRA", "rl:api", "10", "1000"]);
+            refused(&mut c, &["RL.REFUND", "rl:api", "1"]);
+        }
+    }
 }

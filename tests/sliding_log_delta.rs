@@ -43,7 +43,15 @@ fn random_workload(c: &mut Connection, rng: &mut Rng, steps: usize) {
                 cmd(c, &["RL.REFUND", &key, &n]).unwrap();
             }
             _ => {
-                let (l, w) = POLICIES[rng.below(POLICIES.len() as u64) as usize];
+                // Keys sl:0..3 are called under every policy (each remembers several
+                // configurations: full states, see algo::step); sl:one keeps one policy, so its
+                // admits propagate deltas.
+                let (key, which) = if rng.below(3) == 0 {
+                    ("sl:one".to_string(), 0)
+                } else {
+                    (key, rng.below(POLICIES.len() as u64) as usize)
+                };
+                let (l, w) = POLICIES[which];
                 let cost = rng.below(5).to_string();
                 rl(c, &["RL.SLIDINGLOG", &key, l, w, "COST", &cost]);
             }

@@ -418,3 +418,63 @@ fn cell_compat_refuses_a_cl_throttle_another_module_owns() {
         [0, 5, 4, -1, 1]
     );
 }
+
+/// What `redis-cli` prints for one pasted line.
+fn pasted(port: u16, line: &str) -> String {
+    use std::io::Write;
+    let mut child = std::process::Command::new("redis-cli")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string(), "--no-raw"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("redis-cli");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The `ACL SETUSER gateway …` lines of a document (console prompts stripped), in order.
+fn acl_lines(doc: &str) -> Vec<String> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(doc);
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| l.strip_prefix("127.0.0.1:6379> ").unwrap_or(l))
+        .filter(|l| l.starts_with("ACL SETUSER gateway"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The migration guide's `+cl.throttle` line, pasted after the README's gateway lines on a
+/// server with `CELL-COMPAT yes`, lets the gateway call `CL.THROTTLE`; without compat the line
+/// fails as the guide says.
+#[test]
+fn cl_throttle_acl_line_pastes_on_a_compat_server() {
+    let (readme, guide) = (
+        acl_lines("README.md"),
+        acl_lines("docs/migrating-from-redis-cell.md"),
+    );
+    assert_eq!(guide, ["ACL SETUSER gateway +cl.throttle"]);
+    assert!(readme.len() >= 2);
+    let (s, _) = compat();
+    for line in readme.iter().chain(&guide) {
+        assert_eq!(pasted(s.port, line), "OK", "{line}");
+    }
+    let mut c = s.connect();
+    let _: () = redis::cmd("AUTH")
+        .arg("gateway")
+        .arg("secret")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        rl(&mut c, &["CL.THROTTLE", "rl:cell", "4", "1", "1"])[..3],
+        [0, 5, 4]
+    );
+    let plain = Server::start();
+    assert!(
+        pasted(plain.port, &guide[0]).contains("Unknown command"),
+        "without CELL-COMPAT"
+    );
+}

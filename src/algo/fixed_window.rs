@@ -12,7 +12,8 @@
 //! window keeps the stored window and its count: a window never restarts because time ran
 //! backwards.
 
-use super::{inspection, relative_ms, Decision, Field, Outcome, Policy};
+use super::bytes::{Invalid, Reader};
+use super::{inspection, relative_ms, Decision, Field, Outcome, Policy, MAX_LIMIT};
 
 /// Stored state: the window the count belongs to, and the count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -97,6 +98,16 @@ pub fn refund(state: &FixedWindow, policy: &Policy, now_ns: u64, n: u64) -> Fixe
     }
 }
 
+/// Counts `n` in the current window whatever it holds (see `Algorithm::charge`), up to
+/// `MAX_LIMIT`, which fills a window under any policy.
+pub fn charge(state: &FixedWindow, policy: &Policy, now_ns: u64, n: u64) -> FixedWindow {
+    let window = FixedWindow::current(Some(state), policy, now_ns);
+    FixedWindow {
+        count: window.count.saturating_add(n).min(MAX_LIMIT),
+        ..window
+    }
+}
+
 /// `RL.INSPECT`'s fields, as of now (a fresh window if the stored one ended):
 /// `window_start_ms`, the window's start relative to now, and `count`, the cost it holds.
 pub fn inspect(state: &FixedWindow, policy: &Policy, now_ns: u64) -> Vec<Field> {
@@ -109,6 +120,25 @@ pub fn inspect(state: &FixedWindow, policy: &Policy, now_ns: u64) -> Vec<Field> 
         ("count", i64::try_from(window.count).unwrap_or(i64::MAX)),
     ];
     inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
+}
+
+/// Stored fields: `start_ns u64` (a multiple of W), `count u64` (<= L, or <= `MAX_LIMIT` after a
+/// policy was lowered or another configuration charged it).
+pub fn encode(state: &FixedWindow, out: &mut Vec<u8>) {
+    out.extend_from_slice(&state.start_ns.to_le_bytes());
+    out.extend_from_slice(&state.count.to_le_bytes());
+}
+
+pub fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<FixedWindow, Invalid> {
+    let (start_ns, count) = (r.u64()?, r.u64()?);
+    if !start_ns.is_multiple_of(policy.window_ns()) {
+        return Err("fixed window not aligned");
+    }
+    // Above L only after a policy was lowered; never above the most any policy allows.
+    if count > MAX_LIMIT {
+        return Err("fixed window count out of range");
+    }
+    Ok(FixedWindow { start_ns, count })
 }
 
 super::algorithm!(FixedWindow, name: "fixed window", id: "fixed_window", tag: 5, burst: false);

@@ -10,6 +10,7 @@
 //!
 //! Admits exactly what a token bucket with the same L, W, B admits (see `token_bucket`).
 
+use super::bytes::{Invalid, Reader};
 use super::{
     inspection, millitokens, relative_ms, rescale_units, Decision, Field, Outcome, Policy,
 };
@@ -82,6 +83,18 @@ pub fn refund(state: &Gcra, policy: &Policy, now_ns: u64, n: u64) -> Gcra {
     }
 }
 
+/// Spends `n` tokens at `now_ns` whatever the debt (see `Algorithm::charge`): the debt may grow
+/// past the capacity, up to [`max_tat`], which denies until the last instant a clock can read.
+pub fn charge(state: &Gcra, policy: &Policy, now_ns: u64, n: u64) -> Gcra {
+    let spent = u128::from(n).saturating_mul(policy.units_per_token());
+    Gcra {
+        tat: { state.tat }
+            .max(policy.units_at(now_ns))
+            .saturating_add(spent)
+            .min(max_tat(policy)),
+    }
+}
+
 fn whole_tokens(units: u128, per_token: u128) -> u64 {
     u64::try_from(units / per_token).unwrap_or(u64::MAX)
 }
@@ -100,6 +113,19 @@ pub fn inspect(state: &Gcra, policy: &Policy, now_ns: u64) -> Vec<Field> {
         ("debt_millitokens", millitokens(debt, policy, true)),
     ];
     inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
+}
+
+/// Stored fields: `tat u128` (units of the stored policy), at most [`max_tat`].
+pub fn encode(state: &Gcra, out: &mut Vec<u8>) {
+    out.extend_from_slice(&{ state.tat }.to_le_bytes());
+}
+
+pub fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Gcra, Invalid> {
+    let tat = r.u128()?;
+    if tat > max_tat(policy) {
+        return Err("GCRA arrival time out of range");
+    }
+    Ok(Gcra { tat })
 }
 
 super::algorithm!(Gcra, name: "GCRA", id: "gcra", tag: 1, burst: true);

@@ -20,21 +20,20 @@ pub fn lease(
     now_ns: u64,
     want: u64,
 ) -> Outcome<TokenBucket> {
-    let bucket = state.map_or_else(
-        || TokenBucket::full(policy, now_ns),
-        |s| s.refilled(policy, now_ns),
-    );
     if want == 0 {
-        let mut peek = token_bucket::check(Some(&bucket), policy, now_ns, 0);
+        let mut peek = token_bucket::check(state, policy, now_ns, 0);
         peek.decision.allowed = 0;
         return peek;
     }
-    let available = bucket.tokens / policy.units_per_token();
+    let balance = state.map_or(u128::MAX, |s| {
+        u128::try_from(s.balance(policy, now_ns)).unwrap_or(0)
+    });
+    let available = balance.min(token_bucket::capacity(policy)) / policy.units_per_token();
     // available <= B <= 10^12 always fits; were it not to, granting 0 only denies.
     let granted = u64::try_from(available.min(u128::from(want))).unwrap_or(0);
     // Cost `granted` (<= available <= B) is admitted; cost 1 on a bucket without a whole token
-    // is denied with the exact retry time. `check` refills nothing more: `bucket` is at now.
-    let mut outcome = token_bucket::check(Some(&bucket), policy, now_ns, granted.max(1));
+    // is denied with the exact retry time.
+    let mut outcome = token_bucket::check(state, policy, now_ns, granted.max(1));
     outcome.decision.allowed = granted;
     outcome
 }

@@ -8,6 +8,7 @@
 //! then exactly one token per `window_ns` units, with no division and no rounding, for any L and W.
 //! The bounds on the policy keep every product below 2^128.
 
+pub mod bytes;
 pub mod fixed_window;
 pub mod gcra;
 pub mod lease;
@@ -237,10 +238,50 @@ pub trait Algorithm: Sized + Clone + PartialEq + std::fmt::Debug {
     /// Gives back `n` unspent tokens, never above the capacity.
     fn refund(&self, policy: &Policy, now_ns: u64, n: u64) -> Self;
 
+    /// Spends `n` at `now_ns` whatever the state holds: what another configuration of the key
+    /// admitted (see `step`). It may leave the state beyond empty (a debt past the capacity, a
+    /// count above L) so that this configuration, called again, still counts all of it; it
+    /// saturates where a stored state must stop, at a point that denies under this policy.
+    fn charge(&self, policy: &Policy, now_ns: u64, n: u64) -> Self;
+
     /// How many entries a state may hold under `policy`, when its memory grows with them (the
     /// sliding log: L); 0 for the fixed-size states.
     fn entries(_policy: &Policy) -> u64 {
         0
+    }
+
+    /// Appends its stored fields to `out` (after the header `state` writes: format, tag,
+    /// policy). Every state has exactly one encoding: replicas compare bytes.
+    fn encode(&self, out: &mut Vec<u8>);
+
+    /// Reads its stored fields, validated against the policy they were stored under: bytes from
+    /// a file, a replica link or a client never reach a decision unchecked.
+    fn decode(r: &mut bytes::Reader<'_>, policy: &Policy) -> Result<Self, bytes::Invalid>;
+
+    /// Heap bytes held beyond the inline state, for `MEMORY USAGE`.
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+
+    /// Decides a request of `cost` (at least 1) on this state, held under the request's own
+    /// `policy`, without building the next state, where that is cheaper than `check`: the
+    /// sliding log, whose admit touches only the entries it drops and adds. Returns the
+    /// decision and, when admitted, the change for [`Algorithm::apply_in_place`]; None when the
+    /// algorithm has no such path.
+    fn decide_in_place(
+        &self,
+        _policy: &Policy,
+        _now_ns: u64,
+        _cost: u64,
+    ) -> Option<(Decision, Option<sliding_log::Change>)> {
+        None
+    }
+
+    /// Applies a change [`Algorithm::decide_in_place`] made on this very state; returns the
+    /// fingerprint of the state before it (what a delta effect is checked against), None when
+    /// the algorithm has no such path.
+    fn apply_in_place(&mut self, _policy: &Policy, _change: &sliding_log::Change) -> Option<u64> {
+        None
     }
 
     /// `RL.INSPECT`'s fields for this state under `policy` at `now_ns`: the policy, the
@@ -256,10 +297,11 @@ pub trait Algorithm: Sized + Clone + PartialEq + std::fmt::Debug {
 }
 
 /// Implements [`Algorithm`] for a state type through its module's free functions `check`,
-/// `rescale`, `refund` and `inspect` (the module's own tests call those directly). Extra items
-/// (an `entries` override) follow the name, tag and burst.
+/// `rescale`, `refund`, `charge`, `inspect`, `encode` and `decode` (the module's own tests call
+/// those directly). Extra items (overrides of the defaulted methods) follow the name, tag and
+/// burst.
 macro_rules! algorithm {
-    ($state:ty, name: $name:literal, id: $id:literal, tag: $tag:literal, burst: $burst:literal $(, $item:item)*) => {
+    ($state:ty, name: $name:literal, id: $id:literal, tag: $tag:literal, burst: $burst:literal $(, $($item:tt)*)?) => {
         impl $crate::algo::Algorithm for $state {
             const NAME: &'static str = $name;
             const ID: &'static str = $id;
@@ -283,15 +325,58 @@ macro_rules! algorithm {
                 refund(self, policy, now_ns, n)
             }
 
+            fn charge(&self, policy: &$crate::algo::Policy, now_ns: u64, n: u64) -> Self {
+                charge(self, policy, now_ns, n)
+            }
+
             fn inspect(&self, policy: &$crate::algo::Policy, now_ns: u64) -> Vec<$crate::algo::Field> {
                 inspect(self, policy, now_ns)
             }
 
-            $($item)*
+            fn encode(&self, out: &mut Vec<u8>) {
+                encode(self, out)
+            }
+
+            fn decode(
+                r: &mut $crate::algo::bytes::Reader<'_>,
+                policy: &$crate::algo::Policy,
+            ) -> Result<Self, $crate::algo::bytes::Invalid> {
+                decode(r, policy)
+            }
+
+            $($($item)*)?
         }
     };
 }
 pub(crate) use algorithm;
+
+/// The registry: every algorithm, once. Adding an algorithm is its pure file (with its
+/// `algorithm!` line: error name, INFO id, stored tag, whether it takes BURST) and one line here:
+/// its module, its state type, the word that names it in commands (`RL.<WORD>`, and inside
+/// `RL.ALL`), its keyspace event, how its command answers (`limiter`: the five integers of
+/// `limit::request`, also offered inside `RL.ALL`; `shaper`: `RL.SHAPE`'s own handler), and its
+/// command's summary. The stored enum, its dispatch and encoding, the INFO ids, the command
+/// table and `RL.ALL`'s table are generated from it (`registry!(some_macro)` hands the list to
+/// `some_macro`); tags are never reused.
+macro_rules! registry {
+    ($then:ident) => {
+        $then! {
+            gcra::Gcra, "GCRA", c"rl.gcra", limiter,
+                "Decides one request with GCRA: at most L per W ms plus a burst of B";
+            token_bucket::TokenBucket, "TOKENBUCKET", c"rl.tokenbucket", limiter,
+                "Decides one request with a token bucket: at most L per W ms plus a burst of B";
+            sliding_log::SlidingLog, "SLIDINGLOG", c"rl.slidinglog", limiter,
+                "Decides one request with a sliding log: never more than L in any W ms";
+            sliding_counter::SlidingCounter, "SLIDINGCOUNTER", c"rl.slidingcounter", limiter,
+                "Decides one request with a sliding window counter (two weighted windows)";
+            fixed_window::FixedWindow, "FIXEDWINDOW", c"rl.fixedwindow", limiter,
+                "Decides one request with a fixed window counter: at most L per aligned W ms";
+            shape::Shape, "SHAPE", c"rl.shape", shaper,
+                "Shapes with a leaky bucket queue (nginx limit_req): admits with the delay to wait, or denies";
+        }
+    };
+}
+pub(crate) use registry;
 
 /// Nanoseconds rounded up to whole milliseconds, so a client that waits this long is not early.
 pub fn ms_ceil(ns: u64) -> u64 {

@@ -40,6 +40,7 @@
 //! state (tat u128 + d u64, packed to 8 = 24 bytes, like the token bucket's) fits exactly. The
 //! command layer compares the requested d with the stored one the way it compares policies.
 
+use super::bytes::{Invalid, Reader};
 use super::gcra::{self, Gcra};
 use super::{inspection, millitokens, ms_ceil, relative_ms, Algorithm, Field, Outcome, Policy};
 
@@ -131,6 +132,28 @@ impl Algorithm for Shape {
         refund(self, policy, now_ns, n)
     }
 
+    fn charge(&self, policy: &Policy, now_ns: u64, n: u64) -> Self {
+        charge(self, policy, now_ns, n)
+    }
+
+    /// `tat u128` (units of the stored policy, bounded as GCRA's), `undelayed u64` (d, at most
+    /// the queue: B − 1).
+    fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&{ self.tat }.to_le_bytes());
+        out.extend_from_slice(&self.undelayed.to_le_bytes());
+    }
+
+    fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Invalid> {
+        let (tat, undelayed) = (r.u128()?, r.u64()?);
+        if tat > gcra::max_tat(policy) {
+            return Err("leaky bucket arrival time out of range");
+        }
+        if undelayed >= policy.capacity() {
+            return Err("leaky bucket DELAY above its queue");
+        }
+        Ok(Shape { tat, undelayed })
+    }
+
     fn inspect(&self, policy: &Policy, now_ns: u64) -> Vec<Field> {
         inspect(self, policy, now_ns)
     }
@@ -176,6 +199,15 @@ pub fn refund(state: &Shape, policy: &Policy, now_ns: u64, n: u64) -> Shape {
     let back = gcra::refund(&Gcra { tat: state.tat }, policy, now_ns, n);
     Shape {
         tat: back.tat,
+        undelayed: state.undelayed,
+    }
+}
+
+/// Queues `n` whatever the queue holds (see `Algorithm::charge`), as GCRA's debt does; d stays.
+pub fn charge(state: &Shape, policy: &Policy, now_ns: u64, n: u64) -> Shape {
+    let charged = gcra::charge(&Gcra { tat: state.tat }, policy, now_ns, n);
+    Shape {
+        tat: charged.tat,
         undelayed: state.undelayed,
     }
 }

@@ -17,6 +17,7 @@
 //! but only when the previous window's requests were bunched at its end; an interval that starts
 //! at a boundary, or follows a quiet window, gets at most L.
 
+use super::bytes::{Invalid, Reader};
 use super::{inspection, relative_ms, Decision, Field, Outcome, Policy, MAX_LIMIT};
 
 /// Stored state: the current window's start and the two counts.
@@ -166,6 +167,16 @@ pub fn rescale(state: &SlidingCounter, from: &Policy, to: &Policy, now_ns: u64) 
     }
 }
 
+/// Counts `n` in the current window whatever it holds (see `Algorithm::charge`), up to
+/// `MAX_LIMIT`, which fills a window under any policy.
+pub fn charge(state: &SlidingCounter, policy: &Policy, now_ns: u64, n: u64) -> SlidingCounter {
+    let counter = SlidingCounter::current(Some(state), policy, now_ns);
+    SlidingCounter {
+        curr: counter.curr.saturating_add(n).min(MAX_LIMIT),
+        ..counter
+    }
+}
+
 /// Gives back `n` of the current window's count (a request that was not served), never below 0.
 pub fn refund(state: &SlidingCounter, policy: &Policy, now_ns: u64, n: u64) -> SlidingCounter {
     let counter = SlidingCounter::current(Some(state), policy, now_ns);
@@ -199,6 +210,30 @@ pub fn inspect(state: &SlidingCounter, policy: &Policy, now_ns: u64) -> Vec<Fiel
         ),
     ];
     inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
+}
+
+/// Stored fields: `start_ns u64` (a multiple of W), `prev u64`, `curr u64` (each <= L, or <=
+/// `MAX_LIMIT` after a policy was lowered or another configuration charged it).
+pub fn encode(state: &SlidingCounter, out: &mut Vec<u8>) {
+    for n in [state.start_ns, state.prev, state.curr] {
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+}
+
+pub fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<SlidingCounter, Invalid> {
+    let (start_ns, prev, curr) = (r.u64()?, r.u64()?, r.u64()?);
+    if !start_ns.is_multiple_of(policy.window_ns()) {
+        return Err("sliding counter window not aligned");
+    }
+    // Above L only after a policy was lowered; never above the most any policy allows.
+    if prev > MAX_LIMIT || curr > MAX_LIMIT {
+        return Err("sliding counter count out of range");
+    }
+    Ok(SlidingCounter {
+        start_ns,
+        prev,
+        curr,
+    })
 }
 
 super::algorithm!(SlidingCounter, name: "sliding counter", id: "sliding_counter", tag: 4, burst: false);

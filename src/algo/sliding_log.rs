@@ -28,6 +28,7 @@
 //! is the oldest entry's instant and each word `offset << 20 | count` with `offset` the distance
 //! from it in ticks (the first 0), so a log has exactly one encoding.
 
+use super::bytes::Reader;
 use super::{inspection, relative_ms, Decision, Field, Outcome, Policy};
 
 const COUNT_BITS: u32 = 20;
@@ -126,7 +127,7 @@ pub fn mix(mut z: u64) -> u64 {
 }
 
 /// Why stored words (or a change) are not a log.
-pub type Invalid = &'static str;
+pub use super::bytes::Invalid;
 
 impl SlidingLog {
     /// Entries held.
@@ -575,11 +576,17 @@ fn drop_newest(entries: &mut Vec<(u64, u64)>, mut n: u64) {
 /// left). A longer window cannot bring back entries that already left the shorter one.
 pub fn rescale(state: &SlidingLog, from: &Policy, to: &Policy, now_ns: u64) -> SlidingLog {
     let window = to.window_ns();
-    let mut entries: Vec<(u64, u64)> = state
+    let entries: Vec<(u64, u64)> = state
         .entries(tick_shift(from))
         .filter(|&(at, _)| in_window(at, window, now_ns))
         .collect();
-    let keep = usize::try_from(to.limit()).unwrap_or(usize::MAX);
+    bounded(to, entries)
+}
+
+/// Packs `entries` under `policy`, the oldest beyond L − 1 merged into the newest of them (see
+/// [`rescale`]): at most L entries, whatever they count.
+fn bounded(policy: &Policy, mut entries: Vec<(u64, u64)>) -> SlidingLog {
+    let keep = usize::try_from(policy.limit()).unwrap_or(usize::MAX);
     if entries.len() > keep {
         // keep >= 1 (L >= 1), so at least two entries merge into one.
         let rest = entries.split_off(entries.len() - keep + 1);
@@ -587,7 +594,21 @@ pub fn rescale(state: &SlidingLog, from: &Policy, to: &Policy, now_ns: u64) -> S
         let count = entries.iter().map(|&(_, count)| count).sum();
         entries = std::iter::once((at, count)).chain(rest).collect();
     }
-    SlidingLog::pack(tick_shift(to), &entries)
+    SlidingLog::pack(tick_shift(policy), &entries)
+}
+
+/// Records `n` at `now_ns` whatever the window holds (see `Algorithm::charge`): what another
+/// configuration of the key admitted. The log keeps at most L entries (merged as in
+/// [`rescale`]) and a total of at most `MAX_LOG_LIMIT`, which fills a window under any policy.
+pub fn charge(state: &SlidingLog, policy: &Policy, now_ns: u64, n: u64) -> SlidingLog {
+    let mut entries = live_entries(state, policy, now_ns);
+    let total: u64 = entries.iter().map(|&(_, count)| count).sum();
+    let n = n.min(MAX_LOG_LIMIT.saturating_sub(total));
+    if n > 0 {
+        let at = tick_ceil(now_ns, tick_shift(policy)).max(state.newest_ns());
+        entries.push((at, n));
+    }
+    bounded(policy, entries)
 }
 
 /// Gives back `n` of what the window holds (requests that were not served): the newest entries
@@ -622,9 +643,67 @@ pub fn inspect(state: &SlidingLog, policy: &Policy, now_ns: u64) -> Vec<Field> {
     inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
 }
 
+/// Stored fields: `base_ns u64`, `entries u32` (at most L), then `entries` packed words `u64`
+/// (see the module comment: ordered, counts 1..=L, L <= 10^6).
+pub fn encode(state: &SlidingLog, out: &mut Vec<u8>) {
+    let (base_ns, words) = state.canonical();
+    out.extend_from_slice(&base_ns.to_le_bytes());
+    // At most L <= 10^6 entries: always fits.
+    let entries = u32::try_from(state.len()).unwrap_or(u32::MAX);
+    out.extend_from_slice(&entries.to_le_bytes());
+    out.reserve(state.len() * 8);
+    for word in words {
+        out.extend_from_slice(&word.to_le_bytes());
+    }
+}
+
+pub fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<SlidingLog, Invalid> {
+    let base_ns = r.u64()?;
+    let entries = u64::from(r.u32()?);
+    // Bounded before anything is allocated: at most L entries, all present.
+    if entries > policy.limit() || entries.saturating_mul(8) > r.left() as u64 {
+        return Err("sliding log entry count out of range");
+    }
+    let words = (0..entries)
+        .map(|_| r.u64())
+        .collect::<Result<Vec<_>, _>>()?;
+    SlidingLog::from_parts(policy, base_ns, words)
+}
+
+/// A 64-bit fingerprint of a log held under `p`: its policy, entry count, total, newest instant
+/// and the hash of its entries (kept up to date by every change, so this is O(1)). Two logs with
+/// different policies or entries have the same fingerprint with probability about 2^-64. What a
+/// delta effect is checked against (see `state::delta`).
+pub fn fingerprint(p: &Policy, log: &SlidingLog) -> u64 {
+    [
+        p.limit(),
+        p.window_ms(),
+        p.capacity(),
+        log.len() as u64,
+        log.total(),
+        log.newest_ns(),
+        log.hash(),
+    ]
+    .iter()
+    .fold(u64::from(<SlidingLog as super::Algorithm>::TAG), |h, &x| {
+        mix(h ^ x)
+    })
+}
+
 super::algorithm!(SlidingLog, name: "sliding log", id: "sliding_log", tag: 3, burst: false,
 fn entries(policy: &Policy) -> u64 {
     policy.limit()
+}
+fn heap_bytes(&self) -> usize {
+    SlidingLog::heap_bytes(self)
+}
+fn decide_in_place(&self, policy: &Policy, now_ns: u64, cost: u64) -> Option<(Decision, Option<Change>)> {
+    Some(decide(Some(self), policy, now_ns, cost))
+}
+fn apply_in_place(&mut self, policy: &Policy, change: &Change) -> Option<u64> {
+    let prior = fingerprint(policy, self);
+    self.apply(policy, change);
+    Some(prior)
 });
 
 #[cfg(test)]

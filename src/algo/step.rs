@@ -1,62 +1,209 @@
 //! One request against a stored limiter, whatever the algorithm: which state the decision starts
 //! from and what must be stored afterwards.
 //!
-//! The rule that makes a policy change hold: a request that brings a new policy (L, W or B
-//! changed) is decided on the stored state carried over to that policy, and the carried state is
-//! stored with the new policy **whether or not the request is admitted**. Were it stored only on
-//! admission, a tightening that is denied would be forgotten: the key would keep the old policy's
-//! shorter expiry and, once it expired, admit a fresh capacity under the tight policy.
+//! **Configurations.** A key called with a policy (L, W, B) it does not hold is in a rollout:
+//! gateways with two (or more) configurations call it in turn. The promise that holds then is
+//! each configuration's own: *a request admitted under a configuration finds, among everything
+//! the key admitted under any configuration since that configuration first called it, no more
+//! than that configuration's own bound allows*. So alternating configurations never admit more
+//! than the one in force allows, and no cheaper one can refill a stricter one.
 //!
-//! A peek (amount 0) stores nothing, even under a new policy: it answers as the new policy would
-//! and leaves the key as it was.
+//! To keep it, a key remembers up to [`MAX_CONFIGURATIONS`] configurations: the one it was last
+//! called with (the *current*, whose policy the key shows) and the others, each with its own
+//! state. Whatever is admitted, under whichever configuration, is charged to every one of them
+//! (`Algorithm::charge`), so each judges all the spending by its own rule, in absolute time: a
+//! fixed window by its own aligned window, a sliding log by its own W, a bucket by its own rate
+//! and capacity. A configuration first seen on the key starts from the current one's state
+//! carried over (`Algorithm::rescale`: what was spent stays spent); one beyond the fourth pushes
+//! out the configuration called least recently, which starts again that way if it returns.
+//!
+//! The rule that makes a policy change hold: a request that brings another configuration is
+//! decided on that configuration's state, and the key is stored with it as the current one
+//! **whether or not the request is admitted**. Were it stored only on admission, a tightening
+//! that is denied would be forgotten: the key would keep the old policy's shorter expiry and,
+//! once it expired, admit a fresh capacity under the tight policy.
+//!
+//! The key lives until every configuration it remembers is back to full (the longest of their
+//! `reset_after`), so expiry never forgets anything one of them still counts.
+//!
+//! A peek (amount 0) stores nothing, even under a new policy: it answers as that configuration
+//! would and leaves the key as it was.
+
+use std::borrow::Cow;
 
 use super::{Algorithm, Decision, Outcome, Policy};
+
+/// The most configurations a key remembers, the current one included.
+pub const MAX_CONFIGURATIONS: usize = 4;
+
+/// What a key holds, as a request reads it: the current configuration and the others it
+/// remembers, most recently current first.
+#[derive(Clone, Copy, Debug)]
+pub struct Held<'a, S> {
+    pub policy: &'a Policy,
+    pub state: &'a S,
+    pub others: &'a [(Policy, S)],
+}
+
+/// What to store under the request's policy: its state, the other configurations, and how long
+/// the key must live at least (the longest `reset_after` among them, in ns from now).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kept<S> {
+    pub state: S,
+    pub others: Vec<(Policy, S)>,
+    pub keep_ns: u64,
+}
 
 /// What a request does to a stored limiter.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Step<S> {
     pub decision: Decision,
-    /// The state to store with the request's policy; None: store nothing.
-    pub store: Option<S>,
+    /// What to store with the request's policy; None: store nothing.
+    pub store: Option<Kept<S>>,
 }
 
-/// Decides one request under `policy` at `now_ns`. `stored` is the key's policy and state, if
-/// any; `decide` is the algorithm's decision (its `check`, or a lease) applied to the state the
-/// request starts from. `peek` is true for an amount of 0.
+/// Where a request under `policy` starts: the key's state under it (current or remembered, or
+/// carried over for a configuration the key does not remember), the other configurations as
+/// they will be kept, and whether the current configuration changes.
+type Start<'a, S> = (Option<Cow<'a, S>>, Cow<'a, [(Policy, S)]>, bool);
+
+fn start<'a, S: Algorithm>(
+    held: Option<Held<'a, S>>,
+    policy: &Policy,
+    now_ns: u64,
+) -> Start<'a, S> {
+    let Some(held) = held else {
+        return (None, Cow::Borrowed(&[]), false);
+    };
+    if held.policy == policy {
+        return (
+            Some(Cow::Borrowed(held.state)),
+            Cow::Borrowed(held.others),
+            false,
+        );
+    }
+    let remembered = held.others.iter().position(|(p, _)| p == policy);
+    let state = match remembered.and_then(|i| held.others.get(i)) {
+        Some((_, s)) => s.clone(),
+        None => held.state.rescale(held.policy, policy, now_ns),
+    };
+    let mut others = Vec::with_capacity(MAX_CONFIGURATIONS - 1);
+    others.push((*held.policy, held.state.clone()));
+    others.extend(
+        held.others
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| Some(i) != remembered)
+            .map(|(_, o)| o.clone()),
+    );
+    others.truncate(MAX_CONFIGURATIONS - 1);
+    (Some(Cow::Owned(state)), Cow::Owned(others), true)
+}
+
+/// The other configurations, each charged `n` at `now_ns`.
+fn charged<S: Algorithm>(others: Cow<'_, [(Policy, S)]>, now_ns: u64, n: u64) -> Vec<(Policy, S)> {
+    if n == 0 {
+        return others.into_owned();
+    }
+    others
+        .iter()
+        .map(|(p, s)| (*p, s.charge(p, now_ns, n)))
+        .collect()
+}
+
+impl<S: Algorithm> Kept<S> {
+    /// `state` (whose decision says it is full again after `reset_after_ns`) with `others`.
+    fn new(state: S, others: Vec<(Policy, S)>, reset_after_ns: u64, now_ns: u64) -> Kept<S> {
+        let keep_ns = others
+            .iter()
+            .map(|(p, s)| S::check(Some(s), p, now_ns, 0).decision.reset_after_ns)
+            .fold(reset_after_ns, u64::max);
+        Kept {
+            state,
+            others,
+            keep_ns,
+        }
+    }
+}
+
+/// Decides one request under `policy` at `now_ns`. `held` is what the key holds, if anything;
+/// `decide` is the algorithm's decision (its `check`, or a lease) applied to the state the
+/// request starts from; `spent` says how much an outcome spent (charged to the other
+/// configurations). `peek` is true for an amount of 0.
 pub fn step<S: Algorithm>(
-    stored: Option<(&Policy, &S)>,
+    held: Option<Held<'_, S>>,
     policy: &Policy,
     now_ns: u64,
     peek: bool,
     decide: impl FnOnce(Option<&S>) -> Outcome<S>,
+    spent: impl FnOnce(&Decision) -> u64,
 ) -> Step<S> {
-    match stored {
-        None => {
-            let Outcome { decision, next } = decide(None);
-            Step {
-                decision,
-                store: next,
-            }
+    let (state, others, switched) = start(held, policy, now_ns);
+    let Outcome { decision, next } = decide(state.as_deref());
+    let store = match next {
+        Some(next) => {
+            let others = charged(others, now_ns, spent(&decision));
+            Some(Kept::new(next, others, decision.reset_after_ns, now_ns))
         }
-        Some((held, state)) if held == policy => {
-            let Outcome { decision, next } = decide(Some(state));
-            Step {
-                decision,
-                store: next,
-            }
-        }
-        Some((held, state)) => {
-            let carried = state.rescale(held, policy, now_ns);
-            let Outcome { decision, next } = decide(Some(&carried));
-            Step {
-                decision,
-                store: if peek {
-                    None
-                } else {
-                    Some(next.unwrap_or(carried))
-                },
-            }
-        }
+        None if switched && !peek => state.map(|s| {
+            Kept::new(
+                s.into_owned(),
+                others.into_owned(),
+                decision.reset_after_ns,
+                now_ns,
+            )
+        }),
+        None => None,
+    };
+    Step { decision, store }
+}
+
+/// What a request of `cost` would do to one limiter of an all-or-nothing call (`RL.ALL`), before
+/// the call knows whether every limiter admits: the same rule as [`step`], with both outcomes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan<S> {
+    /// Its decision on the request (charged, when admitted).
+    pub decision: Decision,
+    /// The decision when it is not charged: as the key stands after the call.
+    pub uncharged: Decision,
+    /// What to store when the whole request is admitted and this limiter charged.
+    pub charged: Option<Kept<S>>,
+    /// What to store when it is not charged: a change of configuration holds whatever the
+    /// outcome (None: nothing to store).
+    pub carried: Option<Kept<S>>,
+}
+
+pub fn plan<S: Algorithm>(
+    held: Option<Held<'_, S>>,
+    policy: &Policy,
+    now_ns: u64,
+    cost: u64,
+) -> Plan<S> {
+    let (state, others, switched) = start(held, policy, now_ns);
+    let Outcome { decision, next } = S::check(state.as_deref(), policy, now_ns, cost);
+    // Admitted but not charged (another limiter denied): the key as it stands, which admits.
+    let uncharged = match next {
+        Some(_) => S::check(state.as_deref(), policy, now_ns, 0).decision,
+        None => decision,
+    };
+    let carried = match &state {
+        Some(s) if switched && cost > 0 => Some(Kept::new(
+            s.clone().into_owned(),
+            others.to_vec(),
+            uncharged.reset_after_ns,
+            now_ns,
+        )),
+        _ => None,
+    };
+    let charged = next.map(|next| {
+        let others = charged(others, now_ns, cost);
+        Kept::new(next, others, decision.reset_after_ns, now_ns)
+    });
+    Plan {
+        decision,
+        uncharged,
+        charged,
+        carried,
     }
 }
 
@@ -73,40 +220,65 @@ mod tests {
     const MS: u64 = 1_000_000;
     const T0: u64 = 1_800_000_000_000 * MS;
 
-    /// A key as Redis holds it: the stored policy and state, and the absolute expiry (ms) the
-    /// command layer gives it: the reply's reset_after, rounded up. No minimum TTL here, so the
-    /// model is as strict as it can be.
+    /// A key as Redis holds it: the stored policy, state and other configurations, and the
+    /// absolute expiry (ms) the command layer gives it: `keep_ns` from now, rounded up. No
+    /// minimum TTL here, so the model is as strict as it can be.
+    /// The current policy and state, and the other configurations.
+    type Stored<S> = (Policy, S, Vec<(Policy, S)>);
+
     struct Key<S> {
-        stored: Option<(Policy, S)>,
+        stored: Option<Stored<S>>,
         expire_at_ms: u64,
     }
 
     impl<S: Algorithm> Key<S> {
+        fn new() -> Key<S> {
+            Key {
+                stored: None,
+                expire_at_ms: 0,
+            }
+        }
+
         /// One command. First Redis expires the key if its TTL has passed (its millisecond
         /// clock past the expiry: `now > when`, now in whole ms); the key must then be
-        /// indistinguishable from a fresh one under the policy it holds, else expiry would have
-        /// forgotten something the policy still counts.
+        /// indistinguishable from a fresh one under every configuration it remembers, else
+        /// expiry would have forgotten something one of them still counts.
         fn call(&mut self, p: &Policy, now_ns: u64, cost: u64) -> Result<Decision, TestCaseError> {
-            if let Some((held, state)) = &self.stored {
+            if let Some((held, state, others)) = &self.stored {
                 if now_ns / MS > self.expire_at_ms {
-                    let stored = S::check(Some(state), held, now_ns, 0).decision;
-                    let fresh = S::check(None, held, now_ns, 0).decision;
-                    prop_assert_eq!(
-                        stored,
-                        fresh,
-                        "expired while it still counted, at {}",
-                        now_ns
-                    );
+                    for (held, state) in
+                        std::iter::once((held, state)).chain(others.iter().map(|(p, s)| (p, s)))
+                    {
+                        let stored = S::check(Some(state), held, now_ns, 0).decision;
+                        let fresh = S::check(None, held, now_ns, 0).decision;
+                        prop_assert_eq!(
+                            stored,
+                            fresh,
+                            "expired while it still counted, at {}",
+                            now_ns
+                        );
+                    }
                     self.stored = None;
                 }
             }
-            let stored = self.stored.as_ref().map(|(p, s)| (p, s));
-            let out = step(stored, p, now_ns, cost == 0, |s| {
-                S::check(s, p, now_ns, cost)
+            let held = self.stored.as_ref().map(|(policy, state, others)| Held {
+                policy,
+                state,
+                others,
             });
-            if let Some(next) = out.store {
-                self.stored = Some((*p, next));
-                self.expire_at_ms = ms_ceil(now_ns) + ms_ceil(out.decision.reset_after_ns);
+            let out = step(
+                held,
+                p,
+                now_ns,
+                cost == 0,
+                |s| S::check(s, p, now_ns, cost),
+                |d| if d.allowed == 0 { 0 } else { cost },
+            );
+            if let Some(kept) = out.store {
+                prop_assert!(kept.keep_ns >= out.decision.reset_after_ns);
+                prop_assert!(kept.others.len() < MAX_CONFIGURATIONS);
+                self.expire_at_ms = ms_ceil(now_ns) + ms_ceil(kept.keep_ns);
+                self.stored = Some((*p, kept.state, kept.others));
             }
             if cost > 0 && self.stored.is_some() {
                 prop_assert!(
@@ -141,10 +313,7 @@ mod tests {
         p2: &Policy,
         trace: &[(u64, u64, bool)],
     ) -> Result<(), TestCaseError> {
-        let mut key = Key::<S> {
-            stored: None,
-            expire_at_ms: 0,
-        };
+        let mut key = Key::<S>::new();
         let mut now = T0;
         for &(gap, cost, second) in trace {
             now += gap;
@@ -200,10 +369,7 @@ mod tests {
             Policy::new(l1, w_ms, l1).unwrap(),
             Policy::new(l2, w_ms, l2).unwrap(),
         );
-        let mut key = Key::<S> {
-            stored: None,
-            expire_at_ms: 0,
-        };
+        let mut key = Key::<S>::new();
         let (mut now, mut admitted) = (T0, Vec::new());
         for &(gap, cost, second) in trace {
             now += gap;
@@ -274,6 +440,202 @@ mod tests {
         }
     }
 
+    /// Gaps between calls, from none to ten minutes: windows from 1 ms to 1 h all matter.
+    fn gap() -> impl Strategy<Value = u64> {
+        prop_oneof![Just(0u64), 0..5 * MS, 0..3_000 * MS, 0..600_000 * MS]
+    }
+
+    /// W from 1 ms to 1 h.
+    fn window_ms() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            1u64..=50,
+            Just(1000u64),
+            Just(60_000u64),
+            Just(3_600_000u64)
+        ]
+    }
+
+    /// Two or three bucket configurations (L, W, B) and calls alternating among them at random:
+    /// (gap, cost up to the capacity, which configuration).
+    fn bucket_rollout() -> impl Strategy<Value = (Vec<Policy>, Vec<(u64, u64, usize)>)> {
+        let policy = (1u64..=20, window_ms(), 1u64..=30)
+            .prop_filter_map("refill bound", |(l, w, b)| Policy::new(l, w, b).ok());
+        (
+            prop::collection::vec(policy, 2..=3),
+            prop::collection::vec((gap(), 0u64..=30, 0usize..3), 1..80),
+        )
+    }
+
+    /// The same for the window algorithms: (L, W) with capacity L.
+    fn window_rollout() -> impl Strategy<Value = (Vec<Policy>, Vec<(u64, u64, usize)>)> {
+        let policy = (1u64..=20, window_ms()).prop_map(|(l, w)| Policy::new(l, w, l).unwrap());
+        (
+            prop::collection::vec(policy, 2..=3),
+            prop::collection::vec((gap(), 0u64..=20, 0usize..3), 1..80),
+        )
+    }
+
+    /// An admitted request: when, its cost, under which configuration, its place among the
+    /// calls, and the place of that configuration's first call (its promise counts from then).
+    #[derive(Clone, Copy, Debug)]
+    struct Admission {
+        at: u64,
+        cost: u64,
+        config: usize,
+        call: usize,
+        since: usize,
+    }
+
+    /// Runs a rollout on a key (expired by its TTL, as Redis would) and returns every admission.
+    fn run_rollout<S: Algorithm>(
+        configs: &[Policy],
+        trace: &[(u64, u64, usize)],
+    ) -> Result<Vec<Admission>, TestCaseError> {
+        let mut key = Key::<S>::new();
+        let (mut now, mut admitted, mut first) = (T0, Vec::new(), vec![None; configs.len()]);
+        for (call, &(gap, cost, which)) in trace.iter().enumerate() {
+            now += gap;
+            let config = which % configs.len();
+            let p = &configs[config];
+            let cost = cost.min(p.capacity());
+            // An expired key forgets every configuration (each was back to full, see `Key`).
+            if key.stored.is_some() && now / MS > key.expire_at_ms {
+                first.iter_mut().for_each(|f| *f = None);
+            }
+            // A peek stores nothing: the configuration is remembered from its first call that
+            // spends (or is denied).
+            if cost > 0 {
+                first[config].get_or_insert(call);
+            }
+            let since = first[config].unwrap_or(call);
+            if key.call(p, now, cost)?.allowed == 1 && cost > 0 {
+                admitted.push(Admission {
+                    at: now,
+                    cost,
+                    config,
+                    call,
+                    since,
+                });
+            }
+        }
+        Ok(admitted)
+    }
+
+    /// What was admitted, by the `i`-th admission and those before it, in `[from, to]`, among
+    /// the calls from the `since`-th on.
+    fn held(admitted: &[Admission], i: usize, since: usize, from: u64, to: u64) -> u128 {
+        admitted
+            .iter()
+            .take(i + 1)
+            .filter(|a| a.call >= since && a.at >= from && a.at <= to)
+            .map(|a| u128::from(a.cost))
+            .sum()
+    }
+
+    /// The instant of the `call`-th call of `trace`.
+    fn first_call_at(_admitted: &[Admission], trace: &[(u64, u64, usize)], call: usize) -> u64 {
+        T0 + trace.iter().take(call + 1).map(|t| t.0).sum::<u64>()
+    }
+
+    /// The bucket promise of the configuration in force, over everything admitted: for every
+    /// admission under (L, W, B) at t and every instant s from that configuration's first call
+    /// on, what was admitted in [s, t] is at most B + L·(t − s)/W.
+    fn buckets_keep_each_promise<S: Algorithm>(
+        configs: &[Policy],
+        trace: &[(u64, u64, usize)],
+    ) -> Result<(), TestCaseError> {
+        let admitted = run_rollout::<S>(configs, trace)?;
+        for (i, a) in admitted.iter().enumerate() {
+            let p = &configs[a.config];
+            for s in admitted
+                .iter()
+                .take(i + 1)
+                .filter(|b| b.call >= a.since)
+                .map(|b| b.at)
+            {
+                let total = held(&admitted, i, a.since, s, a.at);
+                let bound = super::super::props::bucket_bound(p)(a.at - s);
+                prop_assert!(
+                    total <= bound,
+                    "{} in [{}, {}] under {:?}: bound {}",
+                    total,
+                    s,
+                    a.at,
+                    p,
+                    bound
+                );
+            }
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(400))]
+
+        /// Two or three configurations alternating on a GCRA key: every admission keeps the
+        /// promise of the configuration that admitted it, whoever admitted the rest.
+        #[test]
+        fn alternating_configurations_keep_each_promise_gcra((configs, trace) in bucket_rollout()) {
+            buckets_keep_each_promise::<Gcra>(&configs, &trace)?;
+        }
+
+        #[test]
+        fn alternating_configurations_keep_each_promise_token_bucket((configs, trace) in bucket_rollout()) {
+            buckets_keep_each_promise::<TokenBucket>(&configs, &trace)?;
+        }
+
+        #[test]
+        fn alternating_configurations_keep_each_promise_shape((configs, trace) in bucket_rollout()) {
+            buckets_keep_each_promise::<super::super::shape::Shape>(&configs, &trace)?;
+        }
+
+        /// The sliding log's promise: at most L in the W before each admission (its own L and
+        /// W), counting from its configuration's first call.
+        #[test]
+        fn alternating_configurations_keep_each_promise_sliding_log((configs, trace) in window_rollout()) {
+            let admitted = run_rollout::<SlidingLog>(&configs, &trace)?;
+            for (i, a) in admitted.iter().enumerate() {
+                let p = &configs[a.config];
+                let total = held(&admitted, i, a.since, (a.at + 1).saturating_sub(p.window_ns()), a.at);
+                prop_assert!(total <= u128::from(p.limit()), "{} in the W before {} under {:?}", total, a.at, p);
+            }
+        }
+
+        /// The fixed window's: at most L in its own aligned window of each admission.
+        #[test]
+        fn alternating_configurations_keep_each_promise_fixed_window((configs, trace) in window_rollout()) {
+            let admitted = run_rollout::<FixedWindow>(&configs, &trace)?;
+            for (i, a) in admitted.iter().enumerate() {
+                let p = &configs[a.config];
+                let total = held(&admitted, i, a.since, p.window_start(a.at), a.at);
+                prop_assert!(total <= u128::from(p.limit()), "{} in the window of {} under {:?}", total, a.at, p);
+            }
+        }
+
+        /// The sliding counter's own rule, recomputed from everything admitted: each admission
+        /// whose previous window began after its configuration's first call found
+        /// `prev·(W − e) + (curr + n − 1)·W < L·W` with its own L and W.
+        #[test]
+        fn alternating_configurations_keep_each_promise_sliding_counter((configs, trace) in window_rollout()) {
+            let admitted = run_rollout::<SlidingCounter>(&configs, &trace)?;
+            for (i, a) in admitted.iter().enumerate() {
+                let p = &configs[a.config];
+                let (w, start) = (p.window_ns(), p.window_start(a.at));
+                // The previous window must begin after the configuration's first call.
+                let Some(prev_start) = start.checked_sub(w) else { continue };
+                if first_call_at(&admitted, &trace, a.since) > prev_start { continue }
+                let prev = held(&admitted, i, a.since, prev_start, start - 1);
+                let curr = if i == 0 { 0 } else { held(&admitted, i - 1, a.since, start, a.at) };
+                let e = u128::from(a.at - start);
+                let (w, l) = (u128::from(w), u128::from(p.limit()));
+                prop_assert!(
+                    prev * (w - e) + (curr + u128::from(a.cost) - 1) * w < l * w,
+                    "prev {} curr {} cost {} at e {} under {:?}", prev, curr, a.cost, e, p
+                );
+            }
+        }
+    }
+
     /// The trace that found it: 100 spent under L = 100, then calls alternating between L = 10
     /// and L = 100 in the same minute. Clamping the count to 10 on each tightening let every
     /// call under 100 through.
@@ -297,10 +659,7 @@ mod tests {
     fn a_denied_tightening_holds() {
         let loose = Policy::new(10, 1_000, 10).unwrap();
         let tight = Policy::new(10, 60_000, 10).unwrap();
-        let mut key = Key::<SlidingLog> {
-            stored: None,
-            expire_at_ms: 0,
-        };
+        let mut key = Key::<SlidingLog>::new();
         assert_eq!(key.call(&loose, T0, 10).unwrap().allowed, 1);
         let denied = key.call(&tight, T0, 1).unwrap();
         assert_eq!(

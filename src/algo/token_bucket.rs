@@ -5,11 +5,17 @@
 //! added, and a token is `window_ns` units. With the same L, W, B it admits exactly what GCRA
 //! admits (a property test checks it); it stores a balance and an instant instead of one instant.
 
+use super::bytes::{Invalid, Reader};
 use super::{
     inspection, millitokens, relative_ms, rescale_units, Decision, Field, Outcome, Policy,
 };
 
 /// Stored state: the balance at the last refill, and when that was.
+///
+/// The balance at any instant t is `tokens + (t − last_ns)·L` units, at most the capacity: an
+/// instant before `last_ns` (a clock that stepped back, or a debt another configuration of the
+/// key left, see [`charge`]) holds less, and may be below empty. So the bucket is a function of
+/// absolute time, as GCRA's arrival time is, and the two still admit exactly the same requests.
 ///
 /// `repr(C, packed(8))`: the u128 aligned to 8 bytes rather than 16, so this is 24 bytes, not 32,
 /// and the stored limiter has no padding (see `state::Limiter`). Read the fields by value
@@ -17,9 +23,9 @@ use super::{
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(C, packed(8))]
 pub struct TokenBucket {
-    /// Balance in units of the stored policy; never above its capacity.
+    /// Balance at `last_ns`, in units of the stored policy; never above its capacity.
     pub tokens: u128,
-    /// The instant of the last refill, ns. A clock reading before it refills nothing.
+    /// The instant of the last refill, ns.
     pub last_ns: u64,
 }
 
@@ -32,14 +38,49 @@ impl TokenBucket {
         }
     }
 
-    /// The bucket refilled up to `now_ns`. Time before `last_ns` counts as no time at all.
-    pub fn refilled(&self, policy: &Policy, now_ns: u64) -> TokenBucket {
-        let elapsed = u128::from(now_ns.saturating_sub(self.last_ns));
-        TokenBucket {
-            tokens: (self.tokens + elapsed * policy.units_per_ns()).min(capacity(policy)),
-            last_ns: self.last_ns.max(now_ns),
+    /// The balance at `now_ns` in units, at most the capacity; negative when the bucket owes
+    /// tokens (see the type's comment). Every term is below 2^105: an i128 holds it exactly.
+    pub fn balance(&self, policy: &Policy, now_ns: u64) -> i128 {
+        let (tokens, last_ns) = ({ self.tokens }, self.last_ns);
+        let rate = policy.units_per_ns();
+        let balance = if now_ns >= last_ns {
+            tokens.saturating_add(u128::from(now_ns - last_ns) * rate)
+        } else {
+            return signed(tokens) - signed(u128::from(last_ns - now_ns) * rate);
+        };
+        signed(balance.min(capacity(policy)))
+    }
+
+    /// The bucket that holds `balance` units at `now_ns` (at most the capacity). A negative
+    /// balance is stored as a refill that starts later: the whole nanoseconds the debt takes to
+    /// repay, rounded up, and what is left over of the last one, so the balance at every instant
+    /// is exact (or lower, where the leftover is above a tiny capacity).
+    pub fn holding(balance: i128, policy: &Policy, now_ns: u64) -> TokenBucket {
+        let cap = capacity(policy);
+        match u128::try_from(balance) {
+            Ok(tokens) => TokenBucket {
+                tokens: tokens.min(cap),
+                last_ns: now_ns,
+            },
+            Err(_) => {
+                let owed = balance.unsigned_abs();
+                let rate = policy.units_per_ns();
+                let wait_ns = owed.div_ceil(rate);
+                TokenBucket {
+                    tokens: (wait_ns * rate - owed).min(cap),
+                    last_ns: u64::try_from(wait_ns)
+                        .ok()
+                        .and_then(|w| now_ns.checked_add(w))
+                        .unwrap_or(u64::MAX),
+                }
+            }
         }
     }
+}
+
+/// A unit count as signed; every count here is below 2^110.
+fn signed(units: u128) -> i128 {
+    i128::try_from(units).unwrap_or(i128::MAX)
 }
 
 /// The capacity in units: B tokens.
@@ -55,56 +96,69 @@ pub fn check(
     now_ns: u64,
     cost: u64,
 ) -> Outcome<TokenBucket> {
-    let bucket = state.map_or_else(
-        || TokenBucket::full(policy, now_ns),
-        |s| s.refilled(policy, now_ns),
-    );
+    let cap = capacity(policy);
+    let balance = state.map_or(signed(cap), |s| s.balance(policy, now_ns));
     let token = policy.units_per_token();
-    let asked = u128::from(cost.max(1)) * token;
-    let admitted = bucket.tokens >= asked;
+    let asked = signed(u128::from(cost.max(1)) * token);
+    let admitted = balance >= asked;
     let after = if admitted && cost > 0 {
-        bucket.tokens - asked
+        balance - asked
     } else {
-        bucket.tokens
+        balance
     };
+    let positive = u128::try_from(after).unwrap_or(0);
     let decision = Decision {
         allowed: u64::from(admitted),
         capacity: policy.capacity(),
-        remaining: u64::try_from(after / token).unwrap_or(u64::MAX),
-        retry_after_ns: (!admitted).then(|| policy.ns_ceil(asked - bucket.tokens)),
-        reset_after_ns: policy.ns_ceil(capacity(policy) - after),
+        remaining: u64::try_from(positive / token).unwrap_or(u64::MAX),
+        retry_after_ns: (!admitted).then(|| policy.ns_ceil((asked - balance).unsigned_abs())),
+        reset_after_ns: policy.ns_ceil((signed(cap) - after).unsigned_abs()),
     };
     let next = (admitted && cost > 0).then_some(TokenBucket {
-        tokens: after,
-        last_ns: bucket.last_ns,
+        tokens: positive,
+        last_ns: now_ns,
     });
     Outcome { decision, next }
 }
 
-/// The bucket under a new policy: refilled under the old one up to now, the same number of
-/// tokens (rounded down) carried over, never above the new capacity.
+/// The bucket under a new policy, as the stricter of two readings of what it holds now
+/// (refilled under the old policy): its balance carried over as the same number of tokens,
+/// rounded down, and what it owes (the capacity less the balance) carried over, rounded up, and
+/// owed under the new capacity. A larger bucket starts with no more tokens than the old one had;
+/// a smaller one may start below empty, so what was spent stays spent either way.
 pub fn rescale(state: &TokenBucket, from: &Policy, to: &Policy, now_ns: u64) -> TokenBucket {
-    let now = state.refilled(from, now_ns);
-    TokenBucket {
-        tokens: rescale_units(now.tokens, from, to, false).min(capacity(to)),
-        last_ns: now.last_ns,
-    }
+    let balance = state.balance(from, now_ns);
+    let owed = (signed(capacity(from)) - balance).unsigned_abs();
+    let after_debt =
+        signed(capacity(to)).saturating_sub(signed(rescale_units(owed, from, to, true)));
+    let kept = match u128::try_from(balance) {
+        Ok(tokens) => signed(rescale_units(tokens, from, to, false)),
+        Err(_) => -signed(rescale_units(balance.unsigned_abs(), from, to, true)),
+    };
+    TokenBucket::holding(kept.min(after_debt), to, now_ns)
 }
 
 /// Gives back `n` unspent tokens at `now_ns` (a lease that lapsed, a reservation settled for
-/// less): the bucket refilled up to now plus n tokens, never above the capacity. A bucket that is
-/// already full comes back as it was, so there is nothing to store.
+/// less): the balance now plus n tokens, never above the capacity. A bucket that is already
+/// full comes back as it was, so there is nothing to store.
 pub fn refund(state: &TokenBucket, policy: &Policy, now_ns: u64, n: u64) -> TokenBucket {
-    let now = state.refilled(policy, now_ns);
-    let cap = capacity(policy);
-    if now.tokens >= cap {
+    let balance = state.balance(policy, now_ns);
+    if balance >= signed(capacity(policy)) {
         return *state;
     }
-    let back = u128::from(n).saturating_mul(policy.units_per_token());
-    TokenBucket {
-        tokens: now.tokens.saturating_add(back).min(cap),
-        last_ns: now.last_ns,
-    }
+    let back = signed(u128::from(n).saturating_mul(policy.units_per_token()));
+    TokenBucket::holding(balance.saturating_add(back), policy, now_ns)
+}
+
+/// Spends `n` tokens at `now_ns` whatever the balance (see `Algorithm::charge`): below empty it
+/// becomes a debt, repaid by the refill before the bucket admits again.
+pub fn charge(state: &TokenBucket, policy: &Policy, now_ns: u64, n: u64) -> TokenBucket {
+    let spent = signed(u128::from(n).saturating_mul(policy.units_per_token()));
+    TokenBucket::holding(
+        state.balance(policy, now_ns).saturating_sub(spent),
+        policy,
+        now_ns,
+    )
 }
 
 /// `RL.INSPECT`'s fields: `millitokens`, the balance now (refilled up to now) in thousandths of
@@ -114,7 +168,11 @@ pub fn inspect(state: &TokenBucket, policy: &Policy, now_ns: u64) -> Vec<Field> 
     let own = vec![
         (
             "millitokens",
-            millitokens(state.refilled(policy, now_ns).tokens, policy, false),
+            millitokens(
+                u128::try_from(state.balance(policy, now_ns)).unwrap_or(0),
+                policy,
+                false,
+            ),
         ),
         (
             "stored_millitokens",
@@ -123,6 +181,20 @@ pub fn inspect(state: &TokenBucket, policy: &Policy, now_ns: u64) -> Vec<Field> 
         ("last_refill_ms", relative_ms(state.last_ns.into(), now_ns)),
     ];
     inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
+}
+
+/// Stored fields: `tokens u128` (units, at most the capacity), `last_ns u64`.
+pub fn encode(state: &TokenBucket, out: &mut Vec<u8>) {
+    out.extend_from_slice(&{ state.tokens }.to_le_bytes());
+    out.extend_from_slice(&{ state.last_ns }.to_le_bytes());
+}
+
+pub fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<TokenBucket, Invalid> {
+    let (tokens, last_ns) = (r.u128()?, r.u64()?);
+    if tokens > capacity(policy) {
+        return Err("token bucket balance above its capacity");
+    }
+    Ok(TokenBucket { tokens, last_ns })
 }
 
 super::algorithm!(TokenBucket, name: "token bucket", id: "token_bucket", tag: 2, burst: true);
@@ -174,11 +246,12 @@ mod tests {
                 ("reset_after_ms", 450)
             ]
         );
-        // The clock read before the last refill: nothing refilled, the refill is in the future.
+        // The clock read before the last refill: the balance 250 ms earlier, 2.5 tokens lower
+        // (owed, shown as none), as GCRA's debt would be.
         assert_eq!(
             inspect(&s, &p, T0)[3..6],
             [
-                ("millitokens", 500),
+                ("millitokens", 0),
                 ("stored_millitokens", 500),
                 ("last_refill_ms", 250)
             ]
@@ -222,22 +295,29 @@ mod tests {
             check(Some(&empty), &p, T0 + 100 * MS, 1).decision.allowed,
             1
         );
-        // Going back in time refills nothing.
+        // Going back in time refills nothing, and owes the time it went back: 5 s earlier the
+        // bucket is 50 tokens short, exactly as GCRA's arrival time would say.
         assert_eq!(
             check(Some(&empty), &p, T0 - 5000 * MS, 1)
                 .decision
                 .retry_after_ns,
-            Some(100 * MS)
+            Some(5100 * MS)
         );
     }
 
     #[test]
-    fn rescale_keeps_the_balance() {
+    fn rescale_carries_what_is_owed() {
         let from = Policy::new(10, 1000, 10).unwrap();
         let to = Policy::new(100, 1000, 100).unwrap();
         let s = check(None, &from, T0, 4).next.unwrap();
         let r = rescale(&s, &from, &to, T0);
+        // A larger bucket starts with the 6 tokens there were.
         assert_eq!(check(Some(&r), &to, T0, 0).decision.remaining, 6);
+        // And in a smaller one, below empty: 4 owed in a bucket of 2.
+        let small = Policy::new(10, 1000, 2).unwrap();
+        let r = rescale(&s, &from, &small, T0);
+        let d = check(Some(&r), &small, T0, 0).decision;
+        assert_eq!((d.remaining, d.retry_after_ns), (0, Some(300 * MS)));
     }
 
     #[test]

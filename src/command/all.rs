@@ -10,22 +10,16 @@
 //! over all of them and writes nothing.
 //!
 //! Reply: the combined decision (the five fields: allowed = all admitted; limit and remaining of
-//! the limiter with the fewest remaining; retry_after_ms = when every limiter would admit, -1 if
-//! admitted; reset_after_ms = the largest), then one five-field array per limiter in argument
+//! the limiter with the fewest remaining; retry_after_ms = when every limiter charged would
+//! admit, -1 if admitted; reset_after_ms = the largest), then one five-field array per limiter in argument
 //! order, describing it after the call (field 1: whether it would admit this request).
 
 use super::args::{parse_limiter, Amount, Options, Request};
 use super::ffi::Key;
 use super::limit::{accepts, of};
 use super::{effect, fields, Args, Ctx, RString, Reply};
-use crate::algo::{
-    fixed_window::FixedWindow,
-    gcra::Gcra,
-    sliding_counter::SlidingCounter,
-    sliding_log::{Change, SlidingLog},
-    token_bucket::TokenBucket,
-    Algorithm, Decision, Policy,
-};
+use crate::algo::step::{self, Held, Kept};
+use crate::algo::{sliding_log::Change, Algorithm, Decision, Policy};
 use crate::clock;
 use crate::error::{echo, Error};
 use crate::metrics;
@@ -34,23 +28,24 @@ use crate::state::{delta::Delta, AlgoState, Limiter, Stored};
 /// The most limiters one call may name.
 pub const MAX_LIMITERS: u64 = 32;
 
-/// What one limiter would do with the request, before anything is written.
+/// What one limiter would do with the request, before anything is written: the single-key rule
+/// (`algo::step::plan`), with the limiters it stores ready to store.
 struct Plan {
     /// Its decision on the request (charged, when admitted).
     decision: Decision,
     /// The decision when it is not charged: as the key stands after the call.
     uncharged: Decision,
-    /// The state to store when the whole request is admitted.
-    charged: Option<AlgoState>,
-    /// The state carried to a new policy: stored whatever the outcome.
-    carried: Option<AlgoState>,
+    /// What to store when the whole request is admitted, and how long the key must then live.
+    charged: Option<(Limiter, u64)>,
+    /// What to store when it is not (a change of configuration holds whatever the outcome).
+    carried: Option<(Limiter, u64)>,
     /// Instead of `charged`, for an algorithm that decides in place (the sliding log, under the
     /// policy it holds): the change to apply when the whole request is admitted, which goes out
     /// as a delta, in time and bytes independent of the log's length.
     in_place: Option<(Change, Applier)>,
 }
 
-/// Applies a planned change to the state of its algorithm (see [`Stored::apply_in_place`]).
+/// Applies a planned change to the state of its algorithm (see [`Stored::apply_delta`]).
 type Applier = fn(&mut AlgoState, &Policy, &Change) -> Option<Delta>;
 
 fn apply_in_place<A: Stored>(
@@ -58,7 +53,7 @@ fn apply_in_place<A: Stored>(
     policy: &Policy,
     change: &Change,
 ) -> Option<Delta> {
-    A::of_mut(state)?.apply_in_place(policy, change)
+    A::of_mut(state)?.apply_delta(policy, change)
 }
 
 type Planner = fn(Option<&Limiter>, &Policy, u64, u64) -> Result<Plan, Error>;
@@ -67,37 +62,46 @@ type Planner = fn(Option<&Limiter>, &Policy, u64, u64) -> Result<Plan, Error>;
 /// whether it takes BURST, and its planner.
 type Entry = (&'static str, &'static str, bool, Planner);
 
-const ALGORITHMS: [Entry; 5] = [
-    ("GCRA", Gcra::NAME, Gcra::BURST, plan::<Gcra>),
-    (
-        "TOKENBUCKET",
-        TokenBucket::NAME,
-        TokenBucket::BURST,
-        plan::<TokenBucket>,
-    ),
-    (
-        "SLIDINGLOG",
-        SlidingLog::NAME,
-        SlidingLog::BURST,
-        plan::<SlidingLog>,
-    ),
-    (
-        "SLIDINGCOUNTER",
-        SlidingCounter::NAME,
-        SlidingCounter::BURST,
-        plan::<SlidingCounter>,
-    ),
-    (
-        "FIXEDWINDOW",
-        FixedWindow::NAME,
-        FixedWindow::BURST,
-        plan::<FixedWindow>,
-    ),
-];
+/// The entry of a registry algorithm: every `limiter` (the five-integer commands) is offered.
+macro_rules! entry {
+    (limiter, $state:ty, $word:literal) => {
+        Some((
+            $word,
+            <$state as Algorithm>::NAME,
+            <$state as Algorithm>::BURST,
+            plan::<$state> as Planner,
+        ))
+    };
+    ($other:ident, $state:ty, $word:literal) => {
+        None
+    };
+}
+
+/// The algorithms of the registry (`algo::registry!`), in its order; `RL.SHAPE`'s shaper is not
+/// among them (its reply has a sixth field).
+macro_rules! all_table {
+    ($($module:ident::$variant:ident, $word:literal, $event:literal, $kind:ident, $summary:literal;)*) => {
+        const ALGORITHMS: &[Option<Entry>] =
+            &[$(entry!($kind, crate::algo::$module::$variant, $word),)*];
+    };
+}
+
+crate::algo::registry!(all_table);
+
+/// "GCRA, TOKENBUCKET, … or FIXEDWINDOW": the words `RL.ALL` takes, for its error.
+fn expected() -> String {
+    let words: Vec<&str> = ALGORITHMS.iter().flatten().map(|e| e.0).collect();
+    match words.split_last() {
+        Some((last, [])) => (*last).to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
+}
 
 fn algorithm(word: &[u8]) -> Option<&'static Entry> {
     ALGORITHMS
         .iter()
+        .flatten()
         .find(|(command, ..)| command.as_bytes().eq_ignore_ascii_case(word))
 }
 
@@ -149,18 +153,16 @@ pub fn all(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
             (true, None) => (plan.carried, plan.decision),
             (false, _) => (plan.carried, plan.uncharged),
         };
-        if let Some(state) = store {
-            let limiter = key.store(Limiter {
-                policy: part.request.policy,
-                state,
-            })?;
-            let at = effect::propagate(ctx, part.request.key, limiter, now_ns, &decision);
+        if let Some((limiter, keep_ns)) = store {
+            let limiter = key.store(limiter)?;
+            let at = effect::propagate(ctx, part.request.key, limiter, now_ns, keep_ns);
             key.expire_at(Some(at));
         }
         each.push(decision);
     }
+    let costs: Vec<u64> = parts.iter().map(|p| p.request.amount).collect();
     Ok(Reply::Nested(
-        fields(&combine(admitted, &each)),
+        fields(&combine(admitted, &each, &costs)),
         each.iter().map(fields).collect(),
     ))
 }
@@ -183,7 +185,7 @@ fn charge_in_place(
     let policy = limiter.policy;
     let at = match apply(&mut limiter.state, &policy, change) {
         Some(delta) => effect::propagate_delta(ctx, name, &delta, now_ns, decision),
-        None => effect::propagate(ctx, name, limiter, now_ns, decision),
+        None => effect::propagate(ctx, name, limiter, now_ns, decision.reset_after_ns),
     };
     metrics::limiter_changed(before, limiter);
     key.expire_at(Some(at));
@@ -191,21 +193,26 @@ fn charge_in_place(
 }
 
 /// The combined decision: allowed when all admitted; the capacity and remaining of the limiter
-/// with the fewest remaining; the latest retry (every limiter only refills as time passes, so
-/// at the latest of their retry times all admit, if nothing else spends meanwhile); the latest
-/// reset.
-fn combine(admitted: bool, each: &[Decision]) -> Decision {
+/// with the fewest remaining; the latest retry of the limiters charged (every limiter only
+/// refills as time passes, so at the latest of their retry times all admit, if nothing else
+/// spends meanwhile); the latest reset. `costs`: each limiter's COST, in order.
+fn combine(admitted: bool, each: &[Decision], costs: &[u64]) -> Decision {
+    let peek = costs.iter().all(|&c| c == 0);
     let tightest = each.iter().min_by_key(|d| d.remaining);
     Decision {
         allowed: u64::from(admitted),
         capacity: tightest.map_or(0, |d| d.capacity),
         remaining: tightest.map_or(0, |d| d.remaining),
+        // A limiter at COST 0 holds nothing back: its retry counts only when every limiter is
+        // at COST 0 (a peek over all of them).
         retry_after_ns: if admitted {
             None
         } else {
             Some(
                 each.iter()
-                    .filter_map(|d| d.retry_after_ns)
+                    .zip(costs)
+                    .filter(|(_, &cost)| cost > 0 || peek)
+                    .filter_map(|(d, _)| d.retry_after_ns)
                     .max()
                     .unwrap_or(0),
             )
@@ -241,9 +248,18 @@ fn parse<'a>(args: &mut Args<'a>) -> Result<Vec<Part<'a>>, Error> {
         }
         keys.push(key);
     }
-    let is_algorithm = |word: &[u8]| algorithm(word).is_some();
     let mut parts = Vec::with_capacity(keys.len());
-    for key in keys {
+    let count = keys.len();
+    for (i, key) in keys.into_iter().enumerate() {
+        // A limiter ends at the next algorithm word; before another limiter, at any word that
+        // is not one of its options, so that a misspelt algorithm is named as one.
+        let more = i + 1 < count;
+        let is_algorithm = |word: &[u8]| {
+            algorithm(word).is_some()
+                || (more
+                    && !word.eq_ignore_ascii_case(b"BURST")
+                    && !word.eq_ignore_ascii_case(b"COST"))
+        };
         let Some(word) = args.peek_bytes() else {
             return Err(Error::Syntax(format!(
                 "no limiter for key '{}': expected {n} limiters, one per key",
@@ -252,8 +268,9 @@ fn parse<'a>(args: &mut Args<'a>) -> Result<Vec<Part<'a>>, Error> {
         };
         let Some(&(_, name, burst, plan)) = algorithm(word) else {
             return Err(Error::Syntax(format!(
-                "unknown algorithm '{}'; expected GCRA, TOKENBUCKET, SLIDINGLOG, SLIDINGCOUNTER or FIXEDWINDOW",
-                echo(word)
+                "unknown algorithm '{}'; expected {}",
+                echo(word),
+                expected()
             )));
         };
         args.next_bytes()?;
@@ -285,40 +302,46 @@ fn plan<A: Stored>(
 ) -> Result<Plan, Error> {
     accepts::<A>(policy)?;
     let held = match stored {
-        Some(limiter) => Some((limiter.policy, of::<A>(limiter)?)),
+        Some(limiter) => Some((limiter, of::<A>(limiter)?)),
         None => None,
     };
-    let carried = match held {
-        Some((from, state)) if from != *policy => Some(state.rescale(&from, policy, now_ns)),
-        _ => None,
-    };
-    if let (None, Some((_, state)), true) = (&carried, held, cost > 0) {
-        if let Some((decision, change)) = state.decide_in_place(policy, now_ns, cost) {
-            let uncharged = match change {
-                Some(_) => A::check(Some(state), policy, now_ns, 0).decision,
-                None => decision,
-            };
-            return Ok(Plan {
-                decision,
-                uncharged,
-                charged: None,
-                carried: None,
-                in_place: change.map(|change| (change, apply_in_place::<A> as Applier)),
-            });
+    if let Some((limiter, state)) = held {
+        if limiter.policy == *policy && limiter.others().is_empty() && cost > 0 {
+            if let Some((decision, change)) = state.decide_in_place(policy, now_ns, cost) {
+                let uncharged = match change {
+                    Some(_) => A::check(Some(state), policy, now_ns, 0).decision,
+                    None => decision,
+                };
+                return Ok(Plan {
+                    decision,
+                    uncharged,
+                    charged: None,
+                    carried: None,
+                    in_place: change.map(|change| (change, apply_in_place::<A> as Applier)),
+                });
+            }
         }
     }
-    let start = carried.as_ref().or(held.map(|(_, s)| s));
-    let outcome = A::check(start, policy, now_ns, cost);
-    // Admitted but not charged (another limiter denied): the key as it stands, which admits.
-    let uncharged = match outcome.next {
-        Some(_) => A::check(start, policy, now_ns, 0).decision,
-        None => outcome.decision,
+    let others = stored.map(Limiter::others_of::<A>);
+    let planned = step::plan(
+        held.map(|(limiter, state)| Held {
+            policy: &limiter.policy,
+            state,
+            others: others.as_deref().unwrap_or(&[]),
+        }),
+        policy,
+        now_ns,
+        cost,
+    );
+    let limiter = |kept: Kept<A>| {
+        let keep_ns = kept.keep_ns;
+        (Limiter::kept(*policy, kept), keep_ns)
     };
     Ok(Plan {
-        decision: outcome.decision,
-        uncharged,
-        charged: outcome.next.map(A::wrap),
-        carried: carried.filter(|_| cost > 0).map(A::wrap),
+        decision: planned.decision,
+        uncharged: planned.uncharged,
+        charged: planned.charged.map(limiter),
+        carried: planned.carried.map(limiter),
         in_place: None,
     })
 }

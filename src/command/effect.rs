@@ -22,13 +22,14 @@ use crate::state::Limiter;
 pub const MIN_TTL_MS: u64 = 1_000;
 
 /// The key lives until the limiter is full again, so an idle key disappears once it would be
-/// indistinguishable from a fresh one; its TTL is never shorter than the reply's reset_after_ms
-/// (`decision` describes the limiter as it now stands), nor than [`MIN_TTL_MS`].
-pub fn expire_at_ms(now_ns: u64, decision: &Decision) -> u64 {
-    ms_ceil(now_ns).saturating_add(ms_ceil(decision.reset_after_ns).max(MIN_TTL_MS))
+/// indistinguishable from a fresh one: `keep_ns` from now, the reply's reset_after (or, for a
+/// key that remembers other configurations, the longest of theirs, see `algo::step`); never
+/// shorter than [`MIN_TTL_MS`].
+pub fn expire_at_ms(now_ns: u64, keep_ns: u64) -> u64 {
+    ms_ceil(now_ns).saturating_add(ms_ceil(keep_ns).max(MIN_TTL_MS))
 }
 
-/// After the limiter in key `name` changed (`decision` describes it as it now stands):
+/// After the limiter in key `name` changed (it must live `keep_ns` more, see [`expire_at_ms`]):
 /// propagates `RL.SETSTATE name <effect>` (the state and its absolute expiry in one argument, see
 /// `state::delta`'s effect envelope) so replicas and the AOF store exactly this state and expiry
 /// (they never decide again on their own clock), and signals the change (WATCH, the command's
@@ -38,9 +39,9 @@ pub fn propagate(
     name: RString<'_>,
     limiter: &Limiter,
     now_ns: u64,
-    decision: &Decision,
+    keep_ns: u64,
 ) -> u64 {
-    let expire_at_ms = expire_at_ms(now_ns, decision);
+    let expire_at_ms = expire_at_ms(now_ns, keep_ns);
     ENCODE_BUF.with_borrow_mut(|buf| {
         buf.clear();
         state_effect_header(expire_at_ms, buf);
@@ -62,7 +63,7 @@ pub fn propagate_delta(
     now_ns: u64,
     decision: &Decision,
 ) -> u64 {
-    let expire_at_ms = expire_at_ms(now_ns, decision);
+    let expire_at_ms = expire_at_ms(now_ns, decision.reset_after_ns);
     ctx.replicate(c"RL.SETSTATE", name, &delta.effect(expire_at_ms));
     ctx.changed(name);
     expire_at_ms

@@ -67,6 +67,14 @@ impl Ctx {
         Ok(())
     }
 
+    /// True when the command comes from the master's replication stream or from the AOF being
+    /// loaded, not from a client.
+    pub fn from_stream(&self) -> bool {
+        // SAFETY: live context; GetContextFlags exists since Redis 5.
+        let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(self.ptr)) } as u32;
+        flags & (raw::REDISMODULE_CTX_FLAGS_REPLICATED | raw::REDISMODULE_CTX_FLAGS_LOADING) != 0
+    }
+
     /// True when Redis runs the command only to learn where its keys are (its `getkeys-api`
     /// flag). Redis 7.0's cluster redirection finds a module command's keys this way or from
     /// its legacy (first, last, step) range, never from its key specs.

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use super::args::{parse_request, Amount, Options, Request};
 use super::ffi::Key;
 use super::{effect, Args, Ctx, Reply};
-use crate::algo::step::{step, Step};
+use crate::algo::step::{step, Held, Step};
 use crate::algo::{
     lease, sliding_log::MAX_LOG_LIMIT, token_bucket::TokenBucket, Decision, Outcome, Policy,
 };
@@ -25,9 +25,13 @@ pub fn request<A: Stored>(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
     };
     let request = parse_request(args, options)?;
     let (policy, cost) = (request.policy, request.amount);
-    let decision = decide::<A>(ctx, &request, true, |state, now_ns| {
-        A::check(state, &policy, now_ns, cost)
-    })?;
+    let decision = decide::<A>(
+        ctx,
+        &request,
+        true,
+        |state, now_ns| A::check(state, &policy, now_ns, cost),
+        |d| admitted_cost(d, cost),
+    )?;
     Ok(Reply::decision(&decision))
 }
 
@@ -39,9 +43,13 @@ pub fn lease(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
     };
     let request = parse_request(args, options)?;
     let (policy, want) = (request.policy, request.amount);
-    let decision = decide::<TokenBucket>(ctx, &request, false, |state, now_ns| {
-        lease::lease(state, &policy, now_ns, want)
-    })?;
+    let decision = decide::<TokenBucket>(
+        ctx,
+        &request,
+        false,
+        |state, now_ns| lease::lease(state, &policy, now_ns, want),
+        |d| d.allowed,
+    )?;
     metrics::leased(want, decision.allowed);
     Ok(Reply::decision(&decision))
 }
@@ -50,12 +58,15 @@ pub fn lease(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
 /// the algorithm's decision on the state the request starts from (see `algo::step` for which
 /// state that is, and when a denied request still stores a new policy). `check` says that
 /// `decision` is the algorithm's `check` with the request's amount as its cost, so that
-/// [`Stored::check_in_place`] may stand in for it.
+/// [`Stored::check_in_place`] may stand in for it. What a decision spent is charged to the
+/// other configurations the key remembers: its `allowed` for a lease (the tokens granted), the
+/// request's amount for an admitted request.
 pub fn decide<A: Stored>(
     ctx: &Ctx,
     request: &Request<'_>,
     check: bool,
     decision: impl FnOnce(Option<&A>, u64) -> Outcome<A>,
+    spent: impl FnOnce(&Decision) -> u64,
 ) -> Result<Decision, Error> {
     accepts::<A>(&request.policy)?;
     let now_ns = clock::now_ns();
@@ -71,7 +82,8 @@ pub fn decide<A: Stored>(
     // time and bytes independent of the log's length. Everything else (a first write, a policy
     // change, a peek) takes the general path below and propagates the full state.
     if let Some(limiter) = stored.as_deref_mut() {
-        if check && !peek && limiter.policy == request.policy {
+        let alone = limiter.others().is_empty();
+        if check && !peek && alone && limiter.policy == request.policy {
             let (policy, before) = (limiter.policy, metrics::Footprint::of(limiter));
             let Some(state) = A::of_mut(&mut limiter.state) else {
                 return Err(wrong_type::<A>(limiter));
@@ -86,27 +98,43 @@ pub fn decide<A: Stored>(
             }
         }
     }
+    let others = stored.as_deref().map(Limiter::others_of::<A>);
     let held = match &stored {
         Some(limiter) => Some((limiter.policy, of::<A>(limiter)?)),
         None => None,
     };
-    let decided = step(
-        held.as_ref().map(|(p, s)| (p, *s)),
+    let Step {
+        decision,
+        store: kept,
+    } = step(
+        held.as_ref().map(|(policy, state)| Held {
+            policy,
+            state: *state,
+            others: others.as_deref().unwrap_or(&[]),
+        }),
         &request.policy,
         now_ns,
         peek,
         |state| decision(state, now_ns),
+        spent,
     );
-    let Step {
-        decision,
-        store: next,
-    } = decided;
-    if let Some(next) = next {
-        let limiter = store(&mut key, request.policy, next)?;
-        let expire_at_ms = effect::propagate(ctx, request.key, limiter, now_ns, &decision);
+    if let Some(kept) = kept {
+        let keep_ns = kept.keep_ns;
+        let limiter = key.store(Limiter::kept(request.policy, kept))?;
+        let expire_at_ms = effect::propagate(ctx, request.key, limiter, now_ns, keep_ns);
         key.expire_at(Some(expire_at_ms));
     }
     Ok(decision)
+}
+
+/// What an admitted request of `cost` spent (nothing when denied): `decide`'s `spent` for
+/// every command whose `allowed` is 1 or 0.
+pub fn admitted_cost(decision: &Decision, cost: u64) -> u64 {
+    if decision.allowed == 0 {
+        0
+    } else {
+        cost
+    }
 }
 
 /// The state of algorithm `A` in a stored limiter; WRONGTYPE naming what it holds otherwise.
@@ -128,10 +156,7 @@ pub fn store<'k, A: Stored>(
     policy: Policy,
     state: A,
 ) -> Result<&'k mut Limiter, Error> {
-    key.store(Limiter {
-        policy,
-        state: state.wrap(),
-    })
+    key.store(Limiter::new(policy, state.wrap()))
 }
 
 /// Refuses a policy whose stored state would hold more entries than `ratelimit.max-log-entries`

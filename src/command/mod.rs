@@ -19,10 +19,7 @@ use std::ffi::{c_int, CStr};
 
 use redis_module::commands::{BeginSearch, FindKeys, KeySpec, KeySpecFlags};
 
-use crate::algo::{
-    fixed_window::FixedWindow, gcra::Gcra, ms_ceil, sliding_counter::SlidingCounter,
-    sliding_log::SlidingLog, token_bucket::TokenBucket, Decision,
-};
+use crate::algo::{ms_ceil, Decision};
 use crate::error::Error;
 pub use ffi::{Args, Ctx, RString};
 
@@ -154,28 +151,41 @@ const GATEWAY: &str = "write fast ratelimit";
 /// What a gateway or a dashboard calls to look without changing anything.
 const GATEWAY_READ: &str = "read fast ratelimit";
 
-/// Every command of the module.
-pub const COMMANDS: &[Spec] = &[
-    Spec {
-        name: "RL.GCRA",
-        flags: WRITE,
-        arity: -4,
-        keys: Keys::ReadWrite,
-        summary: "Decides one request with GCRA: at most L per W ms plus a burst of B",
-        event: c"rl.gcra",
-        acl: GATEWAY,
-        handler: limit::request::<Gcra>,
-    },
-    Spec {
-        name: "RL.TOKENBUCKET",
-        flags: WRITE,
-        arity: -4,
-        keys: Keys::ReadWrite,
-        summary: "Decides one request with a token bucket: at most L per W ms plus a burst of B",
-        event: c"rl.tokenbucket",
-        acl: GATEWAY,
-        handler: limit::request::<TokenBucket>,
-    },
+/// The row of an algorithm's own command (see `algo::registry!`): `limiter`, the five-integer
+/// `RL.<WORD> key L W [BURST B] [COST n]`; `shaper`, `RL.SHAPE` with its queue and delay.
+macro_rules! algorithm_row {
+    (limiter, $state:ty, $word:literal, $event:literal, $summary:literal) => {
+        Spec {
+            name: concat!("RL.", $word),
+            flags: WRITE,
+            arity: -4,
+            keys: Keys::ReadWrite,
+            summary: $summary,
+            event: $event,
+            acl: GATEWAY,
+            handler: limit::request::<$state>,
+        }
+    };
+    (shaper, $state:ty, $word:literal, $event:literal, $summary:literal) => {
+        Spec {
+            name: concat!("RL.", $word),
+            flags: WRITE,
+            arity: -4,
+            keys: Keys::ReadWrite,
+            summary: $summary,
+            event: $event,
+            acl: GATEWAY,
+            handler: shape::shape,
+        }
+    };
+}
+
+/// The command table: every algorithm's own command (from the registry), then the rest.
+macro_rules! command_table {
+    ($($module:ident::$variant:ident, $word:literal, $event:literal, $kind:ident, $summary:literal;)*) => {
+        /// Every command of the module.
+        pub const COMMANDS: &[Spec] = &[
+            $(algorithm_row!($kind, crate::algo::$module::$variant, $word, $event, $summary),)*
     Spec {
         name: "RL.LEASE",
         flags: WRITE,
@@ -197,36 +207,6 @@ pub const COMMANDS: &[Spec] = &[
         handler: refund::refund,
     },
     Spec {
-        name: "RL.SLIDINGLOG",
-        flags: WRITE,
-        arity: -4,
-        keys: Keys::ReadWrite,
-        summary: "Decides one request with a sliding log: never more than L in any W ms",
-        event: c"rl.slidinglog",
-        acl: GATEWAY,
-        handler: limit::request::<SlidingLog>,
-    },
-    Spec {
-        name: "RL.SLIDINGCOUNTER",
-        flags: WRITE,
-        arity: -4,
-        keys: Keys::ReadWrite,
-        summary: "Decides one request with a sliding window counter (two weighted windows)",
-        event: c"rl.slidingcounter",
-        acl: GATEWAY,
-        handler: limit::request::<SlidingCounter>,
-    },
-    Spec {
-        name: "RL.FIXEDWINDOW",
-        flags: WRITE,
-        arity: -4,
-        keys: Keys::ReadWrite,
-        summary: "Decides one request with a fixed window counter: at most L per aligned W ms",
-        event: c"rl.fixedwindow",
-        acl: GATEWAY,
-        handler: limit::request::<FixedWindow>,
-    },
-    Spec {
         name: "RL.ALL",
         flags: WRITE,
         arity: -6,
@@ -235,16 +215,6 @@ pub const COMMANDS: &[Spec] = &[
         event: c"rl.all",
         acl: GATEWAY,
         handler: all::all,
-    },
-    Spec {
-        name: "RL.SHAPE",
-        flags: WRITE,
-        arity: -4,
-        keys: Keys::ReadWrite,
-        summary: "Shapes with a leaky bucket queue (nginx limit_req): admits with the delay to wait, or denies",
-        event: c"rl.shape",
-        acl: GATEWAY,
-        handler: shape::shape,
     },
     Spec {
         name: "RL.THROTTLE",
@@ -307,7 +277,11 @@ pub const COMMANDS: &[Spec] = &[
         acl: "admin dangerous fast",
         handler: debug::debug,
     },
-];
+        ];
+    };
+}
+
+crate::algo::registry!(command_table);
 
 /// Runs one command of the table (behind the panic guard of `ffi::dispatch`).
 fn run(spec: &Spec, ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {

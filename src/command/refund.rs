@@ -12,7 +12,7 @@ use crate::algo::{Decision, Policy, MAX_LIMIT};
 use crate::clock;
 use crate::error::Error;
 use crate::metrics;
-use crate::state::{Stored, Visit};
+use crate::state::{AlgoState, Stored, Visit};
 
 pub fn refund(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     let name = args.next_string()?;
@@ -27,12 +27,23 @@ pub fn refund(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     let policy = limiter.policy;
     let before = metrics::Footprint::of(limiter);
     let refunded = limiter.state.visit(Settle { policy, now_ns, n });
+    // Every configuration the key remembers was charged what is given back: each takes it back
+    // by its own rule, and the key lives as long as the longest of them needs.
+    let (mut changed, mut keep_ns) = (refunded.changed, refunded.after.reset_after_ns);
+    if let AlgoState::Remembered(remembered) = &mut limiter.state {
+        for (policy, state) in remembered.others.iter_mut() {
+            let policy = *policy;
+            let other = state.visit(Settle { policy, now_ns, n });
+            changed |= other.changed;
+            keep_ns = keep_ns.max(other.after.reset_after_ns);
+        }
+    }
     metrics::note(metrics::Outcome::Call);
     metrics::refunded(refunded.given);
-    if refunded.changed {
+    if changed {
         // Changed in place (a sliding log shrinks): the gauges follow.
         metrics::limiter_changed(before, limiter);
-        let expire_at_ms = effect::propagate(ctx, name, limiter, now_ns, &refunded.after);
+        let expire_at_ms = effect::propagate(ctx, name, limiter, now_ns, keep_ns);
         key.expire_at(Some(expire_at_ms));
     }
     Ok(Reply::decision(&Decision {

@@ -20,15 +20,26 @@ use crate::state::Limiter;
 /// The largest PXAT accepted: year 33658, far beyond any limiter's reset.
 const MAX_PXAT_MS: u64 = 1_000_000_000_000_000;
 
+/// Every refusal is logged with the key and the reason: in an AOF being loaded or on a replica,
+/// a refused line drops or keeps stale that key's limit, and nobody sees the error reply.
 pub fn set_state(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     let name = args.next_string()?;
+    set(ctx, name, args).inspect_err(|e| {
+        ctx.log_warning(&format!(
+            "RL.SETSTATE refused for key '{}': {e}",
+            echo(name.bytes())
+        ));
+    })
+}
+
+fn set(ctx: &Ctx, name: RString<'_>, mut args: Args<'_>) -> Result<Reply, Error> {
     let bytes = args.next_bytes()?;
     match Effect::parse(bytes) {
         Some(Effect::State {
             state,
             expire_at_ms,
         }) => {
-            let limiter = decode(ctx, name, state)?;
+            let limiter = decode(state)?;
             args.done()?;
             store(ctx, name, limiter, Some(in_range(expire_at_ms)?))
         }
@@ -40,7 +51,7 @@ pub fn set_state(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
             set_delta(ctx, name, delta, in_range(expire_at_ms)?)
         }
         None => {
-            let limiter = decode(ctx, name, bytes)?;
+            let limiter = decode(bytes)?;
             let expire_at = match args.remaining() {
                 0 => None,
                 _ => Some(pxat(&mut args)?),
@@ -51,15 +62,9 @@ pub fn set_state(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     }
 }
 
-/// Decodes a state; a refusal is logged: in an AOF being loaded, a refused line drops that key's
-/// limit, so the log says which and why.
-fn decode(ctx: &Ctx, name: RString<'_>, state: &[u8]) -> Result<Limiter, Error> {
-    Limiter::decode(state).inspect_err(|e| {
-        ctx.log_warning(&format!(
-            "RL.SETSTATE refused for key '{}': {e}",
-            echo(name.bytes())
-        ));
-    })
+/// Decodes a state (a refusal is logged by [`set_state`]).
+fn decode(state: &[u8]) -> Result<Limiter, Error> {
+    Limiter::decode(state)
 }
 
 fn store(
@@ -101,9 +106,7 @@ fn in_range(expire_at_ms: u64) -> Result<u64, Error> {
 }
 
 /// A delta applies to the sliding log the key holds, or is refused with the key untouched
-/// (missing key, another algorithm or type, another state, a change that does not fit). A
-/// refusal is logged: on a replica or an AOF load it means that key no longer matches the
-/// master's, until its next full state.
+/// (missing key, another algorithm or type, another state, a change that does not fit).
 fn set_delta(ctx: &Ctx, name: RString<'_>, delta: &[u8], expire_at: u64) -> Result<Reply, Error> {
     let mut key = ctx.open(name, true);
     let applied = Delta::decode(delta).and_then(|delta| match key.limiter("sliding log")? {
@@ -115,13 +118,9 @@ fn set_delta(ctx: &Ctx, name: RString<'_>, delta: &[u8], expire_at: u64) -> Resu
         }
         None => Err(Error::BadState("delta for a missing key")),
     });
-    if let Err(e) = applied {
-        ctx.log_warning(&format!(
-            "RL.SETSTATE delta refused for key '{}': {e}",
-            echo(name.bytes())
-        ));
-        return Err(e);
-    }
+    // A refusal (logged by `set_state`): on a replica or an AOF load that key no longer
+    // matches the master's, until its next full state.
+    applied?;
     key.expire_at(Some(expire_at));
     ctx.replicate_verbatim();
     ctx.changed(name);

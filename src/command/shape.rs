@@ -9,7 +9,7 @@
 use std::cell::Cell;
 
 use super::args::Request;
-use super::limit::decide;
+use super::limit::{admitted_cost, decide};
 use super::{fields, Args, Ctx, Reply};
 use crate::algo::shape::{self, Shape};
 use crate::algo::{ms_ceil, MAX_LIMIT, MAX_WINDOW_MS};
@@ -19,18 +19,25 @@ pub fn shape(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
     let (request, undelayed) = parse(args)?;
     let (policy, cost) = (request.policy, request.amount);
     let delay_ns = Cell::new(0);
-    let decision = decide::<Shape>(ctx, &request, false, |state, now_ns| {
-        let configured = Shape::configured(state, undelayed);
-        let shaped = shape::check(Some(&configured), &policy, now_ns, cost);
-        delay_ns.set(shaped.delay_ns);
-        let mut outcome = shaped.outcome;
-        // d belongs to the policy: a new one holds even when this request is denied (as a new
-        // L, W or queue does, see `algo::step`); a peek stores nothing.
-        if outcome.next.is_none() && cost > 0 && state.is_some_and(|s| s.undelayed != undelayed) {
-            outcome.next = Some(configured);
-        }
-        outcome
-    })?;
+    let decision = decide::<Shape>(
+        ctx,
+        &request,
+        false,
+        |state, now_ns| {
+            let configured = Shape::configured(state, undelayed);
+            let shaped = shape::check(Some(&configured), &policy, now_ns, cost);
+            delay_ns.set(shaped.delay_ns);
+            let mut outcome = shaped.outcome;
+            // d belongs to the policy: a new one holds even when this request is denied (as a new
+            // L, W or queue does, see `algo::step`); a peek stores nothing.
+            if outcome.next.is_none() && cost > 0 && state.is_some_and(|s| s.undelayed != undelayed)
+            {
+                outcome.next = Some(configured);
+            }
+            outcome
+        },
+        |d| admitted_cost(d, cost),
+    )?;
     let mut reply = fields(&decision).to_vec();
     reply.push(i64::try_from(ms_ceil(delay_ns.get())).unwrap_or(i64::MAX));
     Ok(Reply::Integers(reply))

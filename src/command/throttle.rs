@@ -9,9 +9,12 @@
 //!
 //! redis-cell's edges, as redis-cell's source (`redis-cell/src/lib.rs`, `redis-cell-impl`)
 //! decides them, and what we do:
-//! - `quantity` 0: redis-cell peeks and is never limited (-1 retry). Same here: `limited` 0,
-//!   retry −1, remaining and reset from the peek, nothing written. (`RL.GCRA … COST 0` instead
-//!   answers whether a cost-1 request would pass.)
+//! - `quantity` 0: redis-cell peeks: limited only when the key's debt runs past the capacity
+//!   (a key written under another policy), with the time past it as retry; else `limited` 0,
+//!   retry −1. Same here, nothing written. (`RL.GCRA … COST 0` instead answers whether a cost-1
+//!   request would pass.)
+//! - A policy change: redis-cell keeps one TAT and judges it by the call's policy; so do
+//!   `RL.THROTTLE`/`CL.THROTTLE` (see [`carry_tat`]), unlike `RL.GCRA`, which carries tokens.
 //! - `quantity` > max_burst + 1: redis-cell answers limited with retry −1 ("never"). Same here
 //!   (`RL.GCRA` refuses such a COST with an error).
 //! - Negative quantity: redis-cell moves the arrival time back, handing out credit. Refused.
@@ -34,9 +37,10 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::args::{parse_u64, Request};
-use super::limit::{decide, store};
-use super::{effect, Args, Ctx, Reply, Spec};
+use super::args::parse_u64;
+use super::ffi::Held;
+use super::limit::{of, store};
+use super::{effect, Args, Ctx, RString, Reply, Spec};
 use crate::algo::gcra::{self, Gcra};
 use crate::algo::{Algorithm, Decision, Policy, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::clock;
@@ -80,20 +84,101 @@ pub fn throttle(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
         _ => Some(args.next_bytes()?),
     };
     let Throttle { policy, quantity } = parse(max_burst, count, period, quantity)?;
-    let request = Request {
-        key,
-        policy,
-        amount: quantity.cost(),
-    };
-    if cell_compat() {
-        if let Some(peeked) = adopt(ctx, &request)? {
-            return Ok(counted(quantity, reply(quantity, &peeked)));
-        }
+    if ctx.from_stream() {
+        return Ok(from_stream(ctx, key.bytes(), &policy));
     }
-    let decision = decide::<Gcra>(ctx, &request, true, |state, now_ns| {
-        Gcra::check(state, &policy, now_ns, request.amount)
-    })?;
-    Ok(counted(quantity, reply(quantity, &decision)))
+    let fields = decide(ctx, key, policy, quantity)?;
+    Ok(counted(quantity, fields))
+}
+
+/// Load, carry, decide, persist and propagate, on one opening of the key. The state the request
+/// is decided on: the key's GCRA limiter under the request's policy; under another policy, the
+/// same theoretical arrival time judged by the new one ([`carry_tat`], redis-cell's rule, not
+/// `RL.GCRA`'s); with `CELL-COMPAT yes`, redis-cell's string adopted the same way
+/// ([`adopt_cell_value`]). A carried or adopted state is stored with the request's policy
+/// whether or not the request is admitted (a string is first `DEL`eted: a replica holds it
+/// too); a peek, or a quantity that can never pass, writes nothing.
+fn decide(
+    ctx: &Ctx,
+    name: RString<'_>,
+    policy: Policy,
+    quantity: Quantity,
+) -> Result<[i64; 5], Error> {
+    let amount = quantity.cost();
+    let now_ns = clock::now_ns();
+    let mut key = ctx.open(name, amount > 0);
+    // (the state to decide on, whether it was carried, whether from redis-cell's string)
+    let (state, carried, string) = match key.held() {
+        Held::Empty => (None, false, false),
+        Held::Limiter(limiter) => {
+            let held = *of::<Gcra>(limiter)?;
+            if limiter.policy == policy {
+                (Some(held), false, false)
+            } else {
+                (
+                    Some(carry_tat(&held, &limiter.policy, &policy)),
+                    true,
+                    false,
+                )
+            }
+        }
+        Held::Other(holds) => {
+            let adopted = match cell_compat() {
+                true => key
+                    .string_value()
+                    .and_then(|value| adopt_cell_value(&value, &policy, now_ns)),
+                false => None,
+            };
+            match adopted {
+                Some(state) => (Some(state), true, true),
+                None => {
+                    return Err(Error::WrongType {
+                        holds: holds.into(),
+                        wanted: Gcra::NAME,
+                        key: None,
+                    })
+                }
+            }
+        }
+    };
+    let outcome = Gcra::check(state.as_ref(), &policy, now_ns, amount);
+    let over = over_capacity(state.as_ref(), &policy, now_ns);
+    let store_state = match (amount, outcome.next) {
+        (0, _) => None,
+        (_, Some(next)) => Some(next),
+        (_, None) => state.filter(|_| carried),
+    };
+    if let Some(next) = store_state {
+        if string {
+            ctx.replicate_del(name);
+        }
+        let limiter = store(&mut key, policy, next)?;
+        let expire_at_ms =
+            effect::propagate(ctx, name, limiter, now_ns, outcome.decision.reset_after_ns);
+        key.expire_at(Some(expire_at_ms));
+    }
+    Ok(reply(quantity, &outcome.decision, over))
+}
+
+/// `RL.THROTTLE`/`CL.THROTTLE` replicated from a master or read from the AOF: only redis-cell
+/// sends them (this module replicates the effects of its own calls, never the command). Applying
+/// one would mean deciding again on this server's clock, where redis-cell's master decided on
+/// its own: this server would end milliseconds off the master, or admit what the master denied.
+/// So nothing is applied; the master's keys reach this server as data by a full resync (or an
+/// AOF rewritten before the switch): see docs/migrating-from-redis-cell.md. Logged once per
+/// process, with the first key. The reply goes nowhere (a master link or the AOF loader).
+fn from_stream(ctx: &Ctx, key: &[u8], policy: &Policy) -> Reply {
+    static WARNED: AtomicBool = AtomicBool::new(false);
+    metrics::note(metrics::Outcome::Peek);
+    if !WARNED.swap(true, Ordering::Relaxed) {
+        ctx.log_warning(&format!(
+            "{} for key '{}' came from the master or the AOF (redis-cell's stream): applied nothing, as for every later one; resync this server from the master (or rewrite the AOF under redis-cell) before switching, see docs/migrating-from-redis-cell.md",
+            ctx.spec().name,
+            String::from_utf8_lossy(key)
+        ));
+    }
+    let capacity = i64::try_from(policy.capacity()).unwrap_or(i64::MAX);
+    Reply::Decision([0, capacity, capacity, -1, 0])
 }
 
 /// The reply, noted for `INFO ratelimit`: redis-cell's field 1 is "limited", the opposite of
@@ -107,28 +192,30 @@ fn counted(quantity: Quantity, fields: [i64; 5]) -> Reply {
     Reply::Decision(fields)
 }
 
-/// A key holding redis-cell's value becomes our GCRA limiter with the same debt, stored, expiring
-/// and propagated (`DEL` then `RL.SETSTATE`: a replica holds the string too) before the request is
-/// decided on it. A peek converts nothing: it answers from the value (`Some(decision)`).
-fn adopt(ctx: &Ctx, request: &Request<'_>) -> Result<Option<Decision>, Error> {
-    let peek = request.amount == 0;
-    let mut key = ctx.open(request.key, !peek);
-    let Some(value) = key.string_value() else {
-        return Ok(None);
-    };
-    let now_ns = clock::now_ns();
-    let Some(adopted) = adopt_cell_value(&value, &request.policy, now_ns) else {
-        return Ok(None);
-    };
-    let now = gcra::check(Some(&adopted), &request.policy, now_ns, 0).decision;
-    if peek {
-        return Ok(Some(now));
+/// redis-cell's reinterpretation of a key under a new policy: it stores only the theoretical
+/// arrival time (TAT) and judges it by the emission interval and burst of the call at hand, so
+/// the debt carries over in time, not in tokens, and is not capped: `CL.THROTTLE k 9 10 3600`
+/// spent to the full leaves 3,600 s of debt, and `CL.THROTTLE k 0 3 1` then waits those out
+/// (1,800 requests' worth at 3 per second), where `RL.GCRA` would carry the 10 requests spent.
+/// The TAT moves by less than a nanosecond (rounded up: a debt never shrinks).
+pub fn carry_tat(state: &Gcra, from: &Policy, to: &Policy) -> Gcra {
+    let tat = { state.tat };
+    let tat_ns = tat.div_ceil(from.units_per_ns());
+    Gcra {
+        tat: tat_ns
+            .saturating_mul(to.units_per_ns())
+            .min(gcra::max_tat(to)),
     }
-    ctx.replicate_del(request.key);
-    let limiter = store(&mut key, request.policy, adopted)?;
-    let expire_at_ms = effect::propagate(ctx, request.key, limiter, now_ns, &now);
-    key.expire_at(Some(expire_at_ms));
-    Ok(None)
+}
+
+/// How far a key's debt runs past its policy's capacity, in ns rounded up: only a carried TAT
+/// (a key converted from another policy, or adopted from redis-cell) can. redis-cell then
+/// answers even a quantity of 0 as limited, for that long. None: within capacity.
+fn over_capacity(state: Option<&Gcra>, policy: &Policy, now_ns: u64) -> Option<u64> {
+    let tat = state.map(|s| s.tat)?;
+    let debt = tat.saturating_sub(policy.units_at(now_ns));
+    let capacity = u128::from(policy.capacity()) * policy.units_per_token();
+    (debt > capacity).then(|| policy.ns_ceil(debt - capacity))
 }
 
 const NS_PER_SEC: u64 = 1_000_000_000;
@@ -196,16 +283,18 @@ pub fn secs_ceil(ns: u64) -> u64 {
 }
 
 /// redis-cell's reply, `[limited, limit, remaining, retry_after_s, reset_after_s]`, from the
-/// GCRA's decision on `quantity.cost()`.
-pub fn reply(quantity: Quantity, d: &Decision) -> [i64; 5] {
+/// GCRA's decision on `quantity.cost()`. `over`: how far the debt runs past the capacity (see
+/// [`over_capacity`]), which makes even a peek limited, for that long, as in redis-cell.
+pub fn reply(quantity: Quantity, d: &Decision, over: Option<u64>) -> [i64; 5] {
     let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
     let limited = match quantity {
         Quantity::Spend(_) => d.allowed == 0,
-        Quantity::Peek => false,
+        Quantity::Peek => over.is_some(),
         Quantity::Never => true,
     };
-    let retry = match (quantity, d.retry_after_ns) {
-        (Quantity::Spend(_), Some(ns)) => int(secs_ceil(ns)),
+    let retry = match (quantity, d.retry_after_ns, over) {
+        (Quantity::Spend(_), Some(ns), _) => int(secs_ceil(ns)),
+        (Quantity::Peek, _, Some(ns)) => int(secs_ceil(ns)),
         _ => -1,
     };
     [
@@ -218,9 +307,11 @@ pub fn reply(quantity: Quantity, d: &Decision) -> [i64; 5] {
 }
 
 /// A redis-cell key's value — the theoretical arrival time as a decimal i64 of nanoseconds since
-/// the epoch, as `CL.THROTTLE` writes it — as our GCRA state under `policy` at `now_ns`. What
-/// was spent carries over as the same debt in time, at most a full bucket (a key written under
-/// a larger policy is empty, not deeper in debt). None: not such a value.
+/// the epoch, as `CL.THROTTLE` writes it — as our GCRA state under `policy` at `now_ns`: the
+/// same instant, so the debt carries over in time, whole, as redis-cell would judge it under
+/// `policy` (a key written under a larger policy stays in debt past this policy's capacity,
+/// and is denied until the time is served). An instant in the past is a full key. None: not
+/// such a value.
 pub fn adopt_cell_value(value: &[u8], policy: &Policy, now_ns: u64) -> Option<Gcra> {
     let (negative, digits) = match value.split_first() {
         Some((b'-', rest)) => (true, rest),
@@ -236,15 +327,9 @@ pub fn adopt_cell_value(value: &[u8], policy: &Policy, now_ns: u64) -> Option<Gc
     if tat_ns > i64::MAX as u64 {
         return None;
     }
-    let debt_ns = if negative {
-        0
-    } else {
-        tat_ns.saturating_sub(now_ns)
-    };
-    let capacity = u128::from(policy.capacity()) * policy.units_per_token();
-    let debt = (u128::from(debt_ns) * policy.units_per_ns()).min(capacity);
+    let tat_ns = if negative { now_ns } else { tat_ns.max(now_ns) };
     Some(Gcra {
-        tat: policy.units_at(now_ns) + debt,
+        tat: policy.units_at(tat_ns).min(gcra::max_tat(policy)),
     })
 }
 
@@ -325,7 +410,7 @@ mod tests {
             if let (Quantity::Spend(_), Some(next)) = (t.quantity, out.next) {
                 state = Some(next);
             }
-            reply(t.quantity, &out.decision)
+            reply(t.quantity, &out.decision, None)
         };
         // (at ms, quantity) → [limited, limit, remaining, retry, reset]
         let cases: [(u64, &str, [i64; 5]); 15] = [
@@ -357,7 +442,7 @@ mod tests {
         let spent = gcra::check(None, &t.policy, T0, 1).next.unwrap();
         let d = gcra::check(Some(&spent), &t.policy, T0, 0).decision;
         assert_eq!(d.allowed, 0);
-        assert_eq!(reply(t.quantity, &d), [0, 1, 0, -1, 10]);
+        assert_eq!(reply(t.quantity, &d, None), [0, 1, 0, -1, 10]);
     }
 
     #[test]
@@ -398,9 +483,28 @@ mod tests {
         }
         let g = adopt_cell_value(b"-5", &p, T0).unwrap();
         assert_eq!(gcra::check(Some(&g), &p, T0, 0).decision.remaining, 5);
+        // Far future: the whole debt, not capped at a full bucket (redis-cell judges the TAT
+        // as it is).
         let g = adopt_cell_value(i64::MAX.to_string().as_bytes(), &p, T0).unwrap();
         let d = gcra::check(Some(&g), &p, T0, 0).decision;
-        assert_eq!((d.remaining, d.reset_after_ns), (0, 5 * SEC));
+        assert_eq!((d.remaining, d.reset_after_ns), (0, i64::MAX as u64 - T0));
+        // The chg:p6: written exhausted under 9 10 3600 (3,600 s of debt), 3 s later
+        // read under 0 3 1: redis-cell answers [1, 1, 0, 3597, 3597].
+        let cell = ok("9", "10", "3600", None).policy;
+        let spent = gcra::check(None, &cell, T0, 10).next.unwrap();
+        let tat_ns = spent.tat / cell.units_per_ns();
+        let t = ok("0", "3", "1", Some("1"));
+        let now = T0 + 3 * SEC;
+        let g = adopt_cell_value(tat_ns.to_string().as_bytes(), &t.policy, now).unwrap();
+        let d = gcra::check(Some(&g), &t.policy, now, 1).decision;
+        assert_eq!(reply(t.quantity, &d, None), [1, 1, 0, 3597, 3597]);
+        // The same key held as our limiter and changed by RL.THROTTLE: the same answer.
+        let carried = carry_tat(&spent, &cell, &t.policy);
+        assert_eq!(carried, g);
+        // A peek on it is limited too, for the time past the capacity (3597 - 1/3 s).
+        let over = over_capacity(Some(&carried), &t.policy, now);
+        let d = gcra::check(Some(&carried), &t.policy, now, 0).decision;
+        assert_eq!(reply(Quantity::Peek, &d, over), [1, 1, 0, 3597, 3597]);
         for bad in [
             &b""[..],
             b"-",

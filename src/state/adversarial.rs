@@ -128,6 +128,7 @@ fn carried(to: Policy, state: AlgoState, now: u64) {
             .outcome
             .next
             .map(AlgoState::Shape),
+        AlgoState::Remembered(_) => None,
     };
     if let Some(next) = next {
         must_validate(to, next);
@@ -160,6 +161,7 @@ proptest! {
                     reply(now, &gcra::check(Some(&s), &p, now, c).decision);
                 }
                 must_validate(p, AlgoState::Gcra(gcra::refund(&s, &p, now, n)));
+                must_validate(p, AlgoState::Gcra(gcra::charge(&s, &p, now, n)));
                 carried(to, AlgoState::Gcra(gcra::rescale(&s, &p, &to, now)), now);
             }
             AlgoState::TokenBucket(s) => {
@@ -172,6 +174,7 @@ proptest! {
                     must_validate(p, AlgoState::TokenBucket(next));
                 }
                 must_validate(p, AlgoState::TokenBucket(token_bucket::refund(&s, &p, now, n)));
+                must_validate(p, AlgoState::TokenBucket(token_bucket::charge(&s, &p, now, n)));
                 carried(to, AlgoState::TokenBucket(token_bucket::rescale(&s, &p, &to, now)), now);
             }
             AlgoState::SlidingLog(s) => {
@@ -183,6 +186,7 @@ proptest! {
                     }
                 }
                 must_validate(p, AlgoState::SlidingLog(sliding_log::refund(&s, &p, now, n)));
+                must_validate(p, AlgoState::SlidingLog(sliding_log::charge(&s, &p, now, n)));
                 // The command layer refuses a sliding log policy above MAX_LOG_LIMIT.
                 let l = other.0.min(sliding_log::MAX_LOG_LIMIT);
                 let to = Policy::new(l, other.1, l).unwrap_or(p);
@@ -197,6 +201,7 @@ proptest! {
                     }
                 }
                 must_validate(p, AlgoState::SlidingCounter(sliding_counter::refund(&s, &p, now, n)));
+                must_validate(p, AlgoState::SlidingCounter(sliding_counter::charge(&s, &p, now, n)));
                 let to = Policy::new(other.0, other.1, other.0).unwrap_or(p);
                 carried(to, AlgoState::SlidingCounter(sliding_counter::rescale(&s, &p, &to, now)), now);
             }
@@ -210,6 +215,7 @@ proptest! {
                     }
                 }
                 must_validate(p, AlgoState::Shape(shape::refund(&s, &p, now, n)));
+                must_validate(p, AlgoState::Shape(shape::charge(&s, &p, now, n)));
                 carried(to, AlgoState::Shape(shape::rescale(&s, &p, &to, now)), now);
             }
             AlgoState::FixedWindow(s) => {
@@ -221,9 +227,12 @@ proptest! {
                     }
                 }
                 must_validate(p, AlgoState::FixedWindow(fixed_window::refund(&s, &p, now, n)));
+                must_validate(p, AlgoState::FixedWindow(fixed_window::charge(&s, &p, now, n)));
                 let to = Policy::new(other.0, other.1, other.0).unwrap_or(p);
                 carried(to, AlgoState::FixedWindow(fixed_window::rescale(&s, &p, &to, now)), now);
             }
+            // The candidates are single configurations.
+            AlgoState::Remembered(_) => {}
         }
     }
 }

@@ -27,15 +27,14 @@
 //! [PXAT ms]` (the AOF rewrite's form, and that of AOF files written before) still reads as it
 //! did.
 
-use crate::algo::sliding_log::{mix, Change, SlidingLog};
-use crate::algo::Policy;
+use crate::algo::sliding_log::{self, Change, SlidingLog};
 use crate::error::Error;
 use crate::state::{AlgoState, Limiter, Reader};
 
 /// Version byte at the start of every encoded delta.
 const DELTA_FORMAT: u8 = 1;
 /// The only algorithm with deltas: the sliding log (its tag in the state encoding).
-const SLIDING_LOG: u8 = 3;
+const SLIDING_LOG: u8 = <SlidingLog as crate::algo::Algorithm>::TAG;
 /// Encoded length.
 pub const DELTA_LEN: usize = 26;
 
@@ -100,22 +99,7 @@ pub fn fingerprint(limiter: &Limiter) -> Option<u64> {
     let AlgoState::SlidingLog(log) = &limiter.state else {
         return None;
     };
-    Some(log_fingerprint(&limiter.policy, log))
-}
-
-/// [`fingerprint`] of a sliding log held under `p`.
-pub fn log_fingerprint(p: &Policy, log: &SlidingLog) -> u64 {
-    [
-        p.limit(),
-        p.window_ms(),
-        p.capacity(),
-        log.len() as u64,
-        log.total(),
-        log.newest_ns(),
-        log.hash(),
-    ]
-    .iter()
-    .fold(u64::from(SLIDING_LOG), |h, &x| mix(h ^ x))
+    Some(sliding_log::fingerprint(&limiter.policy, log))
 }
 
 impl Delta {
@@ -224,6 +208,7 @@ mod tests {
     use super::*;
     use crate::algo::props::T0;
     use crate::algo::sliding_log;
+    use crate::algo::Policy;
     use proptest::prelude::*;
 
     const MS: u64 = 1_000_000;

@@ -8,18 +8,17 @@
 //! `[format u8][algorithm u8][L u64][W ms u64][B u64][algorithm state]`
 //! then the algorithm's own fields: see each `Stored` impl below.
 //!
+//! Version 2, a key that remembers other configurations (see `algo::step`): version 1's layout,
+//! then `[n u8]` (1 to 3) and n times `[L u64][W ms u64][B u64][algorithm state]`, most
+//! recently current first, each policy distinct from the current one and from each other. A
+//! key without others is always written as version 1, so keys written before version 2 existed
+//! keep their bytes (and their digests).
+//!
 //! The window algorithms (3–5) store B = L.
 
-use crate::algo::fixed_window::FixedWindow;
-use crate::algo::shape::Shape;
-use crate::algo::sliding_counter::SlidingCounter;
-use crate::algo::sliding_log::{self, Change, SlidingLog};
-use crate::algo::{
-    gcra::{self, Gcra},
-    token_bucket,
-    token_bucket::TokenBucket,
-    Algorithm, Decision, Policy, MAX_LIMIT,
-};
+use crate::algo::sliding_log::Change;
+use crate::algo::step::{Kept, MAX_CONFIGURATIONS};
+use crate::algo::{registry, Algorithm, Decision, Policy};
 use crate::error::Error;
 use delta::Delta;
 
@@ -31,14 +30,26 @@ mod adversarial;
 
 /// The data type's encoding version handed to Redis (`RedisModule_CreateDataType`).
 pub const ENCVER: i32 = 1;
-/// Version byte at the start of every encoded state.
+/// Version byte at the start of an encoded state with one configuration.
 const FORMAT: u8 = 1;
+/// Version byte of a state that remembers other configurations.
+const FORMAT_REMEMBERED: u8 = 2;
 
-/// One limiter: the policy it was last decided under, and its algorithm's state.
+/// One limiter: the policy it was last decided under, and its algorithm's state (which, for a
+/// key in a rollout, holds the other configurations it remembers: [`AlgoState::Remembered`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limiter {
     pub policy: Policy,
     pub state: AlgoState,
+}
+
+/// A key that remembers other configurations (see `algo::step`): the current state (never itself
+/// `Remembered`) and 1 to 3 others of the same algorithm, most recently current first. Boxed, so
+/// the keys that never change configuration keep their 48 bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Remembered {
+    pub current: AlgoState,
+    pub others: Vec<(Policy, AlgoState)>,
 }
 
 // A key's value is one allocation of a `Limiter`, so its size is memory per key: 48 bytes is a
@@ -46,35 +57,26 @@ pub struct Limiter {
 // An algorithm state larger than 24 bytes inline would push it to the next class, 64.
 const _: () = assert!(std::mem::size_of::<Limiter>() <= 48);
 
-/// How one algorithm's state is stored: its fields after the common header, validated against
-/// the policy on the way in. Every stored byte sequence has exactly one meaning: decoding then
-/// encoding gives the same bytes (replicas compare digests).
+/// An algorithm as the stored value holds it: its variant of [`AlgoState`] (generated for every
+/// algorithm of the registry, `algo::registry!`), and its in-place path as a delta effect.
 pub trait Stored: Algorithm {
-    fn encode(&self, out: &mut Vec<u8>);
-    fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error>;
-    /// Heap bytes held beyond the `Limiter` itself, for `MEMORY USAGE`.
-    fn heap_bytes(&self) -> usize {
-        0
+    /// This algorithm's state inside a stored limiter (the current one's, for a key that
+    /// remembers others), or None if it holds another algorithm.
+    fn of(state: &AlgoState) -> Option<&Self>;
+    fn of_mut(state: &mut AlgoState) -> Option<&mut Self>;
+    fn wrap(self) -> AlgoState;
+
+    /// Applies a change `Algorithm::decide_in_place` made on this very state, returning the
+    /// delta that carries it to replicas and the AOF.
+    fn apply_delta(&mut self, policy: &Policy, change: &Change) -> Option<Delta> {
+        let prior = self.apply_in_place(policy, change)?;
+        Some(Delta {
+            prior,
+            change: *change,
+        })
     }
-    /// Decides a request of `cost` (at least 1) on this state, held under the request's own
-    /// `policy`, without building the next state, where that is cheaper than `check`: the
-    /// sliding log, whose admit touches only the entries it drops and adds, where a new state
-    /// copies the log. Returns the decision and, when admitted, the change for
-    /// [`Stored::apply_in_place`]; None when the algorithm has no such path.
-    fn decide_in_place(
-        &self,
-        _policy: &Policy,
-        _now_ns: u64,
-        _cost: u64,
-    ) -> Option<(Decision, Option<Change>)> {
-        None
-    }
-    /// Applies a change [`Stored::decide_in_place`] made on this very state, returning the delta
-    /// that carries it to replicas and the AOF.
-    fn apply_in_place(&mut self, _policy: &Policy, _change: &Change) -> Option<Delta> {
-        None
-    }
-    /// [`Stored::decide_in_place`] then, when admitted, [`Stored::apply_in_place`].
+
+    /// `Algorithm::decide_in_place` then, when admitted, [`Stored::apply_delta`].
     fn check_in_place(
         &mut self,
         policy: &Policy,
@@ -82,13 +84,9 @@ pub trait Stored: Algorithm {
         cost: u64,
     ) -> Option<(Decision, Option<Delta>)> {
         let (decision, change) = self.decide_in_place(policy, now_ns, cost)?;
-        let delta = change.and_then(|change| self.apply_in_place(policy, &change));
+        let delta = change.and_then(|change| self.apply_delta(policy, &change));
         Some((decision, delta))
     }
-    /// This algorithm's state inside a stored limiter, or None if it holds another one.
-    fn of(state: &AlgoState) -> Option<&Self>;
-    fn of_mut(state: &mut AlgoState) -> Option<&mut Self>;
-    fn wrap(self) -> AlgoState;
 }
 
 /// Work done on a stored state of any algorithm (see [`AlgoState::visit`]).
@@ -97,14 +95,17 @@ pub trait Visit {
     fn visit<A: Stored>(self, state: &mut A) -> Self::Out;
 }
 
-/// Declares the stored algorithms: the `AlgoState` enum and everything that dispatches on it.
-/// A new algorithm is one line here (plus its `Algorithm` and `Stored` impls).
+/// Declares the stored algorithms from the registry (`algo::registry!`): the `AlgoState` enum,
+/// everything that dispatches on it, and each algorithm's [`Stored`] impl.
 macro_rules! algorithms {
-    ($($variant:ident),* $(,)?) => {
+    ($($module:ident::$variant:ident, $word:literal, $event:literal, $kind:ident, $summary:literal;)*) => {
+        $(pub use crate::algo::$module::$variant;)*
+
         /// The algorithm's state, tagged by algorithm. A key keeps its algorithm for life.
         #[derive(Clone, Debug, PartialEq, Eq)]
         pub enum AlgoState {
             $($variant($variant),)*
+            Remembered(Box<Remembered>),
         }
 
         impl AlgoState {
@@ -112,6 +113,7 @@ macro_rules! algorithms {
             pub fn tag(&self) -> u8 {
                 match self {
                     $(AlgoState::$variant(_) => $variant::TAG,)*
+                    AlgoState::Remembered(r) => r.current.tag(),
                 }
             }
 
@@ -119,25 +121,30 @@ macro_rules! algorithms {
             pub fn name(&self) -> &'static str {
                 match self {
                     $(AlgoState::$variant(_) => $variant::NAME,)*
+                    AlgoState::Remembered(r) => r.current.name(),
                 }
             }
 
             fn encode(&self, out: &mut Vec<u8>) {
                 match self {
-                    $(AlgoState::$variant(s) => s.encode(out),)*
+                    $(AlgoState::$variant(s) => Algorithm::encode(s, out),)*
+                    AlgoState::Remembered(r) => r.current.encode(out),
                 }
             }
 
             fn heap_bytes(&self) -> usize {
                 match self {
-                    $(AlgoState::$variant(s) => s.heap_bytes(),)*
+                    $(AlgoState::$variant(s) => Algorithm::heap_bytes(s),)*
+                    AlgoState::Remembered(r) => r.heap_bytes(),
                 }
             }
 
-            /// Runs `v` on the state, whichever algorithm it is.
+            /// Runs `v` on the state, whichever algorithm it is (the current one's, for a key
+            /// that remembers others).
             pub fn visit<V: Visit>(&mut self, v: V) -> V::Out {
                 match self {
                     $(AlgoState::$variant(s) => v.visit(s),)*
+                    AlgoState::Remembered(r) => r.current.visit(v),
                 }
             }
 
@@ -147,14 +154,16 @@ macro_rules! algorithms {
                         if !$variant::BURST && policy.capacity() != policy.limit() {
                             return Err(Error::BadState("window limiter with a burst"));
                         }
-                        return $variant::decode(r, policy).map(AlgoState::$variant);
+                        return <$variant as Algorithm>::decode(r, policy)
+                            .map(AlgoState::$variant)
+                            .map_err(Error::BadState);
                     }
                 )*
                 Err(Error::BadState("unknown algorithm"))
             }
         }
 
-        /// Every algorithm as (stored tag, how INFO and RL.INSPECT name it), in tag order.
+        /// Every algorithm as (stored tag, how INFO and RL.INSPECT name it), in registry order.
         pub const ALGORITHM_IDS: &[(u8, &str)] = &[$(($variant::TAG, $variant::ID)),*];
 
         $(
@@ -163,18 +172,35 @@ macro_rules! algorithms {
                     AlgoState::$variant(s)
                 }
             }
+
+            impl Stored for $variant {
+                fn of(state: &AlgoState) -> Option<&Self> {
+                    match state {
+                        AlgoState::$variant(s) => Some(s),
+                        AlgoState::Remembered(r) => Self::of(&r.current),
+                        #[allow(unreachable_patterns)]
+                        _ => None,
+                    }
+                }
+
+                fn of_mut(state: &mut AlgoState) -> Option<&mut Self> {
+                    match state {
+                        AlgoState::$variant(s) => Some(s),
+                        AlgoState::Remembered(r) => Self::of_mut(&mut r.current),
+                        #[allow(unreachable_patterns)]
+                        _ => None,
+                    }
+                }
+
+                fn wrap(self) -> AlgoState {
+                    AlgoState::$variant(self)
+                }
+            }
         )*
     };
 }
 
-algorithms!(
-    Gcra,
-    TokenBucket,
-    SlidingLog,
-    SlidingCounter,
-    FixedWindow,
-    Shape
-);
+registry!(algorithms);
 
 /// The largest stored tag: the gauges keep a slot per tag.
 pub const MAX_TAG: u8 = {
@@ -188,191 +214,61 @@ pub const MAX_TAG: u8 = {
     max
 };
 
-/// The `Stored` methods that only name the enum variant.
-macro_rules! variant_access {
-    ($variant:ident) => {
-        fn of(state: &AlgoState) -> Option<&Self> {
-            match state {
-                AlgoState::$variant(s) => Some(s),
-                #[allow(unreachable_patterns)]
-                _ => None,
-            }
-        }
-        fn of_mut(state: &mut AlgoState) -> Option<&mut Self> {
-            match state {
-                AlgoState::$variant(s) => Some(s),
-                #[allow(unreachable_patterns)]
-                _ => None,
-            }
-        }
-        fn wrap(self) -> AlgoState {
-            AlgoState::$variant(self)
-        }
-    };
-}
-
-/// 1 GCRA: `tat u128` (units of the stored policy).
-impl Stored for Gcra {
-    fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&{ self.tat }.to_le_bytes());
-    }
-
-    fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error> {
-        let tat = r.u128()?;
-        if tat > gcra::max_tat(policy) {
-            return Err(Error::BadState("GCRA arrival time out of range"));
-        }
-        Ok(Gcra { tat })
-    }
-
-    variant_access!(Gcra);
-}
-
-/// 2 token bucket: `tokens u128` (units, at most the capacity), `last_ns u64`.
-impl Stored for TokenBucket {
-    fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&{ self.tokens }.to_le_bytes());
-        out.extend_from_slice(&{ self.last_ns }.to_le_bytes());
-    }
-
-    fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error> {
-        let (tokens, last_ns) = (r.u128()?, r.u64()?);
-        if tokens > token_bucket::capacity(policy) {
-            return Err(Error::BadState("token bucket balance above its capacity"));
-        }
-        Ok(TokenBucket { tokens, last_ns })
-    }
-
-    variant_access!(TokenBucket);
-}
-
-/// 3 sliding log: `base_ns u64`, `entries u32` (at most L), then `entries` packed words `u64`
-/// (see `algo::sliding_log`: ordered, counts 1..=L summing to at most L, L <= 10^6).
-impl Stored for SlidingLog {
-    fn encode(&self, out: &mut Vec<u8>) {
-        let (base_ns, words) = self.canonical();
-        out.extend_from_slice(&base_ns.to_le_bytes());
-        // At most L <= 10^6 entries: always fits.
-        let entries = u32::try_from(self.len()).unwrap_or(u32::MAX);
-        out.extend_from_slice(&entries.to_le_bytes());
-        out.reserve(self.len() * 8);
-        for word in words {
-            out.extend_from_slice(&word.to_le_bytes());
-        }
-    }
-
-    fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error> {
-        let base_ns = r.u64()?;
-        let entries = u64::from(r.u32()?);
-        // Bounded before anything is allocated: at most L entries, all present.
-        if entries > policy.limit() || entries.saturating_mul(8) > r.0.len() as u64 {
-            return Err(Error::BadState("sliding log entry count out of range"));
-        }
-        let words = (0..entries)
-            .map(|_| r.u64())
-            .collect::<Result<Vec<_>, _>>()?;
-        SlidingLog::from_parts(policy, base_ns, words).map_err(Error::BadState)
-    }
-
+impl Remembered {
     fn heap_bytes(&self) -> usize {
-        SlidingLog::heap_bytes(self)
+        std::mem::size_of::<Remembered>()
+            + self.current.heap_bytes()
+            + self.others.capacity() * std::mem::size_of::<(Policy, AlgoState)>()
+            + self
+                .others
+                .iter()
+                .map(|(_, s)| s.heap_bytes())
+                .sum::<usize>()
     }
-
-    fn decide_in_place(
-        &self,
-        policy: &Policy,
-        now_ns: u64,
-        cost: u64,
-    ) -> Option<(Decision, Option<Change>)> {
-        Some(sliding_log::decide(Some(self), policy, now_ns, cost))
-    }
-
-    fn apply_in_place(&mut self, policy: &Policy, change: &Change) -> Option<Delta> {
-        let prior = delta::log_fingerprint(policy, self);
-        self.apply(policy, change);
-        Some(Delta {
-            prior,
-            change: *change,
-        })
-    }
-
-    variant_access!(SlidingLog);
-}
-
-/// 4 sliding counter: `start_ns u64` (a multiple of W), `prev u64`, `curr u64` (each <= L, or
-/// <= `MAX_LIMIT` after a policy was lowered).
-impl Stored for SlidingCounter {
-    fn encode(&self, out: &mut Vec<u8>) {
-        for n in [self.start_ns, self.prev, self.curr] {
-            out.extend_from_slice(&n.to_le_bytes());
-        }
-    }
-
-    fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error> {
-        let (start_ns, prev, curr) = (r.u64()?, r.u64()?, r.u64()?);
-        if !start_ns.is_multiple_of(policy.window_ns()) {
-            return Err(Error::BadState("sliding counter window not aligned"));
-        }
-        // Above L only after a policy was lowered; never above the most any policy allows.
-        if prev > MAX_LIMIT || curr > MAX_LIMIT {
-            return Err(Error::BadState("sliding counter count out of range"));
-        }
-        Ok(SlidingCounter {
-            start_ns,
-            prev,
-            curr,
-        })
-    }
-
-    variant_access!(SlidingCounter);
-}
-
-/// 5 fixed window: `start_ns u64` (a multiple of W), `count u64` (<= L, or <= `MAX_LIMIT` after a
-/// policy was lowered).
-impl Stored for FixedWindow {
-    fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.start_ns.to_le_bytes());
-        out.extend_from_slice(&self.count.to_le_bytes());
-    }
-
-    fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error> {
-        let (start_ns, count) = (r.u64()?, r.u64()?);
-        if !start_ns.is_multiple_of(policy.window_ns()) {
-            return Err(Error::BadState("fixed window not aligned"));
-        }
-        // Above L only after a policy was lowered; never above the most any policy allows.
-        if count > MAX_LIMIT {
-            return Err(Error::BadState("fixed window count out of range"));
-        }
-        Ok(FixedWindow { start_ns, count })
-    }
-
-    variant_access!(FixedWindow);
-}
-
-/// 6 leaky bucket (`RL.SHAPE`): `tat u128` (units of the stored policy, bounded as GCRA's),
-/// `undelayed u64` (d, at most the queue: B − 1).
-impl Stored for Shape {
-    fn encode(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&{ self.tat }.to_le_bytes());
-        out.extend_from_slice(&self.undelayed.to_le_bytes());
-    }
-
-    fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Self, Error> {
-        let (tat, undelayed) = (r.u128()?, r.u64()?);
-        if tat > gcra::max_tat(policy) {
-            return Err(Error::BadState("leaky bucket arrival time out of range"));
-        }
-        if undelayed >= policy.capacity() {
-            return Err(Error::BadState("leaky bucket DELAY above its queue"));
-        }
-        Ok(Shape { tat, undelayed })
-    }
-
-    variant_access!(Shape);
 }
 
 impl Limiter {
+    /// A limiter of `policy` and `state` (a plain algorithm state).
+    pub fn new(policy: Policy, state: AlgoState) -> Limiter {
+        Limiter { policy, state }
+    }
+
+    /// The limiter a step keeps: `kept.state` under `policy` as the current configuration, with
+    /// the others it remembers.
+    pub fn kept<A: Stored>(policy: Policy, kept: Kept<A>) -> Limiter {
+        let current = kept.state.wrap();
+        if kept.others.is_empty() {
+            return Limiter::new(policy, current);
+        }
+        let others = kept
+            .others
+            .into_iter()
+            .map(|(p, s)| (p, s.wrap()))
+            .collect();
+        Limiter::new(
+            policy,
+            AlgoState::Remembered(Box::new(Remembered { current, others })),
+        )
+    }
+
+    /// The other configurations this key remembers, most recently current first (empty, without
+    /// allocating, for a key that has only one).
+    pub fn others(&self) -> &[(Policy, AlgoState)] {
+        match &self.state {
+            AlgoState::Remembered(r) => &r.others,
+            _ => &[],
+        }
+    }
+
+    /// The other configurations as states of algorithm `A` (the key's own, checked by the
+    /// caller; a state of another algorithm, which validation rules out, is left out).
+    pub fn others_of<A: Stored>(&self) -> Vec<(Policy, A)> {
+        self.others()
+            .iter()
+            .filter_map(|(p, s)| A::of(s).map(|s| (*p, s.clone())))
+            .collect()
+    }
+
     /// Heap bytes this limiter holds beyond its own struct, for `MEMORY USAGE`.
     pub fn heap_bytes(&self) -> usize {
         self.state.heap_bytes()
@@ -383,80 +279,100 @@ impl Limiter {
         std::mem::size_of::<Limiter>() + self.heap_bytes()
     }
 
-    /// Sliding-log entries held (8 bytes each); 0 for the other algorithms.
+    /// Sliding-log entries held (8 bytes each), in every configuration; 0 for the other
+    /// algorithms.
     pub fn log_entries(&self) -> u64 {
-        match &self.state {
+        let entries = |s: &AlgoState| match s {
             AlgoState::SlidingLog(log) => log.len() as u64,
+            AlgoState::Remembered(r) => match &r.current {
+                AlgoState::SlidingLog(log) => log.len() as u64,
+                _ => 0,
+            },
             _ => 0,
-        }
+        };
+        entries(&self.state) + self.others().iter().map(|(_, s)| entries(s)).sum::<u64>()
     }
 
     /// Appends the encoding to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        out.push(FORMAT);
+        let others = self.others();
+        out.push(if others.is_empty() {
+            FORMAT
+        } else {
+            FORMAT_REMEMBERED
+        });
         out.push(self.state.tag());
-        for n in [
-            self.policy.limit(),
-            self.policy.window_ms(),
-            self.policy.capacity(),
-        ] {
-            out.extend_from_slice(&n.to_le_bytes());
-        }
+        encode_policy(&self.policy, out);
         self.state.encode(out);
+        if !others.is_empty() {
+            // At most 3: always fits.
+            out.push(u8::try_from(others.len()).unwrap_or(u8::MAX));
+            for (policy, state) in others {
+                encode_policy(policy, out);
+                state.encode(out);
+            }
+        }
     }
 
     /// Decodes and validates; any malformed, truncated, trailing or out-of-range byte is an error.
     pub fn decode(bytes: &[u8]) -> Result<Limiter, Error> {
         let mut r = Reader(bytes);
-        if r.u8()? != FORMAT {
+        let format = r.u8()?;
+        if format != FORMAT && format != FORMAT_REMEMBERED {
             return Err(Error::BadState("unknown format version"));
         }
         let tag = r.u8()?;
-        let (limit, window_ms, capacity) = (r.u64()?, r.u64()?, r.u64()?);
-        let policy = Policy::new(limit, window_ms, capacity)
-            .map_err(|_| Error::BadState("policy out of range"))?;
+        let policy = decode_policy(&mut r)?;
         let state = AlgoState::decode(tag, &mut r, &policy)?;
+        let limiter = if format == FORMAT {
+            Limiter::new(policy, state)
+        } else {
+            let n = usize::from(r.u8()?);
+            if !(1..MAX_CONFIGURATIONS).contains(&n) {
+                return Err(Error::BadState("remembered configurations out of range"));
+            }
+            let mut others: Vec<(Policy, AlgoState)> = Vec::with_capacity(n);
+            for _ in 0..n {
+                let other = decode_policy(&mut r)?;
+                if other == policy || others.iter().any(|(p, _)| *p == other) {
+                    return Err(Error::BadState("remembered configuration repeated"));
+                }
+                let state = AlgoState::decode(tag, &mut r, &other)?;
+                others.push((other, state));
+            }
+            Limiter::new(
+                policy,
+                AlgoState::Remembered(Box::new(Remembered {
+                    current: state,
+                    others,
+                })),
+            )
+        };
         if !r.0.is_empty() {
             return Err(Error::BadState("trailing bytes"));
         }
-        Ok(Limiter { policy, state })
+        Ok(limiter)
     }
 }
 
-/// A bounds-checked cursor over encoded bytes.
-pub struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn take<const N: usize>(&mut self) -> Result<[u8; N], Error> {
-        let (head, rest) = self
-            .0
-            .split_first_chunk::<N>()
-            .ok_or(Error::BadState("truncated"))?;
-        self.0 = rest;
-        Ok(*head)
-    }
-
-    pub fn u8(&mut self) -> Result<u8, Error> {
-        Ok(self.take::<1>()?[0])
-    }
-
-    pub fn u32(&mut self) -> Result<u32, Error> {
-        Ok(u32::from_le_bytes(self.take()?))
-    }
-
-    pub fn u64(&mut self) -> Result<u64, Error> {
-        Ok(u64::from_le_bytes(self.take()?))
-    }
-
-    pub fn u128(&mut self) -> Result<u128, Error> {
-        Ok(u128::from_le_bytes(self.take()?))
+fn encode_policy(policy: &Policy, out: &mut Vec<u8>) {
+    for n in [policy.limit(), policy.window_ms(), policy.capacity()] {
+        out.extend_from_slice(&n.to_le_bytes());
     }
 }
+
+fn decode_policy(r: &mut Reader<'_>) -> Result<Policy, Error> {
+    let (limit, window_ms, capacity) = (r.u64()?, r.u64()?, r.u64()?);
+    Policy::new(limit, window_ms, capacity).map_err(|_| Error::BadState("policy out of range"))
+}
+
+pub use crate::algo::bytes::Reader;
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::algo::props::{run, trace_strategy, window_policy_strategy, T0};
+    use crate::algo::MAX_LIMIT;
     use crate::algo::{fixed_window, sliding_counter, sliding_log};
     use proptest::prelude::*;
 
@@ -502,6 +418,65 @@ mod tests {
         assert_eq!(
             Limiter::decode(&bad_tag),
             Err(Error::BadState("unknown algorithm"))
+        );
+    }
+
+    /// A GCRA key that remembers two other configurations.
+    fn remembered() -> Limiter {
+        let other = |l: u64, tat: u128| {
+            (
+                Policy::new(l, 1000, l).unwrap(),
+                AlgoState::Gcra(Gcra { tat }),
+            )
+        };
+        Limiter::new(
+            Policy::new(10, 1000, 20).unwrap(),
+            AlgoState::Remembered(Box::new(Remembered {
+                current: AlgoState::Gcra(Gcra { tat: 12345 }),
+                others: vec![other(5, 777), other(7, 999)],
+            })),
+        )
+    }
+
+    #[test]
+    fn remembered_configurations_round_trip_and_are_validated() {
+        let limiter = remembered();
+        let mut buf = Vec::new();
+        limiter.encode(&mut buf);
+        assert_eq!(buf[0], 2);
+        assert_eq!(buf.len(), 2 + 24 + 16 + 1 + 2 * (24 + 16));
+        assert_eq!(Limiter::decode(&buf), Ok(limiter.clone()));
+        assert_eq!(limiter.others().len(), 2);
+        assert_eq!(limiter.state.tag(), 1);
+        for cut in 0..buf.len() {
+            assert!(Limiter::decode(&buf[..cut]).is_err(), "prefix of {cut}");
+        }
+        let n_at = 2 + 24 + 16;
+        let edited = |at: usize, bytes: &[u8]| {
+            let mut b = buf.clone();
+            b[at..at + bytes.len()].copy_from_slice(bytes);
+            b
+        };
+        for n in [0u8, 3, 4, 255] {
+            assert!(Limiter::decode(&edited(n_at, &[n])).is_err(), "n = {n}");
+        }
+        // The second remembered policy made equal to the first, then the first to the current.
+        let policy = |l: u64, w: u64, b: u64| [l, w, b].map(u64::to_le_bytes).concat();
+        let first_l = n_at + 1;
+        let second_l = first_l + 40;
+        for (at, bytes) in [
+            (second_l, policy(5, 1000, 5)),
+            (first_l, policy(10, 1000, 20)),
+        ] {
+            assert_eq!(
+                Limiter::decode(&edited(at, &bytes)),
+                Err(Error::BadState("remembered configuration repeated"))
+            );
+        }
+        // Format 1 with the same bytes has trailing bytes.
+        assert_eq!(
+            Limiter::decode(&edited(0, &[1])),
+            Err(Error::BadState("trailing bytes"))
         );
     }
 

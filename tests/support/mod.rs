@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 pub use redis::{Connection, Value};
 
+pub mod cell;
 pub mod cluster;
 pub mod limiters;
 
@@ -68,6 +69,10 @@ pub struct Server {
     pub dir: tempdir::Dir,
     extra: Vec<String>,
     module_args: Vec<String>,
+    /// Another module loaded instead of ours (redis-cell), with `module_args` as its arguments.
+    module: Option<PathBuf>,
+    /// Environment variables for the server process (LD_PRELOAD of a clock shim).
+    env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -116,10 +121,52 @@ impl Server {
             dir: tempdir::Dir::new(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             module_args: module_args.iter().map(|s| s.to_string()).collect(),
+            module: None,
+            env: Vec::new(),
             child: None,
         };
         server.spawn()?;
         Ok(server)
+    }
+
+    /// A server loading `module` (None: ours, with `DEBUG-CLOCK yes` before `module_args`),
+    /// with `env` set for its process.
+    pub fn custom(
+        extra: &[&str],
+        module: Option<&Path>,
+        module_args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Server {
+        let mut attempt = 0;
+        loop {
+            let mut server = Server {
+                port: free_port(),
+                program: SERVER.to_string(),
+                dir: tempdir::Dir::new(),
+                extra: extra.iter().map(|s| s.to_string()).collect(),
+                module_args: module_args.iter().map(|s| s.to_string()).collect(),
+                module: module.map(Path::to_path_buf),
+                env: env
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                child: None,
+            };
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(e) if attempt < 4 && e.contains("Address already in use") => attempt += 1,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+
+    /// Shuts the server down (SHUTDOWN `shutdown`) and starts it again on the same port,
+    /// directory, options and environment, loading `module` (None: ours) with `module_args`:
+    /// the switch from redis-cell at a restart.
+    pub fn reload(&mut self, shutdown: &str, module: Option<&Path>, module_args: &[&str]) {
+        self.module = module.map(Path::to_path_buf);
+        self.module_args = module_args.iter().map(|s| s.to_string()).collect();
+        self.restart(shutdown);
     }
 
     fn spawn(&mut self) -> Result<(), String> {
@@ -146,11 +193,17 @@ impl Server {
         args.extend(self.extra.iter().cloned());
         // Each load argument is its own word; a later DEBUG-CLOCK overrides the first.
         args.push("--loadmodule".into());
-        args.push(module_path().display().to_string());
-        args.extend(["DEBUG-CLOCK".to_string(), "yes".to_string()]);
+        match &self.module {
+            Some(other) => args.push(other.display().to_string()),
+            None => {
+                args.push(module_path().display().to_string());
+                args.extend(["DEBUG-CLOCK".to_string(), "yes".to_string()]);
+            }
+        }
         args.extend(self.module_args.iter().cloned());
         let child = Command::new(&self.program)
             .args(&args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

@@ -1,0 +1,273 @@
+//! Configurations alternating on a key during a rollout (issue 18): each of the issue's traces,
+//! replayed on the debug clock, admits no more than the configuration in force allows, on the
+//! master, after `DEBUG RELOAD`, and on a replica; `RL.ALL`, `RL.REFUND`, `RL.PEEK` and the gauges
+//! see the remembered configurations too. See `algo::step` for the rule.
+
+mod support;
+
+use redis::Connection;
+use support::*;
+
+/// 4000000000000 ms, the README's pinned instant (2096): keys stay alive on Redis's own clock.
+const T0_MS: u64 = 4_000_000_000_000;
+
+fn at(c: &mut Connection, t_ms: u64) {
+    clock_set(c, T0_MS + t_ms);
+}
+
+fn allowed(c: &mut Connection, words: &str) -> i64 {
+    let words: Vec<&str> = words.split(' ').collect();
+    rl(c, &words)[0]
+}
+
+/// The issue's fixed-window trace: 100/h spent at once, then every second a 10/s call (denied)
+/// and 100/h COST 100 again. It admitted 6,000 in 60 s; now the hour's 100 are all there is.
+#[test]
+fn fixed_window_alternating_an_hour_and_a_second() {
+    let (_s, mut c) = server();
+    let mut admitted = 0;
+    for second in 0..60 {
+        at(&mut c, second * 1000);
+        admitted += 100 * allowed(&mut c, "RL.FIXEDWINDOW f 100 3600000 COST 100");
+        at(&mut c, second * 1000 + 500);
+        admitted += allowed(&mut c, "RL.FIXEDWINDOW f 10 1000");
+    }
+    // The hour's configuration admitted its 100 once (not 100 every second); the second's, what
+    // its own aligned seconds allow beside it (one call each after the first).
+    assert_eq!(admitted, 100 + 59);
+}
+
+/// The sliding log's: 100/h COST 100, a 10/s call 1.5 s later (which sees only its own second),
+/// then 100/h COST 99. It admitted 4,000 in 60 s; now 100 + at most 10 per second under 10/s.
+#[test]
+fn sliding_log_alternating_an_hour_and_a_second() {
+    let (_s, mut c) = server();
+    let mut admitted = 0;
+    for round in 0..30 {
+        let t = round * 2000;
+        at(&mut c, t);
+        admitted += 100 * allowed(&mut c, "RL.SLIDINGLOG l 100 3600000 COST 100");
+        at(&mut c, t + 1500);
+        admitted += allowed(&mut c, "RL.SLIDINGLOG l 10 1000");
+        at(&mut c, t + 2000 - 1);
+        admitted += 99 * allowed(&mut c, "RL.SLIDINGLOG l 100 3600000 COST 99");
+    }
+    // The hour's configuration admitted its 100 once; the second's, one call a round.
+    assert_eq!(admitted, 100 + 30);
+}
+
+/// GCRA: 1/s burst 10 spent, a 10/s burst-1 call denied, and 1/s COST 10 a second later. It
+/// admitted 20 in 1 s; the slow configuration's debt now drains at its own rate.
+#[test]
+fn gcra_alternating_rates() {
+    let (_s, mut c) = server();
+    at(&mut c, 0);
+    assert_eq!(allowed(&mut c, "RL.GCRA g 1 1000 BURST 10 COST 10"), 1);
+    at(&mut c, 1);
+    assert_eq!(allowed(&mut c, "RL.GCRA g 10 1000 BURST 1"), 0);
+    at(&mut c, 1001);
+    assert_eq!(allowed(&mut c, "RL.GCRA g 1 1000 BURST 10 COST 10"), 0);
+    // The slow configuration's own bucket: 1 token back after 1 s, 10 after 10 s.
+    assert_eq!(allowed(&mut c, "RL.GCRA g 1 1000 BURST 10 COST 1"), 1);
+    at(&mut c, 10_000);
+    assert_eq!(allowed(&mut c, "RL.GCRA g 1 1000 BURST 10 COST 10"), 0);
+    at(&mut c, 11_000);
+    assert_eq!(allowed(&mut c, "RL.GCRA g 1 1000 BURST 10 COST 10"), 1);
+}
+
+/// RL.SHAPE the same with QUEUE 9 and QUEUE 0.
+#[test]
+fn shape_alternating_queues() {
+    let (_s, mut c) = server();
+    at(&mut c, 0);
+    assert_eq!(
+        ints::<6>(
+            &mut c,
+            &["RL.SHAPE", "s", "1", "1000", "QUEUE", "9", "NODELAY", "COST", "10"]
+        )[0],
+        1
+    );
+    at(&mut c, 1);
+    assert_eq!(ints::<6>(&mut c, &["RL.SHAPE", "s", "10", "1000"])[0], 0);
+    at(&mut c, 1001);
+    assert_eq!(
+        ints::<6>(
+            &mut c,
+            &["RL.SHAPE", "s", "1", "1000", "QUEUE", "9", "NODELAY", "COST", "10"]
+        )[0],
+        0
+    );
+}
+
+/// Token bucket: 10/1000 B10 COST 10, 3/7 B6 denied, 3/7 B6 COST 5 at 13 ms. It admitted 15 in
+/// 13 ms where either alone allows 11.
+#[test]
+fn token_bucket_alternating_rates() {
+    let (_s, mut c) = server();
+    at(&mut c, 0);
+    assert_eq!(
+        allowed(&mut c, "RL.TOKENBUCKET t 10 1000 BURST 10 COST 10"),
+        1
+    );
+    at(&mut c, 1);
+    assert_eq!(allowed(&mut c, "RL.TOKENBUCKET t 3 7 BURST 6"), 0);
+    at(&mut c, 13);
+    assert_eq!(allowed(&mut c, "RL.TOKENBUCKET t 3 7 BURST 6 COST 5"), 0);
+    // Back under the first configuration: its own bucket, 13 ms of refill at 10/s: nothing.
+    assert_eq!(allowed(&mut c, "RL.TOKENBUCKET t 10 1000 BURST 10"), 0);
+}
+
+/// The sliding counter alternating an hour and a second, as the fixed window.
+#[test]
+fn sliding_counter_alternating_an_hour_and_a_second() {
+    let (_s, mut c) = server();
+    let mut admitted = 0;
+    for second in 0..60 {
+        at(&mut c, second * 1000);
+        admitted += 100 * allowed(&mut c, "RL.SLIDINGCOUNTER sc 100 3600000 COST 100");
+        at(&mut c, second * 1000 + 500);
+        admitted += allowed(&mut c, "RL.SLIDINGCOUNTER sc 10 1000");
+    }
+    // As the fixed window: 100 once, then the second's own estimate admits one call a second
+    // once its previous second no longer holds the hour's 100.
+    assert_eq!(admitted, 100 + 58);
+}
+
+/// A key remembering three configurations is stored (format 2), reloaded, replicated and
+/// restored byte for byte, and keeps deciding the same way afterwards.
+#[test]
+fn remembered_configurations_survive_reload_and_replication() {
+    let master = Server::start();
+    let replica = Server::start();
+    let (mut m, mut r) = (master.connect(), replica.connect());
+    clock_set(&mut m, T0_MS);
+    clock_set(&mut r, T0_MS + 3_600_000);
+    replicate(&mut r, &master);
+    for (i, cmdline) in [
+        "RL.SLIDINGLOG k:log 100 3600000 COST 5",
+        "RL.SLIDINGLOG k:log 10 1000 COST 5",
+        "RL.SLIDINGLOG k:log 20 60000",
+        "RL.GCRA k:gcra 1 1000 BURST 10 COST 10",
+        "RL.GCRA k:gcra 10 1000 BURST 1",
+        "RL.GCRA k:gcra 5 100 BURST 3",
+        "RL.FIXEDWINDOW k:fw 100 3600000 COST 100",
+        "RL.FIXEDWINDOW k:fw 10 1000",
+        "RL.TOKENBUCKET k:tb 10 1000 COST 10",
+        "RL.TOKENBUCKET k:tb 3 7 BURST 6",
+    ]
+    .iter()
+    .enumerate()
+    {
+        clock_advance(&mut m, 1 + i as i64);
+        allowed(&mut m, cmdline);
+    }
+    wait_replica(&mut m);
+    let keys = ["k:log", "k:gcra", "k:fw", "k:tb"];
+    for key in keys {
+        let bytes = dump(&mut m, key).expect(key);
+        assert_eq!(
+            dump(&mut r, key),
+            Some(bytes.clone()),
+            "{key} on the replica"
+        );
+        assert_eq!(
+            pexpiretime(&mut r, key),
+            pexpiretime(&mut m, key),
+            "{key} expiry"
+        );
+    }
+    let before: Vec<_> = keys.iter().map(|k| dump(&mut m, k)).collect();
+    cmd(&mut m, &["DEBUG", "RELOAD"]).unwrap();
+    let after: Vec<_> = keys.iter().map(|k| dump(&mut m, k)).collect();
+    assert_eq!(before, after, "changed by a reload");
+    // RESTORE of the dump into a new key: same bytes.
+    let bytes = dump(&mut m, "k:log").unwrap();
+    redis::cmd("RESTORE")
+        .arg("k:copy")
+        .arg(0)
+        .arg(bytes.clone())
+        .query::<()>(&mut m)
+        .unwrap();
+    assert_eq!(dump(&mut m, "k:copy"), Some(bytes));
+    // The hour's configuration still counts the 5 + 5 + 1 spent under all three.
+    assert_eq!(
+        rl(
+            &mut m,
+            &["RL.SLIDINGLOG", "k:log", "100", "3600000", "COST", "0"]
+        )[2],
+        89
+    );
+    // RL.PEEK answers under the configuration the key shows (the last one called).
+    let peek: Vec<i64> = redis::cmd("RL.PEEK").arg("k:log").query(&mut m).unwrap();
+    assert_eq!(peek[1], 20);
+}
+
+/// A fifth configuration: the key remembers four at most (the one called least recently gives
+/// way), so its value stops growing.
+#[test]
+fn at_most_four_configurations() {
+    let (_s, mut c) = server();
+    at(&mut c, 0);
+    let mut sizes = Vec::new();
+    for l in 1..=6 {
+        allowed(&mut c, &format!("RL.FIXEDWINDOW five {} 60000", l * 10));
+        sizes.push(dump(&mut c, "five").unwrap().len());
+    }
+    assert!(sizes[0] < sizes[1] && sizes[1] < sizes[2] && sizes[2] < sizes[3]);
+    assert_eq!(sizes[3], sizes[4]);
+    assert_eq!(sizes[4], sizes[5]);
+}
+
+/// `RL.ALL` follows the same rule: its limiters alternate configurations like single keys.
+#[test]
+fn rl_all_alternating_configurations() {
+    let (_s, mut c) = server();
+    let mut admitted = 0;
+    for second in 0..20 {
+        at(&mut c, second * 1000);
+        let v: redis::Value = redis::cmd("RL.ALL")
+            .arg(&["1", "a", "FIXEDWINDOW", "100", "3600000", "COST", "100"])
+            .query(&mut c)
+            .unwrap();
+        admitted += 100 * first_int(&v);
+        at(&mut c, second * 1000 + 500);
+        let v: redis::Value = redis::cmd("RL.ALL")
+            .arg(&["1", "a", "FIXEDWINDOW", "10", "1000"])
+            .query(&mut c)
+            .unwrap();
+        admitted += first_int(&v);
+    }
+    assert_eq!(admitted, 100 + 19);
+}
+
+fn first_int(v: &redis::Value) -> i64 {
+    match v {
+        redis::Value::Array(parts) => match parts.first() {
+            Some(redis::Value::Array(combined)) => match combined.first() {
+                Some(redis::Value::Int(n)) => *n,
+                other => panic!("{other:?}"),
+            },
+            other => panic!("{other:?}"),
+        },
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A refund gives back to every remembered configuration: each was charged.
+#[test]
+fn refund_reaches_every_configuration() {
+    let (_s, mut c) = server();
+    at(&mut c, 0);
+    assert_eq!(allowed(&mut c, "RL.FIXEDWINDOW r 10 60000 COST 10"), 1);
+    assert_eq!(allowed(&mut c, "RL.FIXEDWINDOW r 20 60000 COST 10"), 1);
+    // Both full now under their own L (10 of 10; 20 of 20).
+    let back: Vec<i64> = redis::cmd("RL.REFUND")
+        .arg("r")
+        .arg(5)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(back[0], 5);
+    assert_eq!(allowed(&mut c, "RL.FIXEDWINDOW r 20 60000 COST 5"), 1);
+    // Under 10: 20 − 5 + 5 = 20 counted, nothing left.
+    assert_eq!(allowed(&mut c, "RL.FIXEDWINDOW r 10 60000"), 0);
+}
