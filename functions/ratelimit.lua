@@ -31,7 +31,8 @@ Integer division goes through `idiv`, exact for operands below 2^53.
 Stored state (one key per limiter, plain Redis types, the key's TTL never shorter than the
 reply's reset_after_ms nor than 1 s, as the module):
   GCRA            string "g L W B tat_ms tat_rem tat_ns"  (tat = (tat_ms·L + tat_rem)·10^6 + tat_ns)
-  token bucket    string "t L W B tokens tokens_ns last_ms" (tokens·10^6 + tokens_ns, at most B·W·10^6)
+  token bucket    string "t L W B tokens tokens_ns last_ms" (tokens·10^6 + tokens_ns, at most B·W·10^6;
+                  negative: a debt, after a clock stepped back)
   leaky bucket    string "h L W B tat_ms tat_rem tat_ns d"  (RL.SHAPE: B = QUEUE + 1, d undelayed)
   sliding counter string "c L W start_ms prev curr"
   fixed window    string "f L W start_ms count"
@@ -221,8 +222,12 @@ function gcra.decode(a, b, c)
   return { tm = a, tr = b, tf = c }
 end
 
--- Token bucket (src/algo/token_bucket.rs). State { t, tf, last }: the balance (t, tf) at the
--- last refill, and when that was (ms).
+-- Token bucket (src/algo/token_bucket.rs). State { t, tf, last }: the balance (t, tf) at
+-- `last` (ms). The balance at any instant is the stored one plus the refill since `last`, at
+-- most the capacity; before `last` (a clock stepped back) it is lower by the refill of the time
+-- in between, and may be below empty (t < 0): the bucket is a function of absolute time, as
+-- GCRA's arrival time is. The module stores a debt as a refill that starts later, to the
+-- nanosecond; here it is the negative balance itself, the same at every instant.
 local bucket = { tag = 't', name = 'token bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 6 }
 
 -- (u, f) capped at the capacity `cap` (whole units).
@@ -233,59 +238,75 @@ local function capped(u, f, cap)
   return u, f
 end
 
-local function refilled(s, p, now)
+-- The balance (u, f) at `now`: u may be negative (u·10^6 + f units, 0 <= f < 10^6).
+local function balance(s, p, now)
   local cap = p.b * p.w
   if not s then
-    return { t = cap, tf = 0, last = now }
+    return cap, 0
   end
-  local t, tf = capped(s.t, s.tf, cap)
   local elapsed = now - s.last
-  if elapsed > 0 then
-    -- elapsed·L is taken only when it does not fill the bucket, so it stays below 2^53.
-    if elapsed >= cdiv(cap - t, p.l) then
-      t, tf = cap, 0
-    else
-      t, tf = capped(t + elapsed * p.l, tf, cap)
-    end
+  if elapsed < 0 then
+    return s.t + elapsed * p.l, s.tf
   end
-  return { t = t, tf = tf, last = math.max(s.last, now) }
+  -- elapsed·L is taken only when it does not fill the bucket, so it stays below 2^53.
+  if elapsed >= cdiv(cap - s.t, p.l) then
+    return cap, 0
+  end
+  return capped(s.t + elapsed * p.l, s.tf, cap)
 end
 
 function bucket.check(s, p, now, cost)
   local cap = p.b * p.w
-  local full = refilled(s, p, now)
+  local u, f = balance(s, p, now)
   local asked = math.max(cost, 1) * p.w
-  local admitted = full.t >= asked
-  local after = (admitted and cost > 0) and full.t - asked or full.t
+  local admitted = u >= asked
+  local after = (admitted and cost > 0) and u - asked or u
   -- A fraction f on top of a balance neither adds a whole token nor shortens a wait by a
   -- whole millisecond: the module's roundings of u·10^6 + f are those of u.
-  local dec = decision(admitted and 1 or 0, p.b, idiv(after, p.w),
-    (not admitted) and cdiv(asked - full.t, p.l) or nil, cdiv(cap - after, p.l))
-  return dec, (admitted and cost > 0) and { t = after, tf = full.tf, last = full.last } or nil
+  local dec = decision(admitted and 1 or 0, p.b, after >= 0 and idiv(after, p.w) or 0,
+    (not admitted) and cdiv(asked - u, p.l) or nil, cdiv(cap - after, p.l))
+  return dec, (admitted and cost > 0) and { t = after, tf = f, last = now } or nil
 end
 
+-- A policy change (the rule of the module before remembered configurations): the balance now
+-- under the old policy, the same number of tokens under the new one, rounded down, at most its
+-- capacity; a debt (a balance below empty) carried rounded up.
 function bucket.rescale(s, from, to, now)
-  local full = refilled(s, from, now)
-  local t, tf = rescale_units(full.t, full.tf, from, to, false)
+  local u, f = balance(s, from, now)
+  local t, tf
+  if u >= 0 then
+    t, tf = rescale_units(u, f, from, to, false)
+  else
+    -- -(u·10^6 + f) units owed: (−u − 1, 10^6 − f) when f > 0.
+    local owed, owed_f = -u, 0
+    if f > 0 then
+      owed, owed_f = -u - 1, NS - f
+    end
+    local o, of = rescale_units(owed, owed_f, from, to, true)
+    t, tf = -o, 0
+    if of > 0 then
+      t, tf = -o - 1, NS - of
+    end
+  end
   t, tf = capped(t, tf, to.b * to.w)
-  return { t = t, tf = tf, last = full.last }
+  return { t = t, tf = tf, last = now }
 end
 
 function bucket.refund(s, p, now, n)
-  local full = refilled(s, p, now)
   local cap = p.b * p.w
-  if full.t >= cap then
+  local u, f = balance(s, p, now)
+  if u >= cap then
     return s
   end
-  local t, tf = capped(full.t + n * p.w, full.tf, cap)
-  return { t = t, tf = tf, last = full.last }
+  local t, tf = capped(u + n * p.w, f, cap)
+  return { t = t, tf = tf, last = now }
 end
 
 -- A lease (src/algo/lease.rs): the bucket's own decision with cost min(want, whole tokens).
 function bucket.lease(s, p, now, want)
-  local full = refilled(s, p, now)
-  local granted = math.min(idiv(full.t, p.w), want)
-  local d, next = bucket.check(full, p, now, math.max(granted, 1))
+  local u = balance(s, p, now)
+  local granted = math.min(u > 0 and idiv(u, p.w) or 0, want)
+  local d, next = bucket.check(s, p, now, math.max(granted, 1))
   d.allowed = granted
   return d, next
 end
@@ -634,19 +655,20 @@ local function policy_of(l, w, b)
   return { l = l, w = w, b = b }
 end
 
--- The numbers of a stored value, "n n n …" (single spaces), each below 10^15; nil for anything
--- else. Stored values are read, never trusted: a key another client wrote is not a limiter.
--- (`%d+` between single spaces cannot backtrack far: a digit run ends only at a space.)
+-- The numbers of a stored value, "n n n …" (single spaces), each below 10^15 in magnitude;
+-- nil for anything else. Only the field at `signed` (a token bucket's balance) may be negative.
+-- Stored values are read, never trusted: a key another client wrote is not a limiter.
+-- (`-?%d+` between single spaces cannot backtrack far: a digit run ends only at a space.)
 local PATTERNS = {}
-local function numbers(text, count)
-  if #text > 16 * count then
+local function numbers(text, count, signed)
+  if #text > 17 * count then
     return nil
   end
   local pattern = PATTERNS[count]
   if not pattern then
-    pattern = '^(%d+)'
+    pattern = '^(%-?%d+)'
     for _ = 2, count do
-      pattern = pattern .. ' (%d+)'
+      pattern = pattern .. ' (%-?%d+)'
     end
     pattern = pattern .. '$'
     PATTERNS[count] = pattern
@@ -656,7 +678,14 @@ local function numbers(text, count)
     return nil
   end
   for i = 1, count do
-    if #f[i] > 15 then
+    local digits = f[i]
+    if string.sub(digits, 1, 1) == '-' then
+      if i ~= signed then
+        return nil
+      end
+      digits = string.sub(digits, 2)
+    end
+    if #digits > 15 then
       return nil
     end
     f[i] = tonumber(f[i])
@@ -708,7 +737,7 @@ local function held(key, wanted, named)
   if type(v) == 'string' then
     local tag, rest = string.match(v, '^(%l) (.*)$')
     local algo = ALGORITHMS[tag or '']
-    local f = algo and algo ~= log and numbers(rest, algo.fields)
+    local f = algo and algo ~= log and numbers(rest, algo.fields, algo == bucket and 4 or nil)
     if f then
       local p = policy_of(f[1], f[2], algo.burst and f[3] or f[1])
       if valid_policy(algo, p) then
@@ -909,8 +938,10 @@ end
 ------------------------------------------------------------------------------------------------
 -- The functions.
 
--- One request to one limiter (src/algo/step.rs): a new policy carries over what the stored
--- one spent, and is stored whether or not the request is admitted (a peek stores nothing).
+-- One request to one limiter (src/algo/step.rs before issue 18: a key holds one
+-- configuration): a new policy carries over what the stored one spent, and is stored whether or
+-- not the request is admitted (a peek stores nothing). The module now also remembers up to four
+-- configurations per key and charges each; the library does not yet (docs/functions.md).
 local function request(fname, algo, keys, args, want)
   if #keys ~= 1 or #args < (want and 4 or 2) then
     arity(fname)
@@ -1158,13 +1189,15 @@ local function all(keys, args)
   end
   local tightest
   local combined = decision(admitted and 1 or 0, 0, 0, nil, 0)
-  for _, d in ipairs(each) do
+  for i, d in ipairs(each) do
     if not tightest or d.remaining < tightest.remaining then
       tightest = d
     end
     combined.reset = math.max(combined.reset, d.reset)
+    -- A limiter at COST 0 holds nothing back: its retry counts only in a peek over all.
     if not admitted then
-      combined.retry = math.max(combined.retry or 0, d.retry or 0)
+      local held_back = (parts[i].cost > 0 or peek_all) and d.retry or 0
+      combined.retry = math.max(combined.retry or 0, held_back)
     end
   end
   combined.limit, combined.remaining = tightest.limit, tightest.remaining
