@@ -1,0 +1,1241 @@
+#!lua name=ratelimit
+--[[
+redis-ratelimit's command contract as a Redis Functions library, for servers that cannot load
+modules (managed Redis and Valkey 7+). Load it with
+
+  redis-cli -x FUNCTION LOAD REPLACE < functions/ratelimit.lua
+
+and call `FCALL rl_gcra 1 key L W [BURST B] [COST n]` where the module has `RL.GCRA key L W ...`:
+the same arguments after the key, the same five-integer reply, the same errors (within the
+bounds below). Functions: rl_gcra rl_tokenbucket rl_slidinglog rl_slidingcounter rl_fixedwindow
+rl_shape rl_lease rl_refund rl_all rl_peek (read-only: `no-writes`, FCALL_RO and replicas).
+docs/functions.md is the long form: bounds, stored formats, what differs.
+
+Exactness. Lua numbers are doubles, exact for integers below 2^53. Time is whole milliseconds
+(`TIME`, read once per call, rounded down), and the continuous algorithms count in units where
+one millisecond is worth L units and one token W units: the module's arithmetic divided by 10^6,
+which at whole-millisecond instants gives the module's replies exactly. A policy change can leave
+a balance with a fraction of such a unit (the module rounds it to the nanosecond unit): GCRA and
+the token bucket keep it, in nanosecond units below 10^6. Absolute instants are never
+multiplied: a GCRA arrival time is stored as whole milliseconds plus a remainder below L.
+The bounds keep every product below 2^53 (the largest is W², in a policy change):
+  L, BURST, COST, WANT, n   1 .. 10^7 (QUEUE, DELAY 0 .. 10^7 − 1)
+  W                         1 .. 9·10^7 ms (25 h) for GCRA, token bucket, lease, shape, sliding
+                            counter;
+                            1 .. 10^12 ms for the fixed window and the sliding log (no products)
+  sliding log L             1 .. 10^4 (an entry per distinct request instant, like the module's
+                            default ratelimit.max-log-entries)
+  BURST × W / L             at most 10^12 ms, as the module
+Integer division goes through `idiv`, exact for operands below 2^53.
+
+Stored state (one key per limiter, plain Redis types, the key's TTL never shorter than the
+reply's reset_after_ms nor than 1 s, as the module):
+  GCRA            string "g L W B tat_ms tat_rem tat_ns"  (tat = (tat_ms·L + tat_rem)·10^6 + tat_ns)
+  token bucket    string "t L W B tokens tokens_ns last_ms" (tokens·10^6 + tokens_ns, at most B·W·10^6;
+                  negative: a debt, after a clock stepped back)
+  leaky bucket    string "h L W B tat_ms tat_rem tat_ns d"  (RL.SHAPE: B = QUEUE + 1, d undelayed)
+  sliding counter string "c L W start_ms prev curr"
+  fixed window    string "f L W start_ms count"
+  sliding log     list   "s L W total newest_ms entries", then "at_ms count" per instant, oldest first
+Every write is an ordinary command (SET … PXAT, RPUSH, LSET, LTRIM, PEXPIREAT), which Redis 7+
+replicates as effects: a replica or the AOF never runs the decision again.
+]]
+
+local MAX_AMOUNT = 10000000
+local MAX_RATE_WINDOW = 90000000
+local MAX_WINDOW = 1000000000000
+local MAX_REFILL_MS = 1000000000000
+local MAX_LOG = 10000
+local MAX_LIMITERS = 32
+local MIN_TTL_MS = 1000
+
+-- The clock: whole milliseconds of the server's TIME. tests/functions.rs replaces the next line
+-- in the copy it loads (and only there) with a clock it sets; nothing else reads the time.
+local function now_ms() local t = redis.call('TIME') return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end
+
+-- floor(a / b) for integers below 2^53 in magnitude, b > 0: the quotient of doubles is
+-- corrected by its remainder, so it is exact.
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  local r = a - q * b
+  if r < 0 then
+    q = q - 1
+  elseif r >= b then
+    q = q + 1
+  end
+  return q
+end
+
+local function cdiv(a, b)
+  return -idiv(-a, b)
+end
+
+local function num(n)
+  return string.format('%d', n)
+end
+
+------------------------------------------------------------------------------------------------
+-- Errors: the module's texts (src/error.rs).
+
+local function fail(text)
+  error({ err = text }, 0)
+end
+
+local function arity(name)
+  fail("ERR wrong number of arguments for '" .. name .. "' function")
+end
+
+-- An argument as an error may echo it: printable ASCII but the quote, at most 32 bytes.
+local function echo(arg)
+  local out = string.gsub(string.sub(arg, 1, 32), "[^ -&(-~]", "?")
+  if #arg > 32 then
+    out = out .. '...'
+  end
+  return out
+end
+
+local function invalid(name, value, min, max)
+  fail(string.format("ERR invalid %s '%s': expected an integer from %d to %d", name, echo(value), min, max))
+end
+
+-- A decimal integer in min..max: digits only, no sign, spaces or exponent.
+local function parse_int(name, s, min, max)
+  local n
+  if #s > 0 and #s <= 8 and not string.find(s, '%D') then
+    -- Up to 8 digits (the common case): exact as it stands.
+    n = tonumber(s)
+  else
+    if #s == 0 or #s > 20 or string.find(s, '%D') then
+      invalid(name, s, min, max)
+    end
+    local digits = string.gsub(s, '^0+', '')
+    n = 0
+    if #digits > 16 then
+      invalid(name, s, min, max)
+    elseif #digits > 0 then
+      n = tonumber(digits)
+    end
+  end
+  if n < min or n > max then
+    invalid(name, s, min, max)
+  end
+  return n
+end
+
+------------------------------------------------------------------------------------------------
+-- The algorithms: pure functions of (state, policy, now, cost); states are tables, policies
+-- { l, w, b } (b = l for the window algorithms). A decision is
+-- { allowed, limit, remaining, retry (ms, nil when admitted), reset (ms) }.
+
+local function decision(allowed, limit, remaining, retry, reset)
+  return { allowed = allowed, limit = limit, remaining = remaining, retry = retry, reset = reset }
+end
+
+-- The module counts a balance in units of a nanosecond (L per ns, W·10^6 per token); here a
+-- balance is a pair (u, f): u units of a millisecond (L per ms, W per token) and f < 10^6 units
+-- of a nanosecond on top, the module's u·10^6 + f. Only a change of policy makes f non-zero
+-- (src/algo/mod.rs `rescale_units` rounds there to the nanosecond unit); every other step adds
+-- whole millisecond units, and the replies below are the module's roundings of u·10^6 + f.
+local NS = 1000000
+
+-- ceil((u·10^6 + f) / (L·10^6)): a balance of (u, f) as milliseconds of refill, rounded up.
+local function ms_up(u, f, l)
+  if f > 0 then
+    return cdiv(u + 1, l)
+  end
+  return cdiv(u, l)
+end
+
+-- An amount (u, f) counted in `from`'s units, in `to`'s: rounded up when `up` (a debt never
+-- shrinks), down otherwise (a balance never grows), to the nanosecond unit as the module does.
+-- Every product stays below 2^53: r·W and b·10^6 + f·W with r, b < W <= 9·10^7.
+local function rescale_units(u, f, from, to, up)
+  local whole = idiv(u, from.w)
+  local q = (u - whole * from.w) * to.w
+  local a = idiv(q, from.w)
+  local rest = (q - a * from.w) * NS + f * to.w
+  local y = up and cdiv(rest, from.w) or idiv(rest, from.w)
+  local yu = idiv(y, NS)
+  return whole * to.w + a + yu, y - yu * NS
+end
+
+local function window_start(p, now)
+  return now - now % p.w
+end
+
+-- GCRA (src/algo/gcra.rs). State { tm, tr, tf }: the theoretical arrival time, (tm·L + tr)·10^6
+-- + tf units of a nanosecond.
+local gcra = { tag = 'g', name = 'GCRA', burst = true, max_w = MAX_RATE_WINDOW, fields = 6 }
+
+-- The debt at now, (u, f): how far the arrival time is ahead of now.
+local function gcra_debt(s, p, now)
+  if not s or s.tm < now then
+    return 0, 0
+  end
+  return (s.tm - now) * p.l + s.tr, s.tf
+end
+
+local function gcra_at(p, now, u, f)
+  local whole = idiv(u, p.l)
+  return { tm = now + whole, tr = u - whole * p.l, tf = f }
+end
+
+function gcra.check(s, p, now, cost)
+  local cap = p.b * p.w
+  local d, f = gcra_debt(s, p, now)
+  local needed = d + math.max(cost, 1) * p.w
+  local admitted = needed < cap or (needed == cap and f == 0)
+  local after = (admitted and cost > 0) and needed or d
+  -- Whole tokens in cap − (after, f): one fewer when f eats into the last.
+  local room = cap - after
+  local remaining = 0
+  if room > 0 then
+    remaining = idiv(f > 0 and room - 1 or room, p.w)
+  end
+  local dec = decision(admitted and 1 or 0, p.b, remaining,
+    (not admitted) and ms_up(needed - cap, f, p.l) or nil, ms_up(after, f, p.l))
+  return dec, (admitted and cost > 0) and gcra_at(p, now, after, f) or nil
+end
+
+function gcra.rescale(s, from, to, now)
+  local d, f = gcra_debt(s, from, now)
+  return gcra_at(to, now, rescale_units(d, f, from, to, true))
+end
+
+function gcra.refund(s, p, now, n)
+  local d, f = gcra_debt(s, p, now)
+  if d == 0 and f == 0 then
+    return s
+  end
+  d = d - n * p.w
+  if d < 0 then
+    return gcra_at(p, now, 0, 0)
+  end
+  return gcra_at(p, now, d, f)
+end
+
+function gcra.encode(s, p)
+  return string.format('g %d %d %d %d %d %d', p.l, p.w, p.b, s.tm, s.tr, s.tf)
+end
+
+function gcra.decode(a, b, c)
+  return { tm = a, tr = b, tf = c }
+end
+
+-- Token bucket (src/algo/token_bucket.rs). State { t, tf, last }: the balance (t, tf) at
+-- `last` (ms). The balance at any instant is the stored one plus the refill since `last`, at
+-- most the capacity; before `last` (a clock stepped back) it is lower by the refill of the time
+-- in between, and may be below empty (t < 0): the bucket is a function of absolute time, as
+-- GCRA's arrival time is. The module stores a debt as a refill that starts later, to the
+-- nanosecond; here it is the negative balance itself, the same at every instant.
+local bucket = { tag = 't', name = 'token bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 6 }
+
+-- (u, f) capped at the capacity `cap` (whole units).
+local function capped(u, f, cap)
+  if u > cap or (u == cap and f > 0) then
+    return cap, 0
+  end
+  return u, f
+end
+
+-- The balance (u, f) at `now`: u may be negative (u·10^6 + f units, 0 <= f < 10^6).
+local function balance(s, p, now)
+  local cap = p.b * p.w
+  if not s then
+    return cap, 0
+  end
+  local elapsed = now - s.last
+  if elapsed < 0 then
+    return s.t + elapsed * p.l, s.tf
+  end
+  -- elapsed·L is taken only when it does not fill the bucket, so it stays below 2^53.
+  if elapsed >= cdiv(cap - s.t, p.l) then
+    return cap, 0
+  end
+  return capped(s.t + elapsed * p.l, s.tf, cap)
+end
+
+function bucket.check(s, p, now, cost)
+  local cap = p.b * p.w
+  local u, f = balance(s, p, now)
+  local asked = math.max(cost, 1) * p.w
+  local admitted = u >= asked
+  local after = (admitted and cost > 0) and u - asked or u
+  -- A fraction f on top of a balance neither adds a whole token nor shortens a wait by a
+  -- whole millisecond: the module's roundings of u·10^6 + f are those of u.
+  local dec = decision(admitted and 1 or 0, p.b, after >= 0 and idiv(after, p.w) or 0,
+    (not admitted) and cdiv(asked - u, p.l) or nil, cdiv(cap - after, p.l))
+  return dec, (admitted and cost > 0) and { t = after, tf = f, last = now } or nil
+end
+
+-- A policy change (the rule of the module before remembered configurations): the balance now
+-- under the old policy, the same number of tokens under the new one, rounded down, at most its
+-- capacity; a debt (a balance below empty) carried rounded up.
+function bucket.rescale(s, from, to, now)
+  local u, f = balance(s, from, now)
+  local t, tf
+  if u >= 0 then
+    t, tf = rescale_units(u, f, from, to, false)
+  else
+    -- -(u·10^6 + f) units owed: (−u − 1, 10^6 − f) when f > 0.
+    local owed, owed_f = -u, 0
+    if f > 0 then
+      owed, owed_f = -u - 1, NS - f
+    end
+    local o, of = rescale_units(owed, owed_f, from, to, true)
+    t, tf = -o, 0
+    if of > 0 then
+      t, tf = -o - 1, NS - of
+    end
+  end
+  t, tf = capped(t, tf, to.b * to.w)
+  return { t = t, tf = tf, last = now }
+end
+
+function bucket.refund(s, p, now, n)
+  local cap = p.b * p.w
+  local u, f = balance(s, p, now)
+  if u >= cap then
+    return s
+  end
+  local t, tf = capped(u + n * p.w, f, cap)
+  return { t = t, tf = tf, last = now }
+end
+
+-- A lease (src/algo/lease.rs): the bucket's own decision with cost min(want, whole tokens).
+function bucket.lease(s, p, now, want)
+  local u = balance(s, p, now)
+  local granted = math.min(u > 0 and idiv(u, p.w) or 0, want)
+  local d, next = bucket.check(s, p, now, math.max(granted, 1))
+  d.allowed = granted
+  return d, next
+end
+
+function bucket.encode(s, p)
+  return string.format('t %d %d %d %d %d %d', p.l, p.w, p.b, s.t, s.tf, s.last)
+end
+
+function bucket.decode(a, b, c)
+  return { t = a, tf = b, last = c }
+end
+
+-- The leaky bucket as a queue, RL.SHAPE (src/algo/shape.rs): GCRA with capacity q + 1, and d,
+-- how many beyond the rate go undelayed. State { tm, tr, tf, d }.
+local shape = { tag = 'h', name = 'leaky bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 7 }
+
+-- The five-field decision, as RL.PEEK and RL.REFUND answer for a shaper; d is kept.
+function shape.check(s, p, now, cost)
+  local dec, next = gcra.check(s, p, now, cost)
+  if next then
+    next.d = s and s.d or 0
+  end
+  return dec, next
+end
+
+-- How long an admitted request waits: until its last unit's excess is down to d.
+local function shape_delay(s, p, now, dec, next)
+  if dec.allowed ~= 1 then
+    return 0
+  end
+  local u, f
+  if next then
+    u, f = gcra_debt(next, p, now)
+  else
+    u, f = gcra_debt(s, p, now)
+    u = u + p.w
+  end
+  u = u - (s.d + 1) * p.w
+  if u < 0 then
+    return 0
+  end
+  return ms_up(u, f, p.l)
+end
+
+function shape.rescale(s, from, to, now)
+  local g = gcra.rescale(s, from, to, now)
+  g.d = math.min(s.d, to.b - 1)
+  return g
+end
+
+function shape.refund(s, p, now, n)
+  local g = gcra.refund(s, p, now, n)
+  if g ~= s then
+    g.d = s.d
+  end
+  return g
+end
+
+function shape.encode(s, p)
+  return string.format('h %d %d %d %d %d %d %d', p.l, p.w, p.b, s.tm, s.tr, s.tf, s.d)
+end
+
+function shape.decode(a, b, c, d)
+  return { tm = a, tr = b, tf = c, d = d }
+end
+
+-- Fixed window (src/algo/fixed_window.rs). State { start, count }.
+local fixed = { tag = 'f', name = 'fixed window', burst = false, max_w = MAX_WINDOW, fields = 4 }
+
+local function fixed_current(s, p, now)
+  local start = window_start(p, now)
+  if s and s.start >= start then
+    return s
+  end
+  return { start = start, count = 0 }
+end
+
+function fixed.check(s, p, now, cost)
+  local win = fixed_current(s, p, now)
+  local admitted = win.count + math.max(cost, 1) <= p.l
+  local count = admitted and win.count + cost or win.count
+  local until_end = math.max(win.start + p.w - now, 0)
+  local d = decision(admitted and 1 or 0, p.l, math.max(p.l - count, 0),
+    (not admitted) and until_end or nil, count == 0 and 0 or until_end)
+  return d, (admitted and cost > 0) and { start = win.start, count = count } or nil
+end
+
+function fixed.rescale(s, from, to, now)
+  local win = fixed_current(s, from, now)
+  return { start = window_start(to, math.max(now, win.start)), count = win.count }
+end
+
+function fixed.refund(s, p, now, n)
+  local win = fixed_current(s, p, now)
+  return { start = win.start, count = math.max(win.count - n, 0) }
+end
+
+function fixed.encode(s, p)
+  return string.format('f %d %d %d %d', p.l, p.w, s.start, s.count)
+end
+
+function fixed.decode(a, b)
+  return { start = a, count = b }
+end
+
+-- Sliding counter (src/algo/sliding_counter.rs). State { start, prev, curr }.
+local counter = { tag = 'c', name = 'sliding counter', burst = false, max_w = MAX_RATE_WINDOW, fields = 5 }
+
+local function counter_current(s, p, now)
+  local start = window_start(p, now)
+  if s and s.start >= start then
+    return s
+  elseif s and s.start + p.w == start then
+    return { start = start, prev = s.curr, curr = 0 }
+  end
+  return { start = start, prev = 0, curr = 0 }
+end
+
+local function weighted(c, w, elapsed)
+  return c.prev * math.max(w - elapsed, 0) + c.curr * w
+end
+
+-- The first instant a request of `asked` is admitted, if nothing else is spent meanwhile.
+local function admissible_at(c, p, asked)
+  local w = p.w
+  local function earliest(pp, cc)
+    local room = p.l + 1 - (cc + asked)
+    if room <= 0 then
+      return nil
+    end
+    room = room * w
+    local e = 0
+    if pp > 0 then
+      e = math.max(w + 1 - cdiv(room, pp), 0)
+    end
+    if e < w then
+      return e
+    end
+    return nil
+  end
+  local e = earliest(c.prev, c.curr)
+  if e then
+    return c.start + e
+  end
+  e = earliest(c.curr, 0)
+  if e then
+    return c.start + w + e
+  end
+  return c.start + 2 * w
+end
+
+function counter.check(s, p, now, cost)
+  local c = counter_current(s, p, now)
+  local w = p.w
+  local elapsed = math.max(now - c.start, 0)
+  local asked = math.max(cost, 1)
+  local admitted = weighted(c, w, elapsed) + (asked - 1) * w < p.l * w
+  local after = c
+  if admitted then
+    after = { start = c.start, prev = c.prev, curr = c.curr + cost }
+  end
+  local room = math.max(p.l * w - weighted(after, w, elapsed), 0)
+  local fresh_at = 0
+  if after.curr > 0 then
+    fresh_at = after.start + 2 * w
+  elseif after.prev > 0 then
+    fresh_at = after.start + w
+  end
+  local d = decision(admitted and 1 or 0, p.l, cdiv(room, w),
+    (not admitted) and math.max(admissible_at(c, p, asked) - now, 0) or nil,
+    math.max(fresh_at - now, 0))
+  return d, (admitted and cost > 0) and after or nil
+end
+
+function counter.rescale(s, from, to, now)
+  local old = counter_current(s, from, now)
+  local start = window_start(to, math.max(now, old.start))
+  local prev, curr = 0, old.curr
+  if old.start > start then
+    curr = curr + old.prev
+  elseif old.start + to.w > start then
+    prev = old.prev
+  end
+  return { start = start, prev = prev, curr = curr }
+end
+
+function counter.refund(s, p, now, n)
+  local c = counter_current(s, p, now)
+  return { start = c.start, prev = c.prev, curr = math.max(c.curr - n, 0) }
+end
+
+function counter.encode(s, p)
+  return string.format('c %d %d %d %d %d', p.l, p.w, s.start, s.prev, s.curr)
+end
+
+function counter.decode(a, b, c)
+  return { start = a, prev = b, curr = c }
+end
+
+-- Sliding log (src/algo/sliding_log.rs), stored in a list. A state here is a reader over the
+-- key: { key, total, newest, len, at(i), count(i) } reading entries lazily (a decision reads
+-- the entries that left the window, and on a denial those it must wait for), or, after a policy
+-- change or a refund, the same shape over entries held in memory.
+local log = { tag = 's', name = 'sliding log', burst = false, max_w = MAX_WINDOW }
+
+local CHUNK = 32
+
+local function entry_parse(e)
+  local at, count = string.match(e or '', '^(%d+) (%d+)$')
+  return tonumber(at) or 0, tonumber(count) or 0
+end
+
+local function stored_log(key, total, newest, len)
+  local cache = {}
+  local s = { key = key, total = total, newest = newest, len = len }
+  function s.entry(i)
+    if not cache[i] then
+      local got = redis.call('LRANGE', key, i, i + CHUNK - 1)
+      for j, e in ipairs(got) do
+        local at, count = entry_parse(e)
+        cache[i + j - 1] = { at, count }
+      end
+    end
+    local e = cache[i] or { 0, 0 }
+    return e[1], e[2]
+  end
+  return s
+end
+
+local function memory_log(entries)
+  local total, newest = 0, 0
+  for _, e in ipairs(entries) do
+    total = total + e[2]
+    newest = e[1]
+  end
+  local s = { total = total, newest = newest, len = #entries, entries = entries }
+  function s.entry(i)
+    local e = entries[i] or { 0, 0 }
+    return e[1], e[2]
+  end
+  return s
+end
+
+local function all_entries(s, w, now)
+  local out = {}
+  for i = 1, s.len do
+    local at, count = s.entry(i)
+    if at + w > now then
+      out[#out + 1] = { at, count }
+    end
+  end
+  return out
+end
+
+-- The decision and the change to apply when admitted: { dropped, at, count }.
+function log.check(s, p, now, cost)
+  s = s or memory_log({})
+  local w, l = p.w, p.l
+  local dropped, gone = 0, 0
+  while dropped < s.len do
+    local at, count = s.entry(dropped + 1)
+    if at + w > now then
+      break
+    end
+    gone = gone + count
+    dropped = dropped + 1
+  end
+  local total = math.max(s.total - gone, 0)
+  local newest = (dropped < s.len) and s.newest or nil
+  local asked = math.max(cost, 1)
+  local admitted = total + asked <= l
+  if not admitted or cost == 0 then
+    local retry = nil
+    if not admitted then
+      local excess, freed = total + asked - l, 0
+      retry = 0
+      for i = dropped + 1, s.len do
+        local at, count = s.entry(i)
+        freed = freed + count
+        if freed >= excess then
+          retry = math.max(at + w - now, 0)
+          break
+        end
+      end
+    end
+    return decision(admitted and 1 or 0, l, math.max(l - total, 0), retry,
+      newest and math.max(newest + w - now, 0) or 0), nil
+  end
+  local at = math.max(now, newest or 0)
+  return decision(1, l, l - (total + cost), nil, math.max(at + w - now, 0)),
+    { dropped = dropped, at = at, count = cost }
+end
+
+-- A policy change: the entries still inside the new window; above the new L entries, the
+-- oldest are merged into one at the latest of their instants.
+function log.rescale(s, from, to, now)
+  local entries = all_entries(s, to.w, now)
+  if #entries > to.l then
+    local cut = #entries - to.l + 1
+    local merged = { entries[cut][1], 0 }
+    local rest = { merged }
+    for i, e in ipairs(entries) do
+      if i <= cut then
+        merged[2] = merged[2] + e[2]
+      else
+        rest[#rest + 1] = e
+      end
+    end
+    entries = rest
+  end
+  return memory_log(entries)
+end
+
+-- Gives back n of the newest live entries' count.
+function log.refund(s, p, now, n)
+  local entries = all_entries(s, p.w, now)
+  while n > 0 and #entries > 0 do
+    local last = entries[#entries]
+    local taken = math.min(last[2], n)
+    last[2] = last[2] - taken
+    n = n - taken
+    if last[2] == 0 then
+      entries[#entries] = nil
+    end
+  end
+  return memory_log(entries)
+end
+
+------------------------------------------------------------------------------------------------
+-- Keys: what a key holds, and storing a state with its expiry.
+
+local ALGORITHMS = { g = gcra, t = bucket, f = fixed, c = counter, s = log, h = shape }
+
+local TYPE_NAMES = {
+  string = 'a string', list = 'a list', hash = 'a hash', set = 'a set', zset = 'a sorted set',
+  stream = 'a stream',
+}
+
+local function wrong_type(holds, wanted, key)
+  local w = wanted and (' ' .. wanted) or ''
+  local k = key and (" '" .. echo(key) .. "'") or ''
+  fail('WRONGTYPE the key' .. k .. ' holds ' .. holds .. ', not a' .. w .. ' limiter; use another key or DEL it')
+end
+
+local function policy_of(l, w, b)
+  return { l = l, w = w, b = b }
+end
+
+-- The numbers of a stored value, "n n n …" (single spaces), each below 10^15 in magnitude;
+-- nil for anything else. Only the field at `signed` (a token bucket's balance) may be negative.
+-- Stored values are read, never trusted: a key another client wrote is not a limiter.
+-- (`-?%d+` between single spaces cannot backtrack far: a digit run ends only at a space.)
+local PATTERNS = {}
+local function numbers(text, count, signed)
+  if #text > 17 * count then
+    return nil
+  end
+  local pattern = PATTERNS[count]
+  if not pattern then
+    pattern = '^(%-?%d+)'
+    for _ = 2, count do
+      pattern = pattern .. ' (%-?%d+)'
+    end
+    pattern = pattern .. '$'
+    PATTERNS[count] = pattern
+  end
+  local f = { string.match(text, pattern) }
+  if #f ~= count then
+    return nil
+  end
+  for i = 1, count do
+    local digits = f[i]
+    if string.sub(digits, 1, 1) == '-' then
+      if i ~= signed then
+        return nil
+      end
+      digits = string.sub(digits, 2)
+    end
+    if #digits > 15 then
+      return nil
+    end
+    f[i] = tonumber(f[i])
+  end
+  return f
+end
+
+-- A policy a stored value may hold: the bounds a request's arguments have.
+local function valid_policy(algo, p)
+  local max_l = algo == log and MAX_LOG or MAX_AMOUNT
+  return p.l >= 1 and p.l <= max_l and p.w >= 1 and p.w <= algo.max_w and p.b >= 1
+    and p.b <= MAX_AMOUNT and p.b * p.w <= MAX_REFILL_MS * p.l
+end
+
+-- A sliding log from its list's first element, the header "s L W total newest_ms entries".
+local function held_log(key, first)
+  local f = type(first) == 'string' and string.sub(first, 1, 2) == 's ' and numbers(string.sub(first, 3), 5)
+  if not f then
+    return nil
+  end
+  local p = policy_of(f[1], f[2], f[1])
+  if not valid_policy(log, p) then
+    return nil
+  end
+  return { algo = log, policy = p, state = stored_log(key, f[3], f[4], f[5]) }
+end
+
+-- What `key` holds: nil, or { algo, policy, state }; another value raises WRONGTYPE naming
+-- `wanted` (the algorithm the caller needs; nil: any limiter) and, when `named`, the key.
+local function held(key, wanted, named)
+  if wanted == log then
+    -- A sliding log's own call reads the header first: one call when the key holds a log.
+    local first = redis.pcall('LINDEX', key, 0)
+    if first == false then
+      return nil
+    elseif type(first) == 'string' then
+      local h = held_log(key, first)
+      if h then
+        return h
+      end
+      wrong_type('a list', log.name, named and key)
+    end
+  end
+  local v = redis.pcall('GET', key)
+  if v == false then
+    return nil
+  end
+  local holds = 'a string'
+  if type(v) == 'string' then
+    local tag, rest = string.match(v, '^(%l) (.*)$')
+    local algo = ALGORITHMS[tag or '']
+    local f = algo and algo ~= log and numbers(rest, algo.fields, algo == bucket and 4 or nil)
+    if f then
+      local p = policy_of(f[1], f[2], algo.burst and f[3] or f[1])
+      if valid_policy(algo, p) then
+        return { algo = algo, policy = p, state = algo.decode(unpack(f, algo.burst and 4 or 3)) }
+      end
+    end
+  else
+    local t = redis.call('TYPE', key)['ok']
+    holds = TYPE_NAMES[t] or "another module's value"
+    if t == 'list' then
+      local h = held_log(key, redis.call('LINDEX', key, 0))
+      if h then
+        return h
+      end
+    end
+  end
+  wrong_type(holds, wanted and wanted.name, named and key)
+end
+
+-- Held by `algo`, or WRONGTYPE.
+local function held_as(key, algo, named)
+  local h = held(key, algo, named)
+  if h and h.algo ~= algo then
+    wrong_type('a ' .. h.algo.name .. ' limiter', algo.name, named and key)
+  end
+  return h
+end
+
+local function expire_at(now, d)
+  return now + math.max(d.reset, MIN_TTL_MS)
+end
+
+local function header(p, s)
+  return 's ' .. num(p.l) .. ' ' .. num(p.w) .. ' ' .. num(s.total) .. ' ' .. num(s.newest) .. ' ' .. num(s.len)
+end
+
+-- Stores a whole state (after a first request, a policy change or a refund).
+local function store(key, algo, p, s, now, d)
+  local at = expire_at(now, d)
+  if algo ~= log then
+    redis.call('SET', key, algo.encode(s, p), 'PXAT', num(at))
+    return
+  end
+  redis.call('DEL', key)
+  local words = { header(p, s) }
+  for i = 1, s.len do
+    local e_at, e_count = s.entry(i)
+    words[#words + 1] = num(e_at) .. ' ' .. num(e_count)
+    if #words == 1000 then
+      redis.call('RPUSH', key, unpack(words))
+      words = {}
+    end
+  end
+  if #words > 0 then
+    redis.call('RPUSH', key, unpack(words))
+  end
+  redis.call('PEXPIREAT', key, num(at))
+end
+
+-- A sliding log after an admitted request, in memory (after a policy change or on a new key).
+local function log_applied(s, change)
+  local entries = {}
+  for i = change.dropped + 1, s.len do
+    local at, count = s.entry(i)
+    entries[#entries + 1] = { at, count }
+  end
+  local last = entries[#entries]
+  if last and last[1] == change.at then
+    last[2] = last[2] + change.count
+  else
+    entries[#entries + 1] = { change.at, change.count }
+  end
+  return memory_log(entries)
+end
+
+-- Applies an admitted request to a stored sliding log in place: the entries that left the
+-- window go from the front, the request joins the newest entry or follows it. Effects: a few
+-- small commands whatever the log's length.
+local function log_apply(key, p, s, change, now, d)
+  local total = s.total
+  for i = 1, change.dropped do
+    local _, count = s.entry(i)
+    total = total - count
+  end
+  local len = s.len - change.dropped
+  local merge = len > 0 and s.newest == change.at
+  local h = header(p, {
+    total = math.max(total, 0) + change.count,
+    newest = change.at,
+    len = merge and len or len + 1,
+  })
+  if len == 0 then
+    redis.call('DEL', key)
+    redis.call('RPUSH', key, h, num(change.at) .. ' ' .. num(change.count))
+  else
+    if change.dropped > 0 then
+      redis.call('LTRIM', key, change.dropped, -1)
+    end
+    redis.call('LSET', key, 0, h)
+    if merge then
+      local _, count = s.entry(s.len)
+      redis.call('LSET', key, -1, num(change.at) .. ' ' .. num(count + change.count))
+    else
+      redis.call('RPUSH', key, num(change.at) .. ' ' .. num(change.count))
+    end
+  end
+  redis.call('PEXPIREAT', key, num(expire_at(now, d)))
+end
+
+-- Stores the state a request leaves: `next` (admitted), else the carried one (a policy change).
+local function settle(key, algo, p, start, carried, next, now, d)
+  if algo == log and next then
+    if start and start.key and not carried then
+      log_apply(key, p, start, next, now, d)
+    else
+      store(key, log, p, log_applied(start or memory_log({}), next), now, d)
+    end
+  elseif next then
+    store(key, algo, p, next, now, d)
+  elseif carried then
+    store(key, algo, p, carried, now, d)
+  end
+end
+
+------------------------------------------------------------------------------------------------
+-- Arguments: `L W [BURST B] [COST n]`, as src/command/args.rs reads them.
+
+local function same_policy(a, b)
+  return a.l == b.l and a.w == b.w and a.b == b.b
+end
+
+-- Reads L, W and the options of one limiter from args[i], args[i+1], …; `stop` tells where its
+-- options end. `want`: the amount is WANT (required, from 1), else COST (default 1, 0 peeks).
+-- Returns the policy, the amount and the index after the limiter.
+local function parse_limiter(fname, algo, args, i, want, stop)
+  if args[i + 1] == nil then
+    arity(fname)
+  end
+  local l = parse_int('L', args[i], 1, MAX_AMOUNT)
+  local w = parse_int('W', args[i + 1], 1, algo.max_w)
+  i = i + 2
+  local amount_name = want and 'WANT' or 'COST'
+  local burst, amount
+  while args[i] ~= nil and not (stop and stop(args[i])) do
+    local name = string.upper(args[i])
+    local label
+    if algo.burst and name == 'BURST' then
+      label = 'BURST'
+      if burst then
+        fail('ERR option BURST given more than once')
+      end
+    elseif name == amount_name then
+      label = amount_name
+      if amount then
+        fail('ERR option ' .. amount_name .. ' given more than once')
+      end
+    else
+      local known = algo.burst and ('BURST or ' .. amount_name) or amount_name
+      fail("ERR unknown option '" .. echo(args[i]) .. "'; expected " .. known)
+    end
+    if args[i + 1] == nil then
+      fail('ERR option ' .. label .. ' needs a value')
+    end
+    if label == 'BURST' then
+      burst = parse_int('BURST', args[i + 1], 1, MAX_AMOUNT)
+    else
+      amount = parse_int(label, args[i + 1], want and 1 or 0, MAX_AMOUNT)
+    end
+    i = i + 2
+  end
+  local b = burst or l
+  if b * w > MAX_REFILL_MS * l then
+    fail(string.format('ERR a capacity of %d refilled at %d per %d ms takes longer than %d ms to refill',
+      b, l, w, MAX_REFILL_MS))
+  end
+  if amount == nil then
+    if want then
+      fail('ERR WANT n is required')
+    end
+    amount = 1
+  end
+  if not want and amount > b then
+    fail(string.format('ERR COST %d can never be admitted: it exceeds the capacity %d', amount, b))
+  end
+  return policy_of(l, w, b), amount, i
+end
+
+local function accepts(algo, p)
+  if algo == log and p.l > MAX_LOG then
+    fail(string.format('ERR L %d is above the library\'s sliding log maximum (%d): a sliding log stores an entry per request; use rl_slidingcounter for large limits', p.l, MAX_LOG))
+  end
+end
+
+local function reply(d)
+  return { d.allowed, d.limit, d.remaining, d.retry or -1, d.reset }
+end
+
+------------------------------------------------------------------------------------------------
+-- The functions.
+
+-- One request to one limiter (src/algo/step.rs before issue 18: a key holds one
+-- configuration): a new policy carries over what the stored one spent, and is stored whether or
+-- not the request is admitted (a peek stores nothing). The module now also remembers up to four
+-- configurations per key and charges each; the library does not yet (docs/functions.md).
+local function request(fname, algo, keys, args, want)
+  if #keys ~= 1 or #args < (want and 4 or 2) then
+    arity(fname)
+  end
+  local p, amount = parse_limiter(fname, algo, args, 1, want)
+  accepts(algo, p)
+  local now = now_ms()
+  local key = keys[1]
+  local h = held_as(key, algo, false)
+  local start, carried
+  if h and not same_policy(h.policy, p) then
+    carried = algo.rescale(h.state, h.policy, p, now)
+    start = carried
+  elseif h then
+    start = h.state
+  end
+  local d, next
+  if want then
+    d, next = bucket.lease(start, p, now, amount)
+  else
+    d, next = algo.check(start, p, now, amount)
+  end
+  settle(key, algo, p, start, amount > 0 and carried or nil, next, now, d)
+  return reply(d)
+end
+
+local function limiter(fname, algo)
+  return function(keys, args)
+    return request(fname, algo, keys, args, false)
+  end
+end
+
+-- FCALL rl_refund 1 key n: gives back n unspent tokens under the stored policy.
+local function refund(keys, args)
+  if #keys ~= 1 or #args ~= 1 then
+    arity('rl_refund')
+  end
+  local n = parse_int('n', args[1], 1, MAX_AMOUNT)
+  local now = now_ms()
+  local h = held(keys[1], nil, false)
+  if not h then
+    return false
+  end
+  local algo, p = h.algo, h.policy
+  local before = algo.check(h.state, p, now, 0).remaining
+  local next = algo.refund(h.state, p, now, n)
+  local after = algo.check(next, p, now, 0)
+  if next ~= h.state then
+    if algo == log then
+      -- A log that lost nothing is unchanged: compare the entries.
+      local same = next.len == h.state.len
+      for i = 1, next.len do
+        if not same then
+          break
+        end
+        local a1, c1 = next.entry(i)
+        local a2, c2 = h.state.entry(i)
+        same = a1 == a2 and c1 == c2
+      end
+      if not same then
+        store(keys[1], algo, p, next, now, after)
+      end
+    else
+      local changed = false
+      for k, v in pairs(next) do
+        if h.state[k] ~= v then
+          changed = true
+        end
+      end
+      if changed then
+        store(keys[1], algo, p, next, now, after)
+      end
+    end
+  end
+  after.allowed = math.min(math.max(after.remaining - before, 0), n)
+  return reply(after)
+end
+
+-- FCALL rl_peek 1 key: what a cost-1 request would get now under the stored policy.
+local function peek(keys, args)
+  if #keys ~= 1 or #args ~= 0 then
+    arity('rl_peek')
+  end
+  local now = now_ms()
+  local h = held(keys[1], nil, false)
+  if not h then
+    return false
+  end
+  return reply((h.algo.check(h.state, h.policy, now, 0)))
+end
+
+-- FCALL rl_shape 1 key L W [QUEUE q] [DELAY d | NODELAY] [COST n] (src/command/shape.rs): the
+-- five fields, then delay_ms.
+local function shaped(keys, args)
+  if #keys ~= 1 or #args < 2 then
+    arity('rl_shape')
+  end
+  local l = parse_int('L', args[1], 1, MAX_AMOUNT)
+  local w = parse_int('W', args[2], 1, MAX_RATE_WINDOW)
+  local opts, nodelay, i = {}, false, 3
+  while args[i] ~= nil do
+    local name = string.upper(args[i])
+    if name == 'NODELAY' then
+      if nodelay then
+        fail('ERR option NODELAY given more than once')
+      end
+      nodelay, i = true, i + 1
+    else
+      local max = MAX_AMOUNT - 1
+      if name == 'COST' then
+        max = MAX_AMOUNT
+      elseif name ~= 'QUEUE' and name ~= 'DELAY' then
+        fail("ERR unknown option '" .. echo(args[i]) .. "'; expected QUEUE, DELAY, NODELAY or COST")
+      end
+      if opts[name] then
+        fail('ERR option ' .. name .. ' given more than once')
+      elseif args[i + 1] == nil then
+        fail('ERR option ' .. name .. ' needs a value')
+      end
+      opts[name] = parse_int(name, args[i + 1], 0, max)
+      i = i + 2
+    end
+  end
+  local queue = opts.QUEUE or 0
+  local undelayed = opts.DELAY or 0
+  if opts.DELAY and nodelay then
+    fail('ERR DELAY d and NODELAY are exclusive (NODELAY is DELAY equal to QUEUE)')
+  elseif nodelay then
+    undelayed = queue
+  end
+  if undelayed > queue then
+    fail(string.format('ERR DELAY %d is above QUEUE %d: at most the whole queue goes undelayed', undelayed, queue))
+  end
+  local b = queue + 1
+  if b * w > MAX_REFILL_MS * l then
+    fail(string.format('ERR a capacity of %d refilled at %d per %d ms takes longer than %d ms to refill',
+      b, l, w, MAX_REFILL_MS))
+  end
+  local cost = opts.COST or 1
+  if cost > b then
+    fail(string.format('ERR COST %d can never be admitted: it exceeds the capacity %d', cost, b))
+  end
+  local p = policy_of(l, w, b)
+  local now = now_ms()
+  local key = keys[1]
+  local h = held_as(key, shape, false)
+  local start, carried = h and h.state, false
+  if h and not same_policy(h.policy, p) then
+    start, carried = shape.rescale(h.state, h.policy, p, now), true
+  end
+  -- The request decides with its own d; a new d, like a new policy, is stored even when the
+  -- request is denied (a peek stores nothing).
+  local configured = { tm = 0, tr = 0, tf = 0, d = undelayed }
+  if start then
+    configured = { tm = start.tm, tr = start.tr, tf = start.tf, d = undelayed }
+  end
+  local d, next = gcra.check(configured, p, now, cost)
+  local delay = shape_delay(configured, p, now, d, next)
+  if next then
+    next.d = undelayed
+  elseif cost > 0 and start and (carried or start.d ~= undelayed) then
+    next = configured
+  end
+  if next then
+    store(key, shape, p, next, now, d)
+  end
+  local out = reply(d)
+  out[6] = delay
+  return out
+end
+
+local ALL = {
+  GCRA = gcra, TOKENBUCKET = bucket, SLIDINGLOG = log, SLIDINGCOUNTER = counter, FIXEDWINDOW = fixed,
+}
+
+local function is_algorithm(word)
+  return ALL[string.upper(word)] ~= nil
+end
+
+-- FCALL rl_all numkeys key [key ...] limiter [limiter ...] (docs/rl-all.md): all or nothing.
+local function all(keys, args)
+  local n = #keys
+  if #args < 1 then
+    arity('rl_all')
+  end
+  if n < 1 or n > MAX_LIMITERS then
+    invalid('numkeys', num(n), 1, MAX_LIMITERS)
+  end
+  local seen = {}
+  for _, k in ipairs(keys) do
+    if seen[k] then
+      fail("ERR key '" .. echo(k) .. "' is named twice; each key has one limiter")
+    end
+    seen[k] = true
+  end
+  local parts, i = {}, 1
+  for _, key in ipairs(keys) do
+    local word = args[i]
+    if word == nil then
+      fail(string.format("ERR no limiter for key '%s': expected %d limiters, one per key", echo(key), n))
+    end
+    local algo = ALL[string.upper(word)]
+    if not algo then
+      fail("ERR unknown algorithm '" .. echo(word) .. "'; expected GCRA, TOKENBUCKET, SLIDINGLOG, SLIDINGCOUNTER or FIXEDWINDOW")
+    end
+    local p, cost
+    p, cost, i = parse_limiter('rl_all', algo, args, i + 1, false, is_algorithm)
+    parts[#parts + 1] = { key = key, algo = algo, policy = p, cost = cost }
+  end
+  if args[i] ~= nil then
+    fail('ERR more limiters than keys: numkeys is ' .. n)
+  end
+  local now = now_ms()
+  local peek_all = true
+  for _, part in ipairs(parts) do
+    peek_all = peek_all and part.cost == 0
+  end
+  -- Plan every limiter (src/command/all.rs), then write: an error leaves every key as it was.
+  for _, part in ipairs(parts) do
+    local algo, p = part.algo, part.policy
+    accepts(algo, p)
+    local h = held_as(part.key, algo, true)
+    local start = h and h.state
+    if h and not same_policy(h.policy, p) then
+      part.carried = algo.rescale(h.state, h.policy, p, now)
+      start = part.carried
+    end
+    part.start = start
+    part.decision, part.charged = algo.check(start, p, now, part.cost)
+    part.uncharged = part.charged and algo.check(start, p, now, 0) or part.decision
+  end
+  local admitted = true
+  for _, part in ipairs(parts) do
+    if (peek_all or part.cost > 0) and part.decision.allowed ~= 1 then
+      admitted = false
+    end
+  end
+  local each = {}
+  for _, part in ipairs(parts) do
+    local algo, p = part.algo, part.policy
+    local carried = part.cost > 0 and part.carried or nil
+    local d = admitted and part.decision or part.uncharged
+    settle(part.key, algo, p, part.start, carried, admitted and part.charged or nil, now, d)
+    each[#each + 1] = d
+  end
+  local tightest
+  local combined = decision(admitted and 1 or 0, 0, 0, nil, 0)
+  for i, d in ipairs(each) do
+    if not tightest or d.remaining < tightest.remaining then
+      tightest = d
+    end
+    combined.reset = math.max(combined.reset, d.reset)
+    -- A limiter at COST 0 holds nothing back: its retry counts only in a peek over all.
+    if not admitted then
+      local held_back = (parts[i].cost > 0 or peek_all) and d.retry or 0
+      combined.retry = math.max(combined.retry or 0, held_back)
+    end
+  end
+  combined.limit, combined.remaining = tightest.limit, tightest.remaining
+  local out = { reply(combined) }
+  for _, d in ipairs(each) do
+    out[#out + 1] = reply(d)
+  end
+  return out
+end
+
+-- Runs a function, turning the errors it raises with `fail` (and those of redis.call) into
+-- plain error replies, without the script trace Redis appends to a raised error.
+local function guarded(body)
+  return function(keys, args)
+    local ok, result = pcall(body, keys, args)
+    if ok then
+      return result
+    elseif type(result) == 'table' and result.err then
+      return result
+    elseif type(result) == 'string' and (result:find('^ERR ') or result:find('^WRONGTYPE ')) then
+      -- Redis hands a raised { err = … } back to pcall as its text.
+      return { err = result }
+    end
+    error(result, 0)
+  end
+end
+
+local function lease(keys, args)
+  return request('rl_lease', bucket, keys, args, true)
+end
+
+redis.register_function('rl_gcra', guarded(limiter('rl_gcra', gcra)))
+redis.register_function('rl_tokenbucket', guarded(limiter('rl_tokenbucket', bucket)))
+redis.register_function('rl_slidinglog', guarded(limiter('rl_slidinglog', log)))
+redis.register_function('rl_slidingcounter', guarded(limiter('rl_slidingcounter', counter)))
+redis.register_function('rl_fixedwindow', guarded(limiter('rl_fixedwindow', fixed)))
+redis.register_function('rl_lease', guarded(lease))
+redis.register_function('rl_shape', guarded(shaped))
+redis.register_function('rl_refund', guarded(refund))
+redis.register_function('rl_all', guarded(all))
+redis.register_function({ function_name = 'rl_peek', callback = guarded(peek), flags = { 'no-writes' } })
