@@ -86,6 +86,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         ctx.log_warning("DEBUG-CLOCK is on: RL.DEBUG can move this server's limiter clock. Never in production.");
     }
     ffi::set_module_options(ctx);
+    ffi::watch_role(ctx);
     match command::dispatch::register_all(ctx).and_then(|()| metrics::register(ctx)) {
         Ok(()) => {
             ctx.log_notice(&format!(

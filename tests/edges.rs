@@ -1104,3 +1104,22 @@ fn every_setstate_refusal_logs_the_key_and_the_reason() {
     let _: () = call.query(&mut c).unwrap();
     assert!(!s.log().contains("key 'ss:ok'"));
 }
+
+/// The module follows the server's role (a master skips asking Redis for it on every write):
+/// a server started as a replica by its configuration refuses from its first command, accepts
+/// once promoted (`REPLICAOF NO ONE`), and refuses again once it follows a master anew.
+#[test]
+fn the_refusal_follows_every_change_of_role() {
+    let master = Server::start();
+    let port = master.port.to_string();
+    let replica = Server::with(&["--replicaof", "127.0.0.1", &port], &[]);
+    let mut r = replica.connect();
+    let call = ["RL.GCRA", "role:k", "2", "60000"];
+    let e = err(&mut r, &call);
+    assert!(e.starts_with("READONLY "), "replica by configuration: {e}");
+    cmd(&mut r, &["REPLICAOF", "NO", "ONE"]).unwrap();
+    assert_eq!(rl(&mut r, &call)[0], 1, "promoted: decides");
+    replicate(&mut r, &master);
+    let e = err(&mut r, &call);
+    assert!(e.starts_with("READONLY "), "a replica again: {e}");
+}

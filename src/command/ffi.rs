@@ -10,6 +10,7 @@
 use std::ffi::{c_int, c_void, CStr, CString};
 use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
 use redis_module::commands::{get_redis_key_spec, KeySpec};
@@ -55,6 +56,12 @@ impl Ctx {
     /// load) is refused, whatever `replica-read-only` says. Otherwise a writable replica would
     /// admit on its own and keep keys the master never sees.
     pub fn refuse_on_replica(&self) -> Result<(), Error> {
+        // A master (the common case) skips the context flags, which Redis computes in full on
+        // every call (about 130 instructions): see [`watch_role`] for why the cached role
+        // cannot be stale when a command runs.
+        if !REPLICA.load(Ordering::Relaxed) {
+            return Ok(());
+        }
         // SAFETY: live context; GetContextFlags exists since Redis 5.
         let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(self.ptr)) } as u32;
         let replica = flags & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0;
@@ -842,6 +849,49 @@ pub fn add_acl_category(ctx: &Context, name: &CStr) -> bool {
 pub fn has_command_acl_categories() -> bool {
     // SAFETY: copies a function pointer filled at load.
     unsafe { raw::RedisModule_SetCommandACLCategories }.is_some()
+}
+
+// ---- The server's role ------------------------------------------------------------------------
+
+/// Whether this server is a replica: true until [`watch_role`] learns otherwise, so a server
+/// whose role could not be watched checks the context flags on every write, as before.
+static REPLICA: AtomicBool = AtomicBool::new(true);
+
+/// Reads the server's role at load and follows it through Redis's replication-role event (fired
+/// inside `REPLICAOF`, a cluster failover and any other change of role, before the server runs
+/// another command), so [`Ctx::refuse_on_replica`] need not ask Redis on a master. A server that
+/// refuses the subscription keeps asking on every write.
+pub fn watch_role(ctx: &Context) {
+    // SAFETY: called from OnLoad with its context; both functions exist since Redis 6.
+    unsafe {
+        let (Some(flags), Some(subscribe)) = (
+            raw::RedisModule_GetContextFlags,
+            raw::RedisModule_SubscribeToServerEvent,
+        ) else {
+            return;
+        };
+        let event = raw::RedisModuleEvent {
+            id: raw::REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED,
+            dataver: 1,
+        };
+        if subscribe(ctx.ctx, event, Some(role_changed)) != raw::Status::Ok as c_int {
+            return;
+        }
+        let replica = flags(ctx.ctx) as u32 & raw::REDISMODULE_CTX_FLAGS_SLAVE != 0;
+        REPLICA.store(replica, Ordering::Relaxed);
+    }
+}
+
+/// # Safety
+/// Called by Redis on its main thread when the server's replication role changes.
+unsafe extern "C" fn role_changed(
+    _ctx: *mut raw::RedisModuleCtx,
+    _event: raw::RedisModuleEvent,
+    subevent: u64,
+    _data: *mut c_void,
+) {
+    let replica = subevent == raw::REDISMODULE_EVENT_REPLROLECHANGED_NOW_REPLICA;
+    REPLICA.store(replica, Ordering::Relaxed);
 }
 
 // ---- INFO and CONFIG RESETSTAT --------------------------------------------------------------

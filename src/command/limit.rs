@@ -99,6 +99,25 @@ pub fn decide<A: Stored>(
                 return Ok(decision);
             }
         }
+        // Every other algorithm, under the policy the key holds and with no other
+        // configuration: `step` would start from this state and store its successor with the
+        // decision's reset_after as the key's life, so the successor is written where the state
+        // is (no new value, no second look at the key) and propagated whole.
+        if !peek && alone && limiter.policy == request.policy {
+            let before = metrics::Footprint::of(limiter);
+            let Some(state) = A::of_mut(&mut limiter.state) else {
+                return Err(wrong_type::<A>(limiter));
+            };
+            let Outcome { decision, next } = decision(Some(state), now_ns);
+            if let Some(next) = next {
+                *state = next;
+                metrics::limiter_changed(before, limiter);
+                let at =
+                    effect::propagate(ctx, request.key, limiter, now_ns, decision.reset_after_ns);
+                key.expire_at(Some(at));
+            }
+            return Ok(decision);
+        }
     }
     let others = stored.as_deref().map(Limiter::others_of::<A>);
     let held = match &stored {
