@@ -13,6 +13,11 @@ pub use redis::{Connection, Value};
 pub mod cell;
 pub mod cluster;
 pub mod limiters;
+pub mod registry;
+
+// Not every suite uses each of them.
+#[allow(unused_imports)]
+pub use registry::{algorithm, algorithms, assert_covers, limiter_algorithms, module_commands};
 
 /// A far-future instant for the debug clock (2096): keys' absolute expiries then lie beyond
 /// the server's real clock, so Redis never expires them during a test.
