@@ -629,13 +629,10 @@ fn sixteen_connections_fifty_keys_one_tenant() {
 // ---------------------------------------------------------------------------------------------
 // Property: RL.ALL is the single-key commands, all or nothing.
 
-const ALGORITHMS: [&str; 5] = [
-    "GCRA",
-    "TOKENBUCKET",
-    "SLIDINGLOG",
-    "SLIDINGCOUNTER",
-    "FIXEDWINDOW",
-];
+/// The algorithms `RL.ALL` takes: every limiter of the registry, by index.
+fn in_all() -> Vec<&'static support::registry::Algorithm> {
+    limiter_algorithms().collect()
+}
 const KEY_SLOTS: usize = 6;
 
 #[derive(Clone, Copy, Debug)]
@@ -672,7 +669,7 @@ struct Case {
 }
 
 fn pol(algorithm: usize) -> impl Strategy<Value = Pol> {
-    let burst = algorithm < 2;
+    let burst = in_all()[algorithm].burst;
     (
         1u64..=5,
         prop::sample::select(vec![1000u64, 3000, 60000]),
@@ -687,7 +684,7 @@ fn pol(algorithm: usize) -> impl Strategy<Value = Pol> {
 }
 
 fn case() -> impl Strategy<Value = Case> {
-    let key = (0usize..5).prop_flat_map(|a| (Just(a), [pol(a), pol(a)]));
+    let key = (0..in_all().len()).prop_flat_map(|a| (Just(a), [pol(a), pol(a)]));
     let limiter = (0..KEY_SLOTS, any::<bool>(), 0u64..=3);
     let gap = prop_oneof![3 => Just(0u64), 2 => 1u64..500, 1 => 500u64..5000];
     let step = (gap, prop::collection::vec(limiter, 1..=4));
@@ -725,8 +722,8 @@ fn key_state(c: &mut Connection, key: &str) -> (Option<Vec<u8>>, i64) {
 
 /// The single-key command of `algorithm` on `key`.
 fn single(c: &mut Connection, algorithm: usize, key: &str, p: &Pol, cost: u64) -> [i64; 5] {
-    let command = format!("RL.{}", ALGORITHMS[algorithm]);
-    let mut words = vec![command, key.to_string()];
+    let command = &in_all()[algorithm].command;
+    let mut words = vec![command.clone(), key.to_string()];
     words.extend(p.words(cost));
     let words: Vec<&str> = words.iter().map(String::as_str).collect();
     rl(c, &words)
@@ -768,7 +765,7 @@ fn run_case(c: &mut Connection, case: &Case) -> Result<(), TestCaseError> {
         words.extend(limiters.iter().map(|(k, _, _)| format!("k{k}")));
         for &(k, choice, cost) in &limiters {
             let (algorithm, policies) = &case.keys[k];
-            words.push(ALGORITHMS[*algorithm].to_string());
+            words.push(in_all()[*algorithm].word.clone());
             words.extend(policies[choice].words(cost));
         }
         let words: Vec<&str> = words.iter().map(String::as_str).collect();
@@ -1010,6 +1007,11 @@ const ALL_WORKLOAD: &[&[&str]] = &[
 
 #[test]
 fn a_replica_on_another_clock_ends_digest_identical() {
+    assert_covers(
+        "ALL_WORKLOAD",
+        limiter_algorithms(),
+        ALL_WORKLOAD.iter().flat_map(|words| words.iter()),
+    );
     let (_ms, _rs, mut m, mut r) = pair();
     for _ in 0..6 {
         for words in ALL_WORKLOAD {

@@ -45,7 +45,7 @@ fn state(c: &mut dyn ConnectionLike, key: &str) -> (Option<Vec<u8>>, i64) {
 
 /// One key per limiter: `{tag}:<command>`.
 fn tagged_keys(tag: &str) -> Vec<(&'static Limiter, String)> {
-    LIMITERS
+    all_limiters()
         .iter()
         .map(|l| (l, format!("{{{tag}}}:{}", l.command)))
         .collect()
@@ -106,7 +106,7 @@ fn command_getkeysandflags_names_the_key_of_every_command() {
             .query(c)
             .unwrap_or_else(|e| panic!("{words:?}: {e}"))
     };
-    for limiter in LIMITERS {
+    for limiter in all_limiters() {
         let flags: Vec<String> = limiter.key_flags.iter().map(|f| f.to_string()).collect();
         for words in limiter.session {
             let words = call(words, "k");
@@ -159,11 +159,11 @@ fn every_limiter_runs_on_every_slot_and_on_hash_tags() {
     let cluster = Cluster::start(CALM_NODE_TIMEOUT_MS);
     let (_reference, mut r) = reference();
     let mut c = cluster.client();
-    let n = LIMITERS.len();
+    let n = all_limiters().len();
     let keys = keys_for_all_slots("user", n);
 
     // A first decision on a fresh key in every slot for every limiter, pipelined per node.
-    for (j, limiter) in LIMITERS.iter().enumerate() {
+    for (j, limiter) in all_limiters().iter().enumerate() {
         let first = limiter.session[0];
         let expected = query(&mut r, &call(first, &format!("fresh:{j}")));
         for chunk in keys.chunks(2048) {
@@ -197,12 +197,12 @@ fn every_limiter_runs_on_every_slot_and_on_hash_tags() {
     let mut sample: Vec<(&Limiter, String)> = keys
         .iter()
         .step_by(257)
-        .flat_map(|slot_keys| LIMITERS.iter().zip(slot_keys.iter().cloned()))
+        .flat_map(|slot_keys| all_limiters().iter().zip(slot_keys.iter().cloned()))
         .collect();
     for (limiter, key) in &sample {
         query(&mut r, &call(limiter.session[0], key));
     }
-    let tagged: Vec<(&Limiter, String)> = LIMITERS
+    let tagged: Vec<(&Limiter, String)> = all_limiters()
         .iter()
         .enumerate()
         .flat_map(|(j, l)| (1..=3).map(move |i| (l, format!("{{tenant:7}}:key:{}", j * 3 + i))))
@@ -211,7 +211,11 @@ fn every_limiter_runs_on_every_slot_and_on_hash_tags() {
     assert!(tagged.iter().all(|(_, k)| slot(k) == tenant_slot));
     step(&mut c, &mut r, &tagged, 0);
     sample.extend(tagged.iter().cloned());
-    let longest = LIMITERS.iter().map(|l| l.session.len()).max().unwrap_or(1);
+    let longest = all_limiters()
+        .iter()
+        .map(|l| l.session.len())
+        .max()
+        .unwrap_or(1);
     for n in 1..3 * longest {
         advance(&cluster, &mut r, 150);
         step(&mut c, &mut r, &sample, n);
@@ -243,7 +247,7 @@ fn resharding_a_slot_keeps_state_and_expiry() {
     let (slot, tag) = slot_on(&cluster, src, &tags);
     let tag = tag.as_str();
     // Three keys of every algorithm in the slot, with state and an expiry.
-    let keys: Vec<(&Limiter, String)> = LIMITERS
+    let keys: Vec<(&Limiter, String)> = all_limiters()
         .iter()
         .flat_map(|l| (0..3).map(move |i| (l, format!("{{{tag}}}:{}:{i}", l.command))))
         .collect();
@@ -306,7 +310,7 @@ fn resharding_a_slot_keeps_state_and_expiry() {
     assert_eq!(left, 0, "every key left the source");
     // Mid-migration the source answers ASK; the client follows it to the target, for moved
     // keys and for a new key of every algorithm.
-    let fresh = LIMITERS
+    let fresh = all_limiters()
         .iter()
         .map(|l| (l, format!("{{{tag}}}:{}:new", l.command)));
     let keys: Vec<(&Limiter, String)> = keys.iter().cloned().chain(fresh).collect();
@@ -544,7 +548,10 @@ fn crash_failover_forgets_only_unacknowledged_admits() {
         lagging.forgotten(),
         lagging.admits()
     );
-    let lagged: Vec<usize> = LIMITERS.iter().map(|l| LAG * l.session.len()).collect();
+    let lagged: Vec<usize> = all_limiters()
+        .iter()
+        .map(|l| LAG * l.session.len())
+        .collect();
     assert_eq!(lagging.forgotten, lagged);
 
     // 3. WAIT 1 after every decision, replica lagging as in 2: WAIT answers 1 for every
@@ -589,7 +596,7 @@ fn replicas_refuse_every_limiter_command() {
         info_field(&text, "master_link_status").as_deref() == Some("up")
     });
     clock_set(&mut r, T0_MS);
-    let mut refused: Vec<Vec<String>> = LIMITERS
+    let mut refused: Vec<Vec<String>> = all_limiters()
         .iter()
         .flat_map(|l| l.session.iter().map(|w| call(w, "k")))
         .collect();

@@ -8,19 +8,20 @@ use std::time::Duration;
 
 use support::*;
 
-/// The five limiter commands that take `COST`, each with the issue's tightening: policy A
-/// (10 per second, all spent at once) then policy B (10 per minute).
-const TIGHTENINGS: &[(&str, &[&str], &[&str])] = &[
-    ("RL.GCRA", &["10", "1000"], &["10", "60000"]),
-    (
-        "RL.TOKENBUCKET",
-        &["10", "1000", "BURST", "10"],
-        &["10", "60000", "BURST", "10"],
-    ),
-    ("RL.SLIDINGLOG", &["10", "1000"], &["10", "60000"]),
-    ("RL.SLIDINGCOUNTER", &["10", "1000"], &["10", "60000"]),
-    ("RL.FIXEDWINDOW", &["10", "1000"], &["10", "60000"]),
-];
+/// Every limiter of the registry with the issue's tightening: policy A (10 per second, all
+/// spent at once) then policy B (10 per minute), with BURST 10 where the algorithm takes it.
+fn tightenings() -> Vec<(&'static str, Vec<&'static str>, Vec<&'static str>)> {
+    limiter_algorithms()
+        .map(|a| {
+            let burst: &[&str] = if a.burst { &["BURST", "10"] } else { &[] };
+            (
+                a.command.as_str(),
+                with(&["10", "1000"], burst),
+                with(&["10", "60000"], burst),
+            )
+        })
+        .collect()
+}
 
 /// `command key policy… extra…` as owned words.
 fn call(command: &str, key: &str, policy: &[&str], extra: &[&str]) -> Vec<String> {
@@ -94,43 +95,24 @@ fn denied_tightening_is_never_forgotten(command: &str, a: &[&str], b: &[&str]) {
 }
 
 #[test]
-fn denied_tightening_is_never_forgotten_gcra() {
-    let (command, a, b) = TIGHTENINGS[0];
-    denied_tightening_is_never_forgotten(command, a, b);
+fn denied_tightening_is_never_forgotten_by_any_limiter() {
+    for (command, a, b) in tightenings() {
+        denied_tightening_is_never_forgotten(command, &a, &b);
+    }
 }
 
-#[test]
-fn denied_tightening_is_never_forgotten_token_bucket() {
-    let (command, a, b) = TIGHTENINGS[1];
-    denied_tightening_is_never_forgotten(command, a, b);
-}
-
-#[test]
-fn denied_tightening_is_never_forgotten_sliding_log() {
-    let (command, a, b) = TIGHTENINGS[2];
-    denied_tightening_is_never_forgotten(command, a, b);
-}
-
-#[test]
-fn denied_tightening_is_never_forgotten_sliding_counter() {
-    let (command, a, b) = TIGHTENINGS[3];
-    denied_tightening_is_never_forgotten(command, a, b);
-}
-
-#[test]
-fn denied_tightening_is_never_forgotten_fixed_window() {
-    let (command, a, b) = TIGHTENINGS[4];
-    denied_tightening_is_never_forgotten(command, a, b);
-}
-
-/// GCRA and token-bucket debt must drain at the new rate from the tightening on: 400 ms after
-/// it, 10 per minute refills nothing (the issue saw 4 admits: the old rate, 10 per second).
+/// The bucket algorithms' debt (GCRA, token bucket) must drain at the new rate from the
+/// tightening on: 400 ms after it, 10 per minute refills nothing (the issue saw 4 admits: the old
+/// rate, 10 per second).
 #[test]
 fn denied_tightening_stops_debt_draining_at_the_old_rate() {
-    for &(command, a, b) in &TIGHTENINGS[..2] {
+    let buckets = tightenings()
+        .into_iter()
+        .filter(|(command, ..)| algorithm(command).burst);
+    for (command, a, b) in buckets {
         let (_s, mut c) = server();
-        rl(&mut c, &words(&call(command, "d", a, &["COST", "10"])));
-        let tightened = call(command, "d", b, &[]);
+        rl(&mut c, &words(&call(command, "d", &a, &["COST", "10"])));
+        let tightened = call(command, "d", &b, &[]);
         assert_eq!(rl(&mut c, &words(&tightened))[0], 0, "{tightened:?}");
         clock_advance(&mut c, 400);
         let got = admits(&mut c, &words(&tightened), 10);
@@ -220,15 +202,15 @@ fn denied_tightening_in_rl_all_is_never_forgotten() {
 #[test]
 fn peek_with_a_new_policy_writes_nothing() {
     let (_s, mut c) = server();
-    for &(command, a, b) in TIGHTENINGS {
+    for (command, a, b) in tightenings() {
         let key = format!("p:{command}");
-        rl(&mut c, &words(&call(command, &key, a, &["COST", "10"])));
+        rl(&mut c, &words(&call(command, &key, &a, &["COST", "10"])));
         let (before, at) = (dump(&mut c, &key), pexpiretime(&mut c, &key));
-        let peek = call(command, &key, b, &["COST", "0"]);
+        let peek = call(command, &key, &b, &["COST", "0"]);
         assert_eq!(rl(&mut c, &words(&peek))[0], 0, "{peek:?}");
         assert_eq!(dump(&mut c, &key), before, "{peek:?} changed the key");
         assert_eq!(pexpiretime(&mut c, &key), at, "{peek:?} moved the expiry");
-        let fresh = call(command, "p:fresh", b, &["COST", "0"]);
+        let fresh = call(command, "p:fresh", &b, &["COST", "0"]);
         assert_eq!(rl(&mut c, &words(&fresh))[0], 1, "{fresh:?}");
         assert_eq!(dump(&mut c, "p:fresh"), None, "{fresh:?} created the key");
     }
@@ -264,18 +246,18 @@ fn ttl_never_shorter_than_the_last_reset_across_policy_switches() {
         &["3", "500"],
         &["50", "10000"],
     ];
-    let families: &[(&str, &[&[&str]], &str)] = &[
-        ("RL.GCRA", with_burst, "COST"),
-        ("RL.TOKENBUCKET", with_burst, "COST"),
-        ("RL.LEASE", with_burst, "WANT"),
-        ("RL.SLIDINGLOG", windows, "COST"),
-        ("RL.SLIDINGCOUNTER", windows, "COST"),
-        ("RL.FIXEDWINDOW", windows, "COST"),
-    ];
+    // Every limiter of the registry, and RL.LEASE.
+    let mut families: Vec<(&str, &[&[&str]], &str)> = limiter_algorithms()
+        .map(|a| {
+            let policies = if a.burst { with_burst } else { windows };
+            (a.command.as_str(), policies, "COST")
+        })
+        .collect();
+    families.push(("RL.LEASE", with_burst, "WANT"));
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut now = T0_MS as i64;
     let mut denied_switches = 0;
-    for &(command, policies, amount) in families {
+    for (command, policies, amount) in families {
         let key = format!("prop:{command}");
         let mut last: Option<&[&str]> = None;
         // Two policies per run of calls, switching between them.
@@ -430,13 +412,13 @@ fn pair() -> (Server, Server, Connection, Connection) {
 #[test]
 fn denied_tightening_reaches_the_replica() {
     let (_ms, _rs, mut m, mut r) = pair();
-    for &(command, a, b) in TIGHTENINGS {
+    for (command, a, b) in tightenings() {
         let key = format!("r:{command}");
-        rl(&mut m, &words(&call(command, &key, a, &["COST", "10"])));
+        rl(&mut m, &words(&call(command, &key, &a, &["COST", "10"])));
         wait_replica(&mut m);
         let before = dump(&mut m, &key);
         assert_eq!(dump(&mut r, &key), before, "{command}: replica out of sync");
-        assert_eq!(rl(&mut m, &words(&call(command, &key, b, &[])))[0], 0);
+        assert_eq!(rl(&mut m, &words(&call(command, &key, &b, &[])))[0], 0);
         wait_replica(&mut m);
         let after = dump(&mut m, &key);
         assert_ne!(
@@ -453,19 +435,18 @@ fn denied_tightening_reaches_the_replica() {
 }
 
 /// Every limiter command a client might send to a replica (the key `rr:lease` exists there,
-/// replicated from the master).
+/// replicated from the master): each algorithm's of the registry, then the others.
 fn replica_calls(state: &str) -> Vec<Vec<&str>> {
-    vec![
-        vec!["RL.GCRA", "rr:new", "2", "60000"],
+    let own = algorithms()
+        .iter()
+        .map(|a| vec![a.command.as_str(), "rr:new", "2", "60000"]);
+    own.chain([
         vec!["RL.GCRA", "rr:new", "2", "60000", "COST", "0"],
         vec!["RL.TOKENBUCKET", "rr:new", "2", "60000", "BURST", "3"],
         vec!["RL.LEASE", "rr:new", "2", "60000", "WANT", "1"],
         vec!["RL.LEASE", "rr:lease", "10", "60000", "WANT", "1"],
         vec!["RL.REFUND", "rr:lease", "1"],
         vec!["RL.REFUND", "rr:new", "1"],
-        vec!["RL.SLIDINGLOG", "rr:new", "2", "60000"],
-        vec!["RL.SLIDINGCOUNTER", "rr:new", "2", "60000"],
-        vec!["RL.FIXEDWINDOW", "rr:new", "2", "60000"],
         vec!["RL.SETSTATE", "rr:new", state],
         vec![
             "RL.ALL",
@@ -479,7 +460,8 @@ fn replica_calls(state: &str) -> Vec<Vec<&str>> {
             "10",
             "60000",
         ],
-    ]
+    ])
+    .collect()
 }
 
 /// The encoded state of a full GCRA limiter of 10 per 100 ms (burst 10): format 1, tag 1, L, W,
@@ -750,6 +732,7 @@ fn keyspace_notifications_mark_real_changes_only() {
             Some("rl.fixedwindow"),
         ),
         (&["RL.FIXEDWINDOW", "n:f", "5", "1000", "COST", "5"], None),
+        (&["RL.SHAPE", "n:q", "5", "1000"], Some("rl.shape")),
         (
             &["RL.LEASE", "n:t", "5", "1000", "WANT", "2"],
             Some("rl.lease"),
@@ -801,6 +784,14 @@ fn keyspace_notifications_mark_real_changes_only() {
             None,
         ),
     ];
+    assert_covers(
+        "keyspace_notifications_mark_real_changes_only's steps",
+        algorithms(),
+        steps
+            .iter()
+            .filter(|(_, event)| event.is_some())
+            .map(|(w, _)| w[0]),
+    );
     let mut expected = Vec::new();
     for (words, event) in steps {
         let _ = cmd(&mut c, words);

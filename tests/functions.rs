@@ -81,7 +81,8 @@ fn words(w: &[&str]) -> Vec<String> {
     w.iter().map(|s| s.to_string()).collect()
 }
 
-/// The module's command for an algorithm, and the library's function.
+/// The module's command for an algorithm, and the library's function: the library has one per
+/// limiter of the registry (`traces_agree_with_the_module` fails for a limiter without a row).
 const ALGORITHMS: [(&str, &str, &str, bool); 5] = [
     ("RL.GCRA", "rl_gcra", "GCRA", true),
     ("RL.TOKENBUCKET", "rl_tokenbucket", "TOKENBUCKET", true),
@@ -306,6 +307,11 @@ fn limiters(rng: &mut Rng, policies: usize) -> Vec<Limiter> {
 /// RL.ALL, at instants a few ms apart, seconds apart and stepped back.
 #[test]
 fn traces_agree_with_the_module() {
+    assert_covers(
+        "ALGORITHMS (the library's function of each limiter)",
+        limiter_algorithms(),
+        ALGORITHMS.iter().map(|a| a.0),
+    );
     let (_s, mut c) = both();
     for seed in 1..=80u64 {
         let mut rng = Rng(seed * 0x9e37_79b9);

@@ -56,21 +56,42 @@ const GOOD: &[&str] = &[
     "1", "2", "3", "5", "10", "30", "100", "250", "1000", "60000",
 ];
 
-const COMMANDS: &[&str] = &[
-    "RL.GCRA",
-    "RL.TOKENBUCKET",
-    "RL.SLIDINGLOG",
-    "RL.SLIDINGCOUNTER",
-    "RL.FIXEDWINDOW",
+/// The commands that are not an algorithm's own (those come from the registry). `RL.DEBUG` is
+/// left out: the test moves the clock itself.
+const OTHER_COMMANDS: &[&str] = &[
     "RL.LEASE",
     "RL.REFUND",
     "RL.SETSTATE",
-    "RL.SHAPE",
     "RL.THROTTLE",
     "RL.ALL",
     "RL.PEEK",
     "RL.INSPECT",
 ];
+
+/// Every command of the module but `RL.DEBUG`: each algorithm's of the registry, then the others.
+fn commands() -> Vec<&'static str> {
+    let commands: Vec<&str> = algorithms()
+        .iter()
+        .map(|a| a.command.as_str())
+        .chain(OTHER_COMMANDS.iter().copied())
+        .collect();
+    let missing: Vec<&String> = module_commands()
+        .iter()
+        .filter(|c| *c != "RL.DEBUG" && !commands.contains(&c.as_str()))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "the test sends no {missing:?}: add it to OTHER_COMMANDS and its arguments to well_formed"
+    );
+    commands
+}
+
+/// Whether `command` is the registry's shaper (`RL.SHAPE`: six integers).
+fn shaper(command: &str) -> bool {
+    algorithms()
+        .iter()
+        .any(|a| a.command == command && !a.limiter)
+}
 
 /// A valid encoded GCRA state, then mangled: random bytes, truncations and edits.
 fn state_blob(rng: &mut Rng) -> Vec<u8> {
@@ -89,7 +110,8 @@ fn state_blob(rng: &mut Rng) -> Vec<u8> {
         2 => {
             let i = (rng.next() % blob.len() as u64) as usize;
             blob[i] = rng.next() as u8;
-            blob[1] = (rng.next() % 7) as u8;
+            // The registry's tags (1 to 6 today), tags it may add, and 0.
+            blob[1] = (rng.next() % 16) as u8;
             blob
         }
         _ => (0..rng.next() % 80).map(|_| rng.next() as u8).collect(),
@@ -97,7 +119,8 @@ fn state_blob(rng: &mut Rng) -> Vec<u8> {
 }
 
 /// Arguments in the command's own shape, with sensible values and now and then a wrong one.
-fn well_formed(call: &mut redis::Cmd, command: &str, rng: &mut Rng) {
+/// `in_all` are the algorithm names `RL.ALL` picks from.
+fn well_formed(call: &mut redis::Cmd, command: &str, in_all: &[&str], rng: &mut Rng) {
     let value = |rng: &mut Rng| {
         let values = if rng.next().is_multiple_of(8) {
             WORDS
@@ -114,15 +137,7 @@ fn well_formed(call: &mut redis::Cmd, command: &str, rng: &mut Rng) {
                 call.arg("RL.ALL:other");
             }
             for _ in 0..1 + rng.next() % 3 {
-                let algorithm = rng.pick(&[
-                    "GCRA",
-                    "TOKENBUCKET",
-                    "SLIDINGLOG",
-                    "SLIDINGCOUNTER",
-                    "FIXEDWINDOW",
-                    "gcra",
-                    "LEAKY",
-                ]);
+                let algorithm = rng.pick(in_all);
                 call.arg(algorithm).arg(value(rng)).arg(value(rng));
                 if rng.next().is_multiple_of(3) {
                     call.arg("BURST").arg(value(rng));
@@ -146,7 +161,14 @@ fn well_formed(call: &mut redis::Cmd, command: &str, rng: &mut Rng) {
                 call.arg(value(rng));
             }
         }
-        "RL.SHAPE" => {
+        "RL.LEASE" => {
+            call.arg(value(rng)).arg(value(rng));
+            if rng.next().is_multiple_of(2) {
+                call.arg("BURST").arg(value(rng));
+            }
+            call.arg("WANT").arg(value(rng));
+        }
+        _ if shaper(command) => {
             call.arg(value(rng)).arg(value(rng));
             if rng.next().is_multiple_of(2) {
                 call.arg("QUEUE").arg(value(rng));
@@ -164,16 +186,13 @@ fn well_formed(call: &mut redis::Cmd, command: &str, rng: &mut Rng) {
                 call.arg("COST").arg(value(rng));
             }
         }
+        // A limiter of the registry (`algorithm` panics for any other command).
         _ => {
             call.arg(value(rng)).arg(value(rng));
-            let lease = command == "RL.LEASE";
-            let bucket = lease || command == "RL.GCRA" || command == "RL.TOKENBUCKET";
-            if bucket && rng.next().is_multiple_of(2) {
+            if algorithm(command).burst && rng.next().is_multiple_of(2) {
                 call.arg("BURST").arg(value(rng));
             }
-            if lease {
-                call.arg("WANT").arg(value(rng));
-            } else if rng.next().is_multiple_of(2) {
+            if rng.next().is_multiple_of(2) {
                 call.arg("COST").arg(value(rng));
             }
         }
@@ -184,6 +203,12 @@ fn well_formed(call: &mut redis::Cmd, command: &str, rng: &mut Rng) {
 fn random_arguments_never_panic_or_crash() {
     let (mut s, mut c) = server();
     cmd(&mut c, &["SET", "str", "keep me"]).unwrap();
+    let commands = commands();
+    // Every limiter, a lower-case name and an unknown one.
+    let in_all: Vec<&str> = limiter_algorithms()
+        .map(|a| a.word.as_str())
+        .chain(["gcra", "LEAKY"])
+        .collect();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let (mut decisions, mut errors) = (0, 0);
     for step in 0..6000 {
@@ -191,7 +216,7 @@ fn random_arguments_never_panic_or_crash() {
             let jump = (rng.next() % 4000) as i64 - 1500;
             clock_advance(&mut c, jump);
         }
-        let command = rng.pick(COMMANDS);
+        let command = rng.pick(&commands);
         let mut call = redis::cmd(command);
         if command == "RL.ALL" {
             call.arg(rng.pick(&["1", "2", "2", "0", "33", "x"]));
@@ -206,7 +231,7 @@ fn random_arguments_never_panic_or_crash() {
             call.arg(state_blob(&mut rng));
         }
         if !rng.next().is_multiple_of(3) {
-            well_formed(&mut call, command, &mut rng);
+            well_formed(&mut call, command, &in_all, &mut rng);
         } else {
             for _ in 0..rng.next() % 7 {
                 call.arg(rng.pick(WORDS));
@@ -219,7 +244,7 @@ fn random_arguments_never_panic_or_crash() {
                     "RL.ALL" => assert!(fields.len() >= 2, "{command}: {fields:?}"),
                     // Field names and values.
                     "RL.INSPECT" => assert!(fields.len() > 10, "{command}: {fields:?}"),
-                    "RL.SHAPE" => assert_eq!(fields.len(), 6, "{command}: {fields:?}"),
+                    _ if shaper(command) => assert_eq!(fields.len(), 6, "{command}: {fields:?}"),
                     _ => assert_eq!(fields.len(), 5, "{command}: {fields:?}"),
                 }
                 decisions += 1;

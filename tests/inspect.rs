@@ -232,6 +232,16 @@ fn inspect_explains_every_algorithm() {
         )
     );
     assert_eq!(q_ttl, 650);
+    // Each key above was explained field by field: together they hold every algorithm.
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
+    let explained: Vec<String> = keys
+        .iter()
+        .map(|k| match &inspect(&mut c, k).unwrap()[0].1 {
+            Value::BulkString(id) => String::from_utf8_lossy(id).into_owned(),
+            other => panic!("{k}: algorithm {other:?}"),
+        })
+        .collect();
+    assert_covers("inspect_explains_every_algorithm", algorithms(), explained);
 }
 
 /// INSPECT's last three decision fields and PEEK are exactly what a COST 0 request answers.
@@ -239,7 +249,7 @@ fn inspect_explains_every_algorithm() {
 fn peek_and_inspect_agree_with_cost_0() {
     let (_s, mut c) = server();
     for (i, words) in WORKLOAD.iter().enumerate() {
-        rl(&mut c, words);
+        decide(&mut c, words);
         clock_advance(&mut c, 7 * (i as i64 % 5));
         let key = words[1];
         if words[0] == "RL.REFUND" {
@@ -255,7 +265,10 @@ fn peek_and_inspect_agree_with_cost_0() {
         if peek[0] == "RL.LEASE" {
             peek[0] = "RL.TOKENBUCKET";
         }
-        let expected = rl(&mut c, &with(&peek, &["COST", "0"]));
+        // The decision's five fields (RL.SHAPE adds its delay).
+        let expected: [i64; 5] = decide(&mut c, &with(&peek, &["COST", "0"]))[..5]
+            .try_into()
+            .unwrap();
         let fields = inspect(&mut c, key).unwrap();
         if fields
             .iter()
@@ -346,17 +359,24 @@ fn a_replica_answers_peek_and_inspect() {
     clock_set(&mut m, T0_MS);
     clock_set(&mut r, T0_MS);
     replicate(&mut r, &master);
-    let sessions: [&[&str]; 6] = [
+    let sessions: [&[&str]; 7] = [
         &["RL.GCRA", "g", "10", "1000", "BURST", "5"],
         &["RL.TOKENBUCKET", "t", "10", "1000", "BURST", "5"],
         &["RL.SLIDINGLOG", "l", "5", "1000"],
         &["RL.SLIDINGCOUNTER", "s", "5", "1000"],
         &["RL.FIXEDWINDOW", "f", "5", "1000"],
         &["RL.LEASE", "e", "10", "1000", "WANT", "3"],
+        &["RL.SHAPE", "q", "5", "1000", "QUEUE", "3"],
     ];
+    assert_covers(
+        "a_replica_answers_peek_and_inspect's sessions",
+        algorithms(),
+        sessions.map(|words| words[0]),
+    );
+    let n = sessions.len() as i64;
     for round in 0..7 {
         for words in sessions {
-            rl(&mut m, words);
+            decide(&mut m, words);
         }
         wait_replica(&mut m);
         for words in sessions {
@@ -365,7 +385,9 @@ fn a_replica_answers_peek_and_inspect() {
             if peek[0] == "RL.LEASE" {
                 peek[0] = "RL.TOKENBUCKET";
             }
-            let expected = rl(&mut m, &with(&peek, &["COST", "0"]));
+            let expected: [i64; 5] = decide(&mut m, &with(&peek, &["COST", "0"]))[..5]
+                .try_into()
+                .unwrap();
             assert_eq!(
                 rl(&mut r, &["RL.PEEK", key]),
                 expected,
@@ -391,19 +413,19 @@ fn a_replica_answers_peek_and_inspect() {
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or_else(|| panic!("no {field} in {text}"))
     };
-    assert_eq!(info(&mut r, "rl_peek_peeks"), 7 * 6 + 1);
-    assert_eq!(info(&mut r, "rl_inspect_peeks"), 7 * 6);
+    assert_eq!(info(&mut r, "rl_peek_peeks"), 7 * n + 1);
+    assert_eq!(info(&mut r, "rl_inspect_peeks"), 7 * n);
     // Redis itself refused that RL.GCRA (a read-only replica): the module never saw it.
     assert_eq!(info(&mut r, "rl_gcra_errors"), 0);
     assert!(info(&mut r, "rl_setstate_calls") > 0);
-    assert_eq!(info(&mut r, "keys"), 6);
+    assert_eq!(info(&mut r, "keys"), n);
     assert_eq!(info(&mut m, "rl_peek_peeks"), 0);
-    assert_eq!(info(&mut m, "rl_inspect_peeks"), 7 * 6);
+    assert_eq!(info(&mut m, "rl_inspect_peeks"), 7 * n);
     assert_eq!(
         info(&mut m, "rl_gcra_admitted") + info(&mut m, "rl_gcra_denied"),
         7
     );
-    assert_eq!(info(&mut m, "keys"), 6);
+    assert_eq!(info(&mut m, "keys"), n);
 }
 
 /// In a cluster, a replica in READONLY mode answers RL.PEEK and RL.INSPECT for its slots;

@@ -160,30 +160,21 @@ fn counters_count_a_scripted_mix() {
     assert_eq!(field(&info(&mut c), "rl_gcra_denied"), 1);
 }
 
-/// The key prefixes the lifecycle test uses, one per algorithm, with the limiter command that
-/// creates them; every key name is 7 bytes, so every key has the same overhead in MEMORY USAGE.
-const ALGORITHMS: [(&str, &str, &str); 6] = [
-    ("gc", "gcra", "RL.GCRA"),
-    ("tb", "token_bucket", "RL.TOKENBUCKET"),
-    ("sl", "sliding_log", "RL.SLIDINGLOG"),
-    ("sc", "sliding_counter", "RL.SLIDINGCOUNTER"),
-    ("fw", "fixed_window", "RL.FIXEDWINDOW"),
-    ("sh", "shape", "RL.SHAPE"),
-];
-
-fn key(prefix: &str, n: usize) -> String {
-    format!("{prefix}:{n:04}")
+/// Key `n` of the `a`-th algorithm of the registry: every key name is 8 bytes, so every key
+/// has the same overhead in MEMORY USAGE.
+fn key(a: usize, n: usize) -> String {
+    format!("a{a:02}:{n:04}")
 }
 
 /// Creates keys `from..to` of every algorithm in the selected database; sliding logs get
 /// several entries each (the clock moves between requests).
 fn create(c: &mut Connection, from: usize, to: usize) {
     for n in from..to {
-        for (prefix, _, command) in ALGORITHMS {
-            let k = key(prefix, n);
+        for (a, algorithm) in algorithms().iter().enumerate() {
+            let k = key(a, n);
             for _ in 0..=(n % 4) {
                 // RL.SHAPE answers six integers; only success matters here.
-                cmd(c, &[command, &k, "100", "60000"]).unwrap();
+                cmd(c, &[&algorithm.command, &k, "100", "60000"]).unwrap();
                 clock_advance(c, 3);
             }
         }
@@ -191,15 +182,21 @@ fn create(c: &mut Connection, from: usize, to: usize) {
 }
 
 /// What a SCAN finds, by algorithm: keys, summed MEMORY USAGE, and sliding-log entries.
-#[derive(Debug, Default)]
+/// (Indexed like `algorithms()`.)
+#[derive(Debug)]
 struct Scanned {
-    keys: [i64; 6],
-    memory_usage: [i64; 6],
+    keys: Vec<i64>,
+    memory_usage: Vec<i64>,
     log_entries: i64,
 }
 
 fn scan(c: &mut Connection) -> Scanned {
-    let mut s = Scanned::default();
+    let n = algorithms().len();
+    let mut s = Scanned {
+        keys: vec![0; n],
+        memory_usage: vec![0; n],
+        log_entries: 0,
+    };
     for db in [0, 1] {
         cmd(c, &["SELECT", &db.to_string()]).unwrap();
         let mut cursor = 0u64;
@@ -217,7 +214,7 @@ fn scan(c: &mut Connection) -> Scanned {
                 let Some((algorithm, entries)) = inspect_algorithm(c, &k) else {
                     continue;
                 };
-                let Some(i) = ALGORITHMS.iter().position(|a| a.1 == algorithm) else {
+                let Some(i) = algorithms().iter().position(|a| a.id == algorithm) else {
                     panic!("{k} holds an unknown algorithm {algorithm}");
                 };
                 let usage: Option<i64> =
@@ -262,7 +259,7 @@ fn gauges_match(c: &mut Connection, overhead: &mut Option<i64>) -> Result<(), St
     let s = scan(c);
     let i = info(c);
     let mut total_keys = 0;
-    for (n, (_, name, _)) in ALGORITHMS.iter().enumerate() {
+    for (n, name) in algorithms().iter().map(|a| &a.id).enumerate() {
         let (keys, memory) = (
             field(&i, &format!("{name}_keys")),
             field(&i, &format!("{name}_memory")),
@@ -295,9 +292,9 @@ fn gauges_match(c: &mut Connection, overhead: &mut Option<i64>) -> Result<(), St
     if field(&i, "keys") != total_keys {
         return Err(format!("keys {} != {total_keys}", field(&i, "keys")));
     }
-    let memory: i64 = ALGORITHMS
+    let memory: i64 = algorithms()
         .iter()
-        .map(|a| field(&i, &format!("{}_memory", a.1)))
+        .map(|a| field(&i, &format!("{}_memory", a.id)))
         .sum();
     if field(&i, "memory") != memory {
         return Err(format!("memory {} != {memory}", field(&i, "memory")));
@@ -342,17 +339,18 @@ fn gauges_follow_every_lifecycle_event_on_master_and_replica() {
         assert_gauges(r, &mut or, &format!("{when} (replica)"));
     };
 
+    let every = 0..algorithms().len();
     // Created by commands, replicated as RL.SETSTATE effects.
     create(&mut m, 0, 12);
-    assert_eq!(keys_gauge(&mut m), 72);
+    assert_eq!(keys_gauge(&mut m), 12 * every.len() as i64);
     check(&mut m, &mut r, "create");
     // Changed in place: sliding logs grow and shrink (entries leave the window).
     clock_advance(&mut m, 59_990);
     create(&mut m, 0, 6);
     // RL.REFUND changes in place too: a refunded sliding log drops its newest entries.
     for n in 6..10 {
-        for (prefix, _, _) in ALGORITHMS {
-            rl(&mut m, &["RL.REFUND", &key(prefix, n), "2"]);
+        for a in every.clone() {
+            rl(&mut m, &["RL.REFUND", &key(a, n), "2"]);
         }
     }
     check(&mut m, &mut r, "in-place changes");
@@ -362,54 +360,50 @@ fn gauges_follow_every_lifecycle_event_on_master_and_replica() {
     check(&mut m, &mut r, "DEBUG RELOAD");
 
     // RESTORE (new key, and REPLACE over an existing one), COPY, DEL, UNLINK.
-    for (prefix, _, _) in ALGORITHMS {
-        let dumped = dump(&mut m, &key(prefix, 3)).unwrap();
+    for a in every.clone() {
+        let dumped = dump(&mut m, &key(a, 3)).unwrap();
         let _: () = redis::cmd("RESTORE")
-            .arg(key(prefix, 9001))
+            .arg(key(a, 9001))
             .arg(0)
             .arg(&dumped)
             .query(&mut m)
             .unwrap();
         let _: () = redis::cmd("RESTORE")
-            .arg(key(prefix, 4))
+            .arg(key(a, 4))
             .arg(0)
             .arg(&dumped)
             .arg("REPLACE")
             .query(&mut m)
             .unwrap();
-        cmd(&mut m, &["COPY", &key(prefix, 5), &key(prefix, 9002)]).unwrap();
-        cmd(
-            &mut m,
-            &["COPY", &key(prefix, 6), &key(prefix, 7), "REPLACE"],
-        )
-        .unwrap();
+        cmd(&mut m, &["COPY", &key(a, 5), &key(a, 9002)]).unwrap();
+        cmd(&mut m, &["COPY", &key(a, 6), &key(a, 7), "REPLACE"]).unwrap();
     }
     check(&mut m, &mut r, "RESTORE and COPY");
-    for (prefix, _, _) in ALGORITHMS {
-        cmd(&mut m, &["DEL", &key(prefix, 0)]).unwrap();
-        cmd(&mut m, &["UNLINK", &key(prefix, 1)]).unwrap();
+    for a in every.clone() {
+        cmd(&mut m, &["DEL", &key(a, 0)]).unwrap();
+        cmd(&mut m, &["UNLINK", &key(a, 1)]).unwrap();
     }
     check(&mut m, &mut r, "DEL and UNLINK");
-    // RL.SETSTATE replacing a limiter of another algorithm (in place).
-    let gcra_state = dump(&mut m, &key("gc", 2)).unwrap();
-    let _: () = redis::cmd("RESTORE")
-        .arg(key("sl", 2))
-        .arg(0)
-        .arg(&gcra_state)
-        .arg("REPLACE")
-        .query(&mut m)
-        .unwrap();
+    // A limiter replaced by one of another algorithm (in place): each by the next one's.
+    for a in every.clone() {
+        let other = dump(&mut m, &key((a + 1) % every.len(), 2)).unwrap();
+        let _: () = redis::cmd("RESTORE")
+            .arg(key(a, 2))
+            .arg(0)
+            .arg(&other)
+            .arg("REPLACE")
+            .query(&mut m)
+            .unwrap();
+    }
     check(&mut m, &mut r, "RESTORE of another algorithm");
 
     // Expiry by Redis's real clock (the debug clock never expires a key).
-    for (prefix, _, _) in ALGORITHMS {
-        cmd(&mut m, &["PEXPIRE", &key(prefix, 8), "1"]).unwrap();
+    for a in every.clone() {
+        cmd(&mut m, &["PEXPIRE", &key(a, 8), "1"]).unwrap();
     }
     wait_for("keys expired", || {
         let exists: i64 = redis::cmd("EXISTS")
-            .arg(key("gc", 8))
-            .arg(key("sl", 8))
-            .arg(key("fw", 8))
+            .arg(every.clone().map(|a| key(a, 8)).collect::<Vec<_>>())
             .query(&mut m)
             .unwrap();
         exists == 0
@@ -450,8 +444,8 @@ fn gauges_follow_every_lifecycle_event_on_master_and_replica() {
     };
     let mut n = 2000;
     while evicted(&mut m) == 0 && n < 9000 {
-        for (prefix, _, command) in ALGORITHMS {
-            let _ = cmd(&mut m, &[command, &key(prefix, n), "100", "60000"]);
+        for (a, algorithm) in algorithms().iter().enumerate() {
+            let _ = cmd(&mut m, &[&algorithm.command, &key(a, n), "100", "60000"]);
         }
         n += 1;
     }
@@ -507,7 +501,7 @@ fn gauges_after_an_aof_reload() {
     assert_gauges(&mut c, &mut overhead, "before restart");
     s.restart("NOSAVE");
     let mut c = s.connect();
-    assert_eq!(keys_gauge(&mut c), 48);
+    assert_eq!(keys_gauge(&mut c), 8 * algorithms().len() as i64);
     assert_gauges(&mut c, &mut overhead, "AOF reload");
     cmd(&mut c, &["DEBUG", "LOADAOF"]).unwrap();
     assert_gauges(&mut c, &mut overhead, "DEBUG LOADAOF");

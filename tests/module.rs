@@ -30,13 +30,7 @@ fn the_debug_clock_stays_within_its_bounds_and_limiters_keep_working() {
             .unwrap();
         assert_eq!(at, 10_000_000_000_000);
     }
-    for command in [
-        "RL.GCRA",
-        "RL.TOKENBUCKET",
-        "RL.SLIDINGLOG",
-        "RL.SLIDINGCOUNTER",
-        "RL.FIXEDWINDOW",
-    ] {
+    for command in limiter_algorithms().map(|a| a.command.as_str()) {
         assert_eq!(
             rl(&mut c, &[command, command, "1", "1000000000000"])[0],
             1,
@@ -113,5 +107,31 @@ struct PlainServer(Server);
 impl PlainServer {
     fn start() -> PlainServer {
         PlainServer(Server::with(&[], &["DEBUG-CLOCK", "no"]))
+    }
+}
+
+/// How the tests learn the registry (`support::registry`): every algorithm the module had when
+/// it was written is found, with its command, `BURST` and `RL.ALL` as the module defines them
+/// (a new algorithm adds to the list; it does not change these).
+#[test]
+fn the_tests_see_the_registry_as_the_module_declares_it() {
+    let known = [
+        ("gcra", "RL.GCRA", true, true),
+        ("token_bucket", "RL.TOKENBUCKET", true, true),
+        ("sliding_log", "RL.SLIDINGLOG", false, true),
+        ("sliding_counter", "RL.SLIDINGCOUNTER", false, true),
+        ("fixed_window", "RL.FIXEDWINDOW", false, true),
+        ("shape", "RL.SHAPE", false, false),
+    ];
+    let seen: Vec<(&str, &str, bool, bool)> = algorithms()
+        .iter()
+        .map(|a| (a.id.as_str(), a.command.as_str(), a.burst, a.limiter))
+        .collect();
+    for algorithm in known {
+        assert!(seen.contains(&algorithm), "{algorithm:?} not in {seen:?}");
+    }
+    for a in algorithms() {
+        assert_eq!(a.command, format!("RL.{}", a.word));
+        assert!(module_commands().contains(&a.command), "{}", a.command);
     }
 }

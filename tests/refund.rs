@@ -121,12 +121,13 @@ fn command_metadata() {
     }
 }
 
-/// The window algorithms give back from the current count, never below zero; the sliding log
-/// drops its newest entries first.
+/// The window algorithms (the limiters of the registry without BURST) give back from the
+/// current count, never below zero; the sliding log drops its newest entries first.
 #[test]
 fn window_algorithms_count_down_never_below_zero() {
     let (_s, mut c) = server();
-    for command in ["RL.FIXEDWINDOW", "RL.SLIDINGCOUNTER", "RL.SLIDINGLOG"] {
+    let windows = limiter_algorithms().filter(|a| !a.burst);
+    for command in windows.map(|a| a.command.as_str()) {
         let key = command;
         rl(&mut c, &[command, key, "10", "1000", "COST", "4"]);
         let before = rl(&mut c, &[command, key, "10", "1000", "COST", "0"]);

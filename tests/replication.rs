@@ -116,23 +116,24 @@ fn zero_grants_and_refunds_that_change_nothing_propagate_nothing() {
     assert_eq!(pexpiretime(&mut r, "z"), (T0_MS + 1000) as i64);
 }
 
+/// For every algorithm of the registry, each on its own key (named after its command).
 #[test]
-fn window_limiter_denials_and_peeks_propagate_nothing() {
+fn denials_and_peeks_of_every_algorithm_propagate_nothing() {
     let (_ms, _rs, mut m, mut r) = pair();
-    let commands = ["RL.SLIDINGLOG", "RL.SLIDINGCOUNTER", "RL.FIXEDWINDOW"];
-    for command in commands {
-        rl(&mut m, &[command, command, "1", "60000"]);
+    let commands: Vec<&str> = algorithms().iter().map(|a| a.command.as_str()).collect();
+    for &command in &commands {
+        decide(&mut m, &[command, command, "1", "60000"]);
     }
     wait_replica(&mut m);
     let before = offset(&mut m);
-    for command in commands {
-        assert_eq!(rl(&mut m, &[command, command, "1", "60000"])[0], 0);
+    for &command in &commands {
+        assert_eq!(decide(&mut m, &[command, command, "1", "60000"])[0], 0);
         assert_eq!(
-            rl(&mut m, &[command, command, "1", "60000", "COST", "0"])[0],
+            decide(&mut m, &[command, command, "1", "60000", "COST", "0"])[0],
             0
         );
         assert_eq!(
-            rl(&mut m, &[command, "fresh", "1", "60000", "COST", "0"])[0],
+            decide(&mut m, &[command, "fresh", "1", "60000", "COST", "0"])[0],
             1
         );
     }
@@ -142,7 +143,7 @@ fn window_limiter_denials_and_peeks_propagate_nothing() {
         "a denial or a peek reached the replica"
     );
     for command in commands {
-        assert_eq!(dump(&mut r, command), dump(&mut m, command));
+        assert_eq!(dump(&mut r, command), dump(&mut m, command), "{command}");
     }
 }
 

@@ -110,7 +110,23 @@ const PEEKS: &[&[&str]] = &[
     &["RL.SLIDINGCOUNTER", "sc:b", "2", "60000", "COST", "0"],
     &["RL.FIXEDWINDOW", "fw:a", "4", "100", "COST", "0"],
     &["RL.FIXEDWINDOW", "fw:b", "1", "60000", "COST", "0"],
+    &["RL.SHAPE", "sh:a", "20", "1000", "QUEUE", "8", "COST", "0"],
+    &[
+        "RL.SHAPE", "sh:b", "1", "60000", "QUEUE", "2", "DELAY", "1", "COST", "0",
+    ],
 ];
+
+/// `PEEKS` has a peek for every key of `WORKLOAD`, and only those.
+fn assert_peeks_cover_the_workload() {
+    let keys = |table: &[&[&str]]| -> std::collections::BTreeSet<String> {
+        table.iter().map(|words| words[1].to_string()).collect()
+    };
+    assert_eq!(
+        keys(PEEKS),
+        keys(WORKLOAD),
+        "PEEKS must peek at every key of support::WORKLOAD"
+    );
+}
 
 /// Every key with its DUMP minus the trailer (the 2-byte RDB version, which each server
 /// writes as its own, and the CRC over it) and its absolute expiry.
@@ -126,11 +142,11 @@ fn portable_snapshot(c: &mut Connection) -> std::collections::BTreeMap<String, (
 
 /// The peeks' replies at the debug clock instants `at`, `at`+50 ms and `at`+1 hour; the clock
 /// is left at `at`.
-fn peeks(c: &mut Connection, at: u64) -> Vec<[i64; 5]> {
+fn peeks(c: &mut Connection, at: u64) -> Vec<Vec<i64>> {
     let mut out = Vec::new();
     for offset in [0, 50, 3_600_000] {
         clock_set(c, at + offset);
-        out.extend(PEEKS.iter().map(|words| rl(c, words)));
+        out.extend(PEEKS.iter().map(|words| decide(c, words)));
     }
     clock_set(c, at);
     out
@@ -150,6 +166,7 @@ fn digest(c: &mut Connection) -> String {
 
 #[test]
 fn rdb_and_aof_written_by_redis_7_0_load_unchanged() {
+    assert_peeks_cover_the_workload();
     if !old_server_differs("rdb_and_aof_written_by_redis_7_0_load_unchanged") {
         return;
     }
@@ -468,11 +485,25 @@ const GATEWAY_CALLS: &[&[&str]] = &[
 const SETSTATE: &[&str] = &["RL.SETSTATE", "k", "garbage"];
 const DEBUG: &[&str] = &["RL.DEBUG", "CLOCK", "GET"];
 
+/// `GATEWAY_CALLS` calls every command of the module but the two operator commands.
+fn assert_gateway_calls_cover_the_module() {
+    let operator = [SETSTATE[0], DEBUG[0]];
+    let missing: Vec<&String> = module_commands()
+        .iter()
+        .filter(|c| !operator.contains(&c.as_str()) && !GATEWAY_CALLS.iter().any(|w| w[0] == *c))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "GATEWAY_CALLS has no call of {missing:?}"
+    );
+}
+
 #[test]
 fn acl_categories_where_the_server_has_them() {
     let s = Server::start();
     let mut c = s.connect();
     let (name, version, reported) = identity(&mut c);
+    assert_gateway_calls_cover_the_module();
     let categories = reported >= (7, 2, 0);
     let own = name == "valkey" || reported >= (7, 4, 0);
     println!("{name} {version}: ACL categories {categories}, @ratelimit {own}");
@@ -503,26 +534,15 @@ fn acl_categories_where_the_server_has_them() {
     }
 
     // The allow-list by name (the README's recipe for 7.0) works everywhere.
-    let mut named = as_user(
-        &s,
-        &mut c,
-        "named",
-        &[
-            "-@all",
-            "+rl.gcra",
-            "+rl.tokenbucket",
-            "+rl.lease",
-            "+rl.refund",
-            "+rl.slidinglog",
-            "+rl.slidingcounter",
-            "+rl.fixedwindow",
-            "+rl.all",
-            "+rl.shape",
-            "+rl.throttle",
-            "+rl.peek",
-            "+rl.inspect",
-        ],
-    );
+    let mut rules = vec!["-@all".to_string()];
+    for words in GATEWAY_CALLS {
+        let rule = format!("+{}", words[0].to_ascii_lowercase());
+        if !rules.contains(&rule) {
+            rules.push(rule);
+        }
+    }
+    let rules: Vec<&str> = rules.iter().map(String::as_str).collect();
+    let mut named = as_user(&s, &mut c, "named", &rules);
     for words in GATEWAY_CALLS {
         assert!(!noperm(&mut named, words), "{words:?}");
     }

@@ -478,10 +478,9 @@ mod inspect_tests {
         assert_eq!(millitokens(u128::MAX, &p, false), i64::MAX);
     }
 
-    use super::props::{policy_strategy, run, trace_strategy, window_policy_strategy};
-    use super::{
-        fixed_window::FixedWindow, gcra::Gcra, shape::Shape, sliding_counter::SlidingCounter,
-        sliding_log::SlidingLog, token_bucket::TokenBucket,
+    use super::props::{
+        for_each_algorithm, policy_of, policy_strategy, run, trace_strategy,
+        window_policy_strategy, EachAlgorithm, Promised,
     };
     use proptest::prelude::*;
 
@@ -518,21 +517,30 @@ mod inspect_tests {
         Ok(())
     }
 
+    /// [`inspect_agrees`] for each algorithm, under the policy of its kind.
+    struct InspectAgrees<'a> {
+        bucket: &'a Policy,
+        window: &'a Policy,
+        trace: &'a [(u64, u64)],
+    }
+
+    impl EachAlgorithm for InspectAgrees<'_> {
+        fn run<A: Promised>(&mut self) -> Result<(), TestCaseError> {
+            inspect_agrees::<A>(policy_of::<A>(self.bucket, self.window), self.trace)
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 128, ..ProptestConfig::default() })]
 
+        /// For every algorithm of the registry.
         #[test]
         fn inspect_agrees_with_the_peek(
             p in policy_strategy(),
             w in window_policy_strategy(),
             trace in trace_strategy(20),
         ) {
-            inspect_agrees::<Gcra>(&p, &trace)?;
-            inspect_agrees::<TokenBucket>(&p, &trace)?;
-            inspect_agrees::<Shape>(&p, &trace)?;
-            inspect_agrees::<SlidingLog>(&w, &trace)?;
-            inspect_agrees::<SlidingCounter>(&w, &trace)?;
-            inspect_agrees::<FixedWindow>(&w, &trace)?;
+            for_each_algorithm(&mut InspectAgrees { bucket: &p, window: &w, trace: &trace })?;
         }
     }
 }

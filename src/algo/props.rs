@@ -2,9 +2,14 @@
 //!
 //! A trace is a list of (gap before the request in ns, cost). The checks count admitted cost in
 //! every interval between two admitted requests, which is where the worst interval starts and ends.
+//!
+//! The tests that hold for every algorithm iterate the registry ([`for_each_algorithm`]), each
+//! algorithm held to the [`Promise`] it declares here: a new algorithm of the registry does not
+//! compile the tests until it declares one, and is then tested like the others.
 
 use super::{
-    fixed_window, gcra, sliding_counter, sliding_log, token_bucket, Decision, Outcome, Policy,
+    fixed_window, gcra, shape, sliding_counter, sliding_log, token_bucket, Algorithm, Decision,
+    Outcome, Policy,
 };
 use proptest::prelude::*;
 
@@ -148,44 +153,201 @@ pub fn run_at<S>(
     (decisions, state)
 }
 
-fn run_gcra(p: &Policy, trace: &[(u64, u64)]) -> (Admitted, Vec<Step<gcra::Gcra>>) {
-    run(trace, |s, now, cost| gcra::check(s, p, now, cost))
+/// The promise an algorithm keeps, as the property tests check it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Promise {
+    /// At most B + L·d/W in any closed interval of length d ([`bucket_bound`]).
+    Bucket,
+    /// At most L in any interval shorter than W ([`log_bound`]).
+    SlidingLog,
+    /// At most 2L in any interval shorter than W ([`two_windows_bound`]), and the weighted rule
+    /// of `sliding_counter`.
+    SlidingCounter,
+    /// At most L per aligned window, hence 2L in any interval shorter than W.
+    FixedWindow,
+}
+
+impl Promise {
+    /// The most any closed interval of `d` ns may hold under `p`.
+    pub fn bound(self, p: &Policy, d: u64) -> u128 {
+        match self {
+            Promise::Bucket => bucket_bound(p)(d),
+            Promise::SlidingLog => log_bound(p)(d),
+            Promise::SlidingCounter | Promise::FixedWindow => two_windows_bound(p)(d),
+        }
+    }
+}
+
+/// An algorithm with the promise its property tests hold it to. Every algorithm of the registry
+/// has one: [`for_each_algorithm`] does not compile for an algorithm without it.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is in the registry (`algo::registry!`) but declares no promise",
+    note = "add `impl Promised for {Self}` in src/algo/props.rs (docs/development.md, Adding an algorithm)"
+)]
+pub trait Promised: Algorithm {
+    const PROMISE: Promise;
+}
+
+impl Promised for gcra::Gcra {
+    const PROMISE: Promise = Promise::Bucket;
+}
+
+impl Promised for token_bucket::TokenBucket {
+    const PROMISE: Promise = Promise::Bucket;
+}
+
+impl Promised for sliding_log::SlidingLog {
+    const PROMISE: Promise = Promise::SlidingLog;
+}
+
+impl Promised for sliding_counter::SlidingCounter {
+    const PROMISE: Promise = Promise::SlidingCounter;
+}
+
+impl Promised for fixed_window::FixedWindow {
+    const PROMISE: Promise = Promise::FixedWindow;
+}
+
+/// The leaky bucket admits like GCRA with capacity queue + 1 (see `shape`'s tests).
+impl Promised for shape::Shape {
+    const PROMISE: Promise = Promise::Bucket;
+}
+
+/// Work a test does on each algorithm of the registry (see [`for_each_algorithm`]).
+pub trait EachAlgorithm {
+    fn run<A: Promised>(&mut self) -> Result<(), TestCaseError>;
+}
+
+/// A failure of `A`'s run, named after it.
+fn named<A: Algorithm>(result: Result<(), TestCaseError>) -> Result<(), TestCaseError> {
+    result.map_err(|e| match e {
+        TestCaseError::Fail(why) => TestCaseError::fail(format!("{}: {why}", A::ID)),
+        reject => reject,
+    })
+}
+
+macro_rules! each_algorithm {
+    ($($module:ident::$variant:ident, $word:literal, $event:literal, $kind:ident, $summary:literal;)*) => {
+        /// Runs `work` on every algorithm of the registry (`algo::registry!`), in its order; a
+        /// failure names the algorithm.
+        pub fn for_each_algorithm(work: &mut impl EachAlgorithm) -> Result<(), TestCaseError> {
+            $(named::<super::$module::$variant>(work.run::<super::$module::$variant>())?;)*
+            Ok(())
+        }
+    };
+}
+registry!(each_algorithm);
+
+/// Of the two policies a test draws, the one `A` is tested under: any B for the algorithms
+/// that take BURST, capacity L for the window algorithms.
+pub fn policy_of<'a, A: Algorithm>(bucket: &'a Policy, window: &'a Policy) -> &'a Policy {
+    if A::BURST {
+        bucket
+    } else {
+        window
+    }
+}
+
+/// The registry's stored tags, in its order.
+pub fn registry_tags() -> Vec<u8> {
+    crate::state::ALGORITHM_IDS
+        .iter()
+        .map(|&(tag, _)| tag)
+        .collect()
+}
+
+/// Panics unless the stored tags `covered` (a test's list of algorithms) hold every algorithm
+/// of the registry, naming the missing ones: a list that must cover every algorithm checks
+/// itself with this.
+pub fn assert_covers_registry(list: &str, covered: &[u8]) {
+    let missing: Vec<&str> = crate::state::ALGORITHM_IDS
+        .iter()
+        .filter(|(tag, _)| !covered.contains(tag))
+        .map(|&(_, id)| id)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{list} lacks {missing:?}: every algorithm of the registry (algo::registry!) needs its \
+         row (docs/development.md, Adding an algorithm)"
+    );
+}
+
+/// `trace` with every cost capped at the capacity (what `check` requires).
+fn within_capacity(p: &Policy, trace: &[(u64, u64)]) -> Vec<(u64, u64)> {
+    trace
+        .iter()
+        .map(|&(g, c)| (g, c.min(p.capacity())))
+        .collect()
+}
+
+/// Any trace keeps the promise, a denial's retry_after is exact and a peek stores nothing.
+struct KeepsItsPromise<'a> {
+    bucket: &'a Policy,
+    window: &'a Policy,
+    trace: &'a [(u64, u64)],
+}
+
+impl EachAlgorithm for KeepsItsPromise<'_> {
+    fn run<A: Promised>(&mut self) -> Result<(), TestCaseError> {
+        let p = policy_of::<A>(self.bucket, self.window);
+        let trace = within_capacity(p, self.trace);
+        let check = |s: Option<&A>, now, cost| A::check(s, p, now, cost);
+        let (admitted, log) = run(&trace, check);
+        prop_assert_eq!(worst_interval(&admitted, |d| A::PROMISE.bound(p, d)), None);
+        answers_are_exact(&log, check)
+    }
+}
+
+/// A clock that falls behind the truth admits nothing beyond the promise.
+struct BackwardsClock<'a> {
+    bucket: &'a Policy,
+    window: &'a Policy,
+    steps: &'a [(u64, u64, u64)],
+}
+
+impl EachAlgorithm for BackwardsClock<'_> {
+    fn run<A: Promised>(&mut self) -> Result<(), TestCaseError> {
+        let p = policy_of::<A>(self.bucket, self.window);
+        let steps: Vec<_> = self
+            .steps
+            .iter()
+            .map(|&(g, b, c)| (g, b, c.min(p.capacity())))
+            .collect();
+        let admitted = run_backwards(&steps, |s: Option<&A>, now, cost| A::check(s, p, now, cost));
+        prop_assert_eq!(worst_interval(&admitted, |d| A::PROMISE.bound(p, d)), None);
+        Ok(())
+    }
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
+    /// Every algorithm never admits more than its promise, its retry_after is exact, and a peek
+    /// changes nothing and answers like cost 1.
     #[test]
-    fn gcra_never_exceeds_burst_plus_rate(p in policy_strategy(), trace in trace_strategy(30)) {
-        let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.capacity()))).collect();
-        let (admitted, _) = run_gcra(&p, &trace);
-        prop_assert_eq!(worst_interval(&admitted, bucket_bound(&p)), None);
-    }
-
-    /// retry_after is exact, and a peek changes nothing and answers like cost 1.
-    #[test]
-    fn gcra_retry_after_is_exact_and_peeks_answer_like_cost_one(p in policy_strategy(), trace in trace_strategy(30)) {
-        let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.capacity()))).collect();
-        let (_, log) = run_gcra(&p, &trace);
-        answers_are_exact(&log, |s, now, cost| gcra::check(s, &p, now, cost))?;
+    fn every_algorithm_keeps_its_promise_and_answers_exactly(
+        p in policy_strategy(), w in window_policy_strategy(), trace in trace_strategy(30),
+    ) {
+        for_each_algorithm(&mut KeepsItsPromise { bucket: &p, window: &w, trace: &trace })?;
     }
 
     /// A clock that steps backwards never admits extra: true time moves forward by `gap`, the
     /// clock the limiter reads is sometimes stepped back by `back`, and the admitted requests,
     /// placed at their true instants, still keep the promise.
     #[test]
-    fn gcra_backwards_clock_admits_nothing_extra(p in policy_strategy(), steps in backwards_strategy(30)) {
-        let steps: Vec<_> = steps.into_iter().map(|(g, b, c)| (g, b, c.min(p.capacity()))).collect();
-        let admitted = run_backwards(&steps, |s, now, cost| gcra::check(s, &p, now, cost));
-        prop_assert_eq!(worst_interval(&admitted, bucket_bound(&p)), None);
+    fn a_backwards_clock_admits_nothing_extra_for_any_algorithm(
+        p in policy_strategy(), w in window_policy_strategy(), steps in backwards_strategy(30),
+    ) {
+        for_each_algorithm(&mut BackwardsClock { bucket: &p, window: &w, steps: &steps })?;
     }
+}
 
-    #[test]
-    fn token_bucket_never_exceeds_burst_plus_rate(p in policy_strategy(), trace in trace_strategy(30)) {
-        let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.capacity()))).collect();
-        let (admitted, _) = run(&trace, |s, now, cost| token_bucket::check(s, &p, now, cost));
-        prop_assert_eq!(worst_interval(&admitted, bucket_bound(&p)), None);
-    }
+fn run_gcra(p: &Policy, trace: &[(u64, u64)]) -> (Admitted, Vec<Step<gcra::Gcra>>) {
+    run(trace, |s, now, cost| gcra::check(s, p, now, cost))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     /// GCRA and the token bucket with the same L, W, B give the same
     /// answer to every request, field for field.
@@ -199,20 +361,6 @@ proptest! {
         }
     }
 
-    /// retry_after is exact, and a peek changes nothing (and answers like cost 1).
-    #[test]
-    fn token_bucket_retry_after_is_exact(p in policy_strategy(), trace in trace_strategy(30)) {
-        let trace: Vec<_> = trace.into_iter().map(|(g, c)| (g, c.min(p.capacity()))).collect();
-        let (_, log) = run(&trace, |s, now, cost| token_bucket::check(s, &p, now, cost));
-        answers_are_exact(&log, |s, now, cost| token_bucket::check(s, &p, now, cost))?;
-    }
-
-    #[test]
-    fn token_bucket_backwards_clock_admits_nothing_extra(p in policy_strategy(), steps in backwards_strategy(30)) {
-        let steps: Vec<_> = steps.into_iter().map(|(g, b, c)| (g, b, c.min(p.capacity()))).collect();
-        let admitted = run_backwards(&steps, |s, now, cost| token_bucket::check(s, &p, now, cost));
-        prop_assert_eq!(worst_interval(&admitted, bucket_bound(&p)), None);
-    }
 }
 
 /// Feeds `first` under policy `p1` then `second` under `p2` the way the command layer does: a
@@ -363,13 +511,6 @@ proptest! {
         answers_are_exact(&log, |s, now, cost| fixed_window::check(s, &p, now, cost))?;
     }
 
-    #[test]
-    fn fixed_window_backwards_clock_admits_nothing_extra(p in window_policy_strategy(), steps in backwards_strategy(20)) {
-        let steps: Vec<_> = steps.into_iter().map(|(g, b, c)| (g, b, c.min(p.limit()))).collect();
-        let admitted = run_backwards(&steps, |s, now, cost| fixed_window::check(s, &p, now, cost));
-        prop_assert_eq!(worst_interval(&admitted, two_windows_bound(&p)), None);
-    }
-
     /// After a policy change, a window of the new policy holds at most its L, counting what was
     /// admitted before the change.
     #[test]
@@ -388,13 +529,6 @@ proptest! {
         let (admitted, log) = run(&trace, |s, now, cost| sliding_log::check(s, &p, now, cost));
         prop_assert_eq!(worst_interval(&admitted, log_bound(&p)), None);
         answers_are_exact(&log, |s, now, cost| sliding_log::check(s, &p, now, cost))?;
-    }
-
-    #[test]
-    fn sliding_log_backwards_clock_admits_nothing_extra(p in window_policy_strategy(), steps in backwards_strategy(20)) {
-        let steps: Vec<_> = steps.into_iter().map(|(g, b, c)| (g, b, c.min(p.limit()))).collect();
-        let admitted = run_backwards(&steps, |s, now, cost| sliding_log::check(s, &p, now, cost));
-        prop_assert_eq!(worst_interval(&admitted, log_bound(&p)), None);
     }
 
     /// After a policy change, any interval shorter than the new W that holds a request admitted
@@ -442,13 +576,6 @@ proptest! {
         }
         prop_assert_eq!(worst_interval(&admitted, two_windows_bound(&p)), None);
         answers_are_exact(&log, |s, now, cost| sliding_counter::check(s, &p, now, cost))?;
-    }
-
-    #[test]
-    fn sliding_counter_backwards_clock_admits_nothing_extra(p in window_policy_strategy(), steps in backwards_strategy(20)) {
-        let steps: Vec<_> = steps.into_iter().map(|(g, b, c)| (g, b, c.min(p.limit()))).collect();
-        let admitted = run_backwards(&steps, |s, now, cost| sliding_counter::check(s, &p, now, cost));
-        prop_assert_eq!(worst_interval(&admitted, two_windows_bound(&p)), None);
     }
 
     #[test]

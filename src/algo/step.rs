@@ -209,10 +209,13 @@ pub fn plan<S: Algorithm>(
 
 #[cfg(test)]
 mod tests {
-    use super::super::props::{policy_strategy, window_policy_strategy};
+    use super::super::props::{
+        for_each_algorithm, policy_of, policy_strategy, window_policy_strategy, EachAlgorithm,
+        Promise, Promised,
+    };
     use super::super::{
-        fixed_window::FixedWindow, gcra::Gcra, ms_ceil, sliding_counter::SlidingCounter,
-        sliding_log::SlidingLog, token_bucket::TokenBucket,
+        fixed_window::FixedWindow, ms_ceil, sliding_counter::SlidingCounter,
+        sliding_log::SlidingLog,
     };
     use super::*;
     use proptest::prelude::*;
@@ -323,37 +326,32 @@ mod tests {
         Ok(())
     }
 
+    /// Two policies of each kind for [`expiry_forgets_nothing`]: `A` takes the pair of its kind.
+    struct SurvivesDenials<'a> {
+        buckets: [&'a Policy; 2],
+        windows: [&'a Policy; 2],
+        trace: &'a [(u64, u64, bool)],
+    }
+
+    impl EachAlgorithm for SurvivesDenials<'_> {
+        fn run<A: Promised>(&mut self) -> Result<(), TestCaseError> {
+            let p1 = policy_of::<A>(self.buckets[0], self.windows[0]);
+            let p2 = policy_of::<A>(self.buckets[1], self.windows[1]);
+            expiry_forgets_nothing::<A>(p1, p2, self.trace)
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
 
+        /// For every algorithm of the registry.
         #[test]
-        fn policy_changes_survive_denials_gcra(p1 in policy_strategy(), p2 in policy_strategy(), t in switching_trace()) {
-            expiry_forgets_nothing::<Gcra>(&p1, &p2, &t)?;
-        }
-
-        #[test]
-        fn policy_changes_survive_denials_token_bucket(p1 in policy_strategy(), p2 in policy_strategy(), t in switching_trace()) {
-            expiry_forgets_nothing::<TokenBucket>(&p1, &p2, &t)?;
-        }
-
-        #[test]
-        fn policy_changes_survive_denials_sliding_log(p1 in window_policy_strategy(), p2 in window_policy_strategy(), t in switching_trace()) {
-            expiry_forgets_nothing::<SlidingLog>(&p1, &p2, &t)?;
-        }
-
-        #[test]
-        fn policy_changes_survive_denials_sliding_counter(p1 in window_policy_strategy(), p2 in window_policy_strategy(), t in switching_trace()) {
-            expiry_forgets_nothing::<SlidingCounter>(&p1, &p2, &t)?;
-        }
-
-        #[test]
-        fn policy_changes_survive_denials_shape(p1 in policy_strategy(), p2 in policy_strategy(), t in switching_trace()) {
-            expiry_forgets_nothing::<super::super::shape::Shape>(&p1, &p2, &t)?;
-        }
-
-        #[test]
-        fn policy_changes_survive_denials_fixed_window(p1 in window_policy_strategy(), p2 in window_policy_strategy(), t in switching_trace()) {
-            expiry_forgets_nothing::<FixedWindow>(&p1, &p2, &t)?;
+        fn policy_changes_survive_denials(
+            p1 in policy_strategy(), p2 in policy_strategy(),
+            w1 in window_policy_strategy(), w2 in window_policy_strategy(),
+            t in switching_trace(),
+        ) {
+            for_each_algorithm(&mut SurvivesDenials { buckets: [&p1, &p2], windows: [&w1, &w2], trace: &t })?;
         }
     }
 
@@ -569,70 +567,119 @@ mod tests {
         Ok(())
     }
 
+    /// The sliding log's promise: at most L in the W before each admission (its own L and W),
+    /// counting from its configuration's first call.
+    fn log_keeps_each_promise<S: Algorithm>(
+        configs: &[Policy],
+        trace: &[(u64, u64, usize)],
+    ) -> Result<(), TestCaseError> {
+        let admitted = run_rollout::<S>(configs, trace)?;
+        for (i, a) in admitted.iter().enumerate() {
+            let p = &configs[a.config];
+            let total = held(
+                &admitted,
+                i,
+                a.since,
+                (a.at + 1).saturating_sub(p.window_ns()),
+                a.at,
+            );
+            prop_assert!(
+                total <= u128::from(p.limit()),
+                "{} in the W before {} under {:?}",
+                total,
+                a.at,
+                p
+            );
+        }
+        Ok(())
+    }
+
+    /// The fixed window's: at most L in its own aligned window of each admission.
+    fn window_keeps_each_promise<S: Algorithm>(
+        configs: &[Policy],
+        trace: &[(u64, u64, usize)],
+    ) -> Result<(), TestCaseError> {
+        let admitted = run_rollout::<S>(configs, trace)?;
+        for (i, a) in admitted.iter().enumerate() {
+            let p = &configs[a.config];
+            let total = held(&admitted, i, a.since, p.window_start(a.at), a.at);
+            prop_assert!(
+                total <= u128::from(p.limit()),
+                "{} in the window of {} under {:?}",
+                total,
+                a.at,
+                p
+            );
+        }
+        Ok(())
+    }
+
+    /// The sliding counter's own rule, recomputed from everything admitted: each admission
+    /// whose previous window began after its configuration's first call found
+    /// `prev·(W − e) + (curr + n − 1)·W < L·W` with its own L and W.
+    fn counter_keeps_each_promise<S: Algorithm>(
+        configs: &[Policy],
+        trace: &[(u64, u64, usize)],
+    ) -> Result<(), TestCaseError> {
+        let admitted = run_rollout::<S>(configs, trace)?;
+        for (i, a) in admitted.iter().enumerate() {
+            let p = &configs[a.config];
+            let (w, start) = (p.window_ns(), p.window_start(a.at));
+            // The previous window must begin after the configuration's first call.
+            let Some(prev_start) = start.checked_sub(w) else {
+                continue;
+            };
+            if first_call_at(&admitted, trace, a.since) > prev_start {
+                continue;
+            }
+            let prev = held(&admitted, i, a.since, prev_start, start - 1);
+            let curr = if i == 0 {
+                0
+            } else {
+                held(&admitted, i - 1, a.since, start, a.at)
+            };
+            let e = u128::from(a.at - start);
+            let (w, l) = (u128::from(w), u128::from(p.limit()));
+            prop_assert!(
+                prev * (w - e) + (curr + u128::from(a.cost) - 1) * w < l * w,
+                "prev {} curr {} cost {} at e {} under {:?}",
+                prev,
+                curr,
+                a.cost,
+                e,
+                p
+            );
+        }
+        Ok(())
+    }
+
+    /// A rollout of each kind: `A` runs the one of its kind and is held to its own promise.
+    struct KeepsEachPromise<'a> {
+        buckets: &'a (Vec<Policy>, Vec<(u64, u64, usize)>),
+        windows: &'a (Vec<Policy>, Vec<(u64, u64, usize)>),
+    }
+
+    impl EachAlgorithm for KeepsEachPromise<'_> {
+        fn run<A: Promised>(&mut self) -> Result<(), TestCaseError> {
+            let (configs, trace) = if A::BURST { self.buckets } else { self.windows };
+            match A::PROMISE {
+                Promise::Bucket => buckets_keep_each_promise::<A>(configs, trace),
+                Promise::SlidingLog => log_keeps_each_promise::<A>(configs, trace),
+                Promise::FixedWindow => window_keeps_each_promise::<A>(configs, trace),
+                Promise::SlidingCounter => counter_keeps_each_promise::<A>(configs, trace),
+            }
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(400))]
 
-        /// Two or three configurations alternating on a GCRA key: every admission keeps the
-        /// promise of the configuration that admitted it, whoever admitted the rest.
+        /// Two or three configurations alternating on a key of every algorithm of the registry:
+        /// every admission keeps the promise of the configuration that admitted it, whoever
+        /// admitted the rest.
         #[test]
-        fn alternating_configurations_keep_each_promise_gcra((configs, trace) in bucket_rollout()) {
-            buckets_keep_each_promise::<Gcra>(&configs, &trace)?;
-        }
-
-        #[test]
-        fn alternating_configurations_keep_each_promise_token_bucket((configs, trace) in bucket_rollout()) {
-            buckets_keep_each_promise::<TokenBucket>(&configs, &trace)?;
-        }
-
-        #[test]
-        fn alternating_configurations_keep_each_promise_shape((configs, trace) in bucket_rollout()) {
-            buckets_keep_each_promise::<super::super::shape::Shape>(&configs, &trace)?;
-        }
-
-        /// The sliding log's promise: at most L in the W before each admission (its own L and
-        /// W), counting from its configuration's first call.
-        #[test]
-        fn alternating_configurations_keep_each_promise_sliding_log((configs, trace) in window_rollout()) {
-            let admitted = run_rollout::<SlidingLog>(&configs, &trace)?;
-            for (i, a) in admitted.iter().enumerate() {
-                let p = &configs[a.config];
-                let total = held(&admitted, i, a.since, (a.at + 1).saturating_sub(p.window_ns()), a.at);
-                prop_assert!(total <= u128::from(p.limit()), "{} in the W before {} under {:?}", total, a.at, p);
-            }
-        }
-
-        /// The fixed window's: at most L in its own aligned window of each admission.
-        #[test]
-        fn alternating_configurations_keep_each_promise_fixed_window((configs, trace) in window_rollout()) {
-            let admitted = run_rollout::<FixedWindow>(&configs, &trace)?;
-            for (i, a) in admitted.iter().enumerate() {
-                let p = &configs[a.config];
-                let total = held(&admitted, i, a.since, p.window_start(a.at), a.at);
-                prop_assert!(total <= u128::from(p.limit()), "{} in the window of {} under {:?}", total, a.at, p);
-            }
-        }
-
-        /// The sliding counter's own rule, recomputed from everything admitted: each admission
-        /// whose previous window began after its configuration's first call found
-        /// `prev·(W − e) + (curr + n − 1)·W < L·W` with its own L and W.
-        #[test]
-        fn alternating_configurations_keep_each_promise_sliding_counter((configs, trace) in window_rollout()) {
-            let admitted = run_rollout::<SlidingCounter>(&configs, &trace)?;
-            for (i, a) in admitted.iter().enumerate() {
-                let p = &configs[a.config];
-                let (w, start) = (p.window_ns(), p.window_start(a.at));
-                // The previous window must begin after the configuration's first call.
-                let Some(prev_start) = start.checked_sub(w) else { continue };
-                if first_call_at(&admitted, &trace, a.since) > prev_start { continue }
-                let prev = held(&admitted, i, a.since, prev_start, start - 1);
-                let curr = if i == 0 { 0 } else { held(&admitted, i - 1, a.since, start, a.at) };
-                let e = u128::from(a.at - start);
-                let (w, l) = (u128::from(w), u128::from(p.limit()));
-                prop_assert!(
-                    prev * (w - e) + (curr + u128::from(a.cost) - 1) * w < l * w,
-                    "prev {} curr {} cost {} at e {} under {:?}", prev, curr, a.cost, e, p
-                );
-            }
+        fn alternating_configurations_keep_each_promise(buckets in bucket_rollout(), windows in window_rollout()) {
+            for_each_algorithm(&mut KeepsEachPromise { buckets: &buckets, windows: &windows })?;
         }
     }
 

@@ -3,10 +3,11 @@
 //! panic or overflow, at any instant the clocks can produce, and what comes out must validate.
 //! Debug builds check arithmetic overflow, so these runs catch it.
 
-use super::{AlgoState, Limiter};
+use super::{AlgoState, Limiter, MAX_TAG};
+use crate::algo::props::{assert_covers_registry, registry_tags};
 use crate::algo::{
     fixed_window, gcra, lease, ms_ceil, shape, sliding_counter, sliding_log, token_bucket,
-    Decision, Policy,
+    Algorithm, Decision, Policy,
 };
 use proptest::prelude::*;
 
@@ -35,10 +36,52 @@ fn edgy_u128() -> impl Strategy<Value = u128> {
     ]
 }
 
+/// The tags a candidate carries: every algorithm's of the registry, and the next one, which no
+/// algorithm has.
+fn tags() -> Vec<u8> {
+    let mut tags = registry_tags();
+    tags.push(MAX_TAG + 1);
+    tags
+}
+
+/// The algorithm's stored fields after the header, from edgy values: each algorithm's own
+/// layout, so that many candidates pass validation. An algorithm whose fields are not the fixed
+/// window's two u64 adds its arm (`the_candidates_reach_every_algorithm` fails until then).
+fn fields(tag: u8, b: u64, big: u128, x: u64, y: u64, words: &[u64], out: &mut Vec<u8>) {
+    match tag {
+        t if t == gcra::Gcra::TAG => out.extend_from_slice(&big.to_le_bytes()),
+        t if t == shape::Shape::TAG => {
+            out.extend_from_slice(&big.to_le_bytes());
+            out.extend_from_slice(&(x % b.max(1)).to_le_bytes());
+        }
+        t if t == token_bucket::TokenBucket::TAG => {
+            out.extend_from_slice(&big.to_le_bytes());
+            out.extend_from_slice(&x.to_le_bytes());
+        }
+        t if t == sliding_log::SlidingLog::TAG => {
+            out.extend_from_slice(&x.to_le_bytes());
+            out.extend_from_slice(&(words.len() as u32).to_le_bytes());
+            for w in words {
+                out.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+        t if t == sliding_counter::SlidingCounter::TAG => {
+            out.extend_from_slice(&x.to_le_bytes());
+            out.extend_from_slice(&y.to_le_bytes());
+            out.extend_from_slice(&(y / 2).to_le_bytes());
+        }
+        // The fixed window's, and the unknown tag's.
+        _ => {
+            out.extend_from_slice(&x.to_le_bytes());
+            out.extend_from_slice(&y.to_le_bytes());
+        }
+    }
+}
+
 /// A candidate encoding: format 1, any tag, edgy policy and fields.
 fn candidate() -> impl Strategy<Value = Vec<u8>> {
     (
-        1u8..=6,
+        prop::sample::select(tags()),
         prop_oneof![edgy_u64(), 1u64..=20],
         prop_oneof![edgy_u64(), 1u64..=2000],
         prop_oneof![edgy_u64(), 1u64..=20],
@@ -55,35 +98,25 @@ fn candidate() -> impl Strategy<Value = Vec<u8>> {
             for n in [l, w, b] {
                 out.extend_from_slice(&n.to_le_bytes());
             }
-            match tag {
-                1 => out.extend_from_slice(&big.to_le_bytes()),
-                6 => {
-                    out.extend_from_slice(&big.to_le_bytes());
-                    out.extend_from_slice(&(x % b.max(1)).to_le_bytes());
-                }
-                2 => {
-                    out.extend_from_slice(&big.to_le_bytes());
-                    out.extend_from_slice(&x.to_le_bytes());
-                }
-                3 => {
-                    out.extend_from_slice(&x.to_le_bytes());
-                    out.extend_from_slice(&(words.len() as u32).to_le_bytes());
-                    for w in &words {
-                        out.extend_from_slice(&w.to_le_bytes());
-                    }
-                }
-                4 => {
-                    out.extend_from_slice(&x.to_le_bytes());
-                    out.extend_from_slice(&y.to_le_bytes());
-                    out.extend_from_slice(&(y / 2).to_le_bytes());
-                }
-                _ => {
-                    out.extend_from_slice(&x.to_le_bytes());
-                    out.extend_from_slice(&y.to_le_bytes());
-                }
-            }
+            fields(tag, b, big, x, y, &words, &mut out);
             out
         })
+}
+
+/// The fuzzer reaches every algorithm: candidates of each tag of the registry pass validation,
+/// so `any_valid_state_is_safe_to_use` decides, leases, refunds and carries states of each.
+#[test]
+fn the_candidates_reach_every_algorithm() {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = candidate();
+    let decoded: Vec<u8> = (0..20_000)
+        .filter_map(|_| {
+            let bytes = strategy.new_tree(&mut runner).ok()?.current();
+            Limiter::decode(&bytes).ok().map(|l| l.state.tag())
+        })
+        .collect();
+    assert_covers_registry("the valid candidates of `candidate()`", &decoded);
 }
 
 /// What the command layer does with a decision: milliseconds, rounded up, and an expiry.

@@ -372,9 +372,11 @@ pub use crate::algo::bytes::Reader;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::props::{run, trace_strategy, window_policy_strategy, T0};
+    use crate::algo::props::{
+        assert_covers_registry, run, trace_strategy, window_policy_strategy, T0,
+    };
     use crate::algo::MAX_LIMIT;
-    use crate::algo::{fixed_window, sliding_counter, sliding_log};
+    use crate::algo::{fixed_window, sliding_counter, sliding_log, token_bucket};
     use proptest::prelude::*;
 
     fn gcra() -> Limiter {
@@ -641,6 +643,25 @@ mod tests {
         );
     }
 
+    /// One limiter of every algorithm of the registry, as their own `check` leaves them.
+    fn one_of_each() -> Vec<Limiter> {
+        let p = Policy::new(10, 1000, 20).unwrap();
+        let bucket = Limiter {
+            policy: p,
+            state: AlgoState::TokenBucket(token_bucket::check(None, &p, NS, 3).next.unwrap()),
+        };
+        let mut limiters = vec![gcra(), bucket];
+        limiters.extend(window_limiters());
+        limiters.push(shaper());
+        limiters
+    }
+
+    #[test]
+    fn one_of_each_covers_the_registry() {
+        let tags: Vec<u8> = one_of_each().iter().map(|l| l.state.tag()).collect();
+        assert_covers_registry("one_of_each()", &tags);
+    }
+
     /// The inline size of the enum: the window algorithms do not make every limiter bigger.
     #[test]
     fn state_stays_small() {
@@ -701,13 +722,12 @@ mod tests {
         /// is exactly those bytes (one encoding per state: replicas compare bytes).
         #[test]
         fn mutated_encodings_are_refused_or_canonical(
-            which in 0usize..4,
+            which in any::<prop::sample::Index>(),
             at in any::<prop::sample::Index>(),
             byte in any::<u8>(),
         ) {
-            let mut limiters = window_limiters();
-            limiters.push(shaper());
-            let limiter = limiters.swap_remove(which);
+            let mut limiters = one_of_each();
+            let limiter = limiters.swap_remove(which.index(limiters.len()));
             let mut buf = Vec::new();
             limiter.encode(&mut buf);
             let i = at.index(buf.len());

@@ -1,6 +1,6 @@
 //! The table of limiter commands. Tests that must cover every limiter (the cluster suite:
-//! routing, resharding, failover, replicas) iterate over `LIMITERS`, so a new command is
-//! covered by adding its line here.
+//! routing, resharding, failover, replicas) iterate over `all_limiters()`, so a new command is
+//! covered by adding its line here; it fails for an algorithm of the registry without one.
 
 /// Stands for the key in a `Limiter::session` call.
 pub const KEY: &str = "<key>";
@@ -94,6 +94,16 @@ pub const LIMITERS: &[Limiter] = &[
         ],
     },
 ];
+
+/// `LIMITERS`, once checked to have a row for every algorithm of the registry.
+pub fn all_limiters() -> &'static [Limiter] {
+    super::assert_covers(
+        "support::limiters::LIMITERS",
+        super::algorithms(),
+        LIMITERS.iter().map(|l| l.command),
+    );
+    LIMITERS
+}
 
 /// A session call with `KEY` replaced by `key`.
 pub fn call(words: &[&str], key: &str) -> Vec<String> {

@@ -13,6 +13,11 @@ pub use redis::{Connection, Value};
 pub mod cell;
 pub mod cluster;
 pub mod limiters;
+pub mod registry;
+
+// Not every suite uses each of them.
+#[allow(unused_imports)]
+pub use registry::{algorithm, algorithms, assert_covers, limiter_algorithms, module_commands};
 
 /// A far-future instant for the debug clock (2096): keys' absolute expiries then lie beyond
 /// the server's real clock, so Redis never expires them during a test.
@@ -581,7 +586,8 @@ pub mod tempdir {
 }
 
 /// A mixed workload over every command family: admits, denials, peeks, cost, policy changes.
-/// Each family's file adds its commands here so durability and replication cover it.
+/// Each algorithm and command family adds its commands here so that durability, replication and
+/// the cross-server tests cover it (`run_workload` fails for an algorithm without a row).
 pub const WORKLOAD: &[&[&str]] = &[
     &["RL.GCRA", "gcra:a", "10", "1000"],
     &["RL.GCRA", "gcra:a", "10", "1000", "COST", "5"],
@@ -635,16 +641,40 @@ pub const WORKLOAD: &[&[&str]] = &[
     &["RL.REFUND", "fw:a", "2"],
     &["RL.REFUND", "sl:a", "1"],
     &["RL.REFUND", "sc:a", "1"],
+    &["RL.SHAPE", "sh:a", "10", "1000", "QUEUE", "5"],
+    &["RL.SHAPE", "sh:a", "10", "1000", "QUEUE", "5", "COST", "4"],
+    &["RL.SHAPE", "sh:a", "10", "1000", "QUEUE", "5", "COST", "0"],
+    &["RL.SHAPE", "sh:b", "1", "60000", "QUEUE", "2", "DELAY", "1"],
+    &["RL.SHAPE", "sh:b", "1", "60000", "QUEUE", "2", "DELAY", "1"],
+    &["RL.SHAPE", "sh:b", "1", "60000", "QUEUE", "2", "DELAY", "1"],
+    &["RL.SHAPE", "sh:b", "1", "60000", "QUEUE", "2", "DELAY", "1"],
+    &["RL.SHAPE", "sh:a", "20", "1000", "QUEUE", "8"],
+    &["RL.REFUND", "sh:a", "2"],
 ];
 
 /// Runs the workload `rounds` times, moving the debug clock 7 ms between commands.
 pub fn run_workload(c: &mut Connection, rounds: usize) {
+    assert_covers(
+        "support::WORKLOAD",
+        algorithms(),
+        WORKLOAD.iter().map(|w| w[0]),
+    );
     for _ in 0..rounds {
         for words in WORKLOAD {
-            rl(c, words);
+            decide(c, words);
             clock_advance(c, 7);
         }
     }
+}
+
+/// The reply of a limiter, `RL.SHAPE` or `RL.REFUND` call: five integers, or six for a shaper
+/// (the sixth is its delay).
+pub fn decide(c: &mut Connection, words: &[&str]) -> Vec<i64> {
+    let v: Vec<i64> = cmd(c, words)
+        .and_then(|v| redis::from_redis_value(&v))
+        .unwrap_or_else(|e| panic!("{words:?}: {e}"));
+    assert!(matches!(v.len(), 5 | 6), "{words:?}: reply {v:?}");
+    v
 }
 
 /// Every key's DUMP and absolute expiry, by name.
