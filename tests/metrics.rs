@@ -362,19 +362,8 @@ fn gauges_follow_every_lifecycle_event_on_master_and_replica() {
     // RESTORE (new key, and REPLACE over an existing one), COPY, DEL, UNLINK.
     for a in every.clone() {
         let dumped = dump(&mut m, &key(a, 3)).unwrap();
-        let _: () = redis::cmd("RESTORE")
-            .arg(key(a, 9001))
-            .arg(0)
-            .arg(&dumped)
-            .query(&mut m)
-            .unwrap();
-        let _: () = redis::cmd("RESTORE")
-            .arg(key(a, 4))
-            .arg(0)
-            .arg(&dumped)
-            .arg("REPLACE")
-            .query(&mut m)
-            .unwrap();
+        restore(&mut m, &key(a, 9001), &dumped, false);
+        restore(&mut m, &key(a, 4), &dumped, true);
         cmd(&mut m, &["COPY", &key(a, 5), &key(a, 9002)]).unwrap();
         cmd(&mut m, &["COPY", &key(a, 6), &key(a, 7), "REPLACE"]).unwrap();
     }
@@ -387,13 +376,7 @@ fn gauges_follow_every_lifecycle_event_on_master_and_replica() {
     // A limiter replaced by one of another algorithm (in place): each by the next one's.
     for a in every.clone() {
         let other = dump(&mut m, &key((a + 1) % every.len(), 2)).unwrap();
-        let _: () = redis::cmd("RESTORE")
-            .arg(key(a, 2))
-            .arg(0)
-            .arg(&other)
-            .arg("REPLACE")
-            .query(&mut m)
-            .unwrap();
+        restore(&mut m, &key(a, 2), &other, true);
     }
     check(&mut m, &mut r, "RESTORE of another algorithm");
 
@@ -505,4 +488,14 @@ fn gauges_after_an_aof_reload() {
     assert_gauges(&mut c, &mut overhead, "AOF reload");
     cmd(&mut c, &["DEBUG", "LOADAOF"]).unwrap();
     assert_gauges(&mut c, &mut overhead, "DEBUG LOADAOF");
+}
+
+/// `RESTORE key 0 <dumped> [REPLACE]`.
+fn restore(c: &mut Connection, key: &str, dumped: &[u8], replace: bool) {
+    let mut restore = redis::cmd("RESTORE");
+    restore.arg(key).arg(0).arg(dumped);
+    if replace {
+        restore.arg("REPLACE");
+    }
+    let _: () = restore.query(c).unwrap();
 }

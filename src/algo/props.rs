@@ -490,19 +490,12 @@ fn new_windows_hold_at_most_l(
     Ok(())
 }
 
-fn capped(p: &Policy, trace: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
-    trace
-        .into_iter()
-        .map(|(g, c)| (g, c.min(p.limit())))
-        .collect()
-}
-
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
     #[test]
     fn fixed_window_at_most_l_per_window_and_2l_per_w(p in window_policy_strategy(), trace in trace_strategy(20)) {
-        let trace = capped(&p, trace);
+        let trace = within_capacity(&p, &trace);
         let (admitted, log) = run(&trace, |s, now, cost| fixed_window::check(s, &p, now, cost));
         for (start, cost) in per_window(&p, &admitted) {
             prop_assert!(cost <= p.limit(), "{} in the window at {}", cost, start);
@@ -525,7 +518,7 @@ proptest! {
 
     #[test]
     fn sliding_log_never_exceeds_l_per_w(p in window_policy_strategy(), trace in trace_strategy(20)) {
-        let trace = capped(&p, trace);
+        let trace = within_capacity(&p, &trace);
         let (admitted, log) = run(&trace, |s, now, cost| sliding_log::check(s, &p, now, cost));
         prop_assert_eq!(worst_interval(&admitted, log_bound(&p)), None);
         answers_are_exact(&log, |s, now, cost| sliding_log::check(s, &p, now, cost))?;
@@ -558,7 +551,7 @@ proptest! {
     /// aligned window whose count is p holds fewer than L + 1 + p·δ/W; so at most 2L.
     #[test]
     fn sliding_counter_overshoot_is_bounded(p in window_policy_strategy(), trace in trace_strategy(20)) {
-        let trace = capped(&p, trace);
+        let trace = within_capacity(&p, &trace);
         let (admitted, log) = run(&trace, |s, now, cost| sliding_counter::check(s, &p, now, cost));
         let counts = per_window(&p, &admitted);
         let (w, l) = (u128::from(p.window_ns()), u128::from(p.limit()));

@@ -567,26 +567,24 @@ mod tests {
         Ok(())
     }
 
-    /// The sliding log's promise: at most L in the W before each admission (its own L and W),
-    /// counting from its configuration's first call.
-    fn log_keeps_each_promise<S: Algorithm>(
+    /// The window algorithms' promise: at most L (its own) from `from(p, at)` to each admission
+    /// `at`, counting from its configuration's first call. `stretch` names that span in a
+    /// failure.
+    fn at_most_l_before_each<S: Algorithm>(
         configs: &[Policy],
         trace: &[(u64, u64, usize)],
+        from: impl Fn(&Policy, u64) -> u64,
+        stretch: &str,
     ) -> Result<(), TestCaseError> {
         let admitted = run_rollout::<S>(configs, trace)?;
         for (i, a) in admitted.iter().enumerate() {
             let p = &configs[a.config];
-            let total = held(
-                &admitted,
-                i,
-                a.since,
-                (a.at + 1).saturating_sub(p.window_ns()),
-                a.at,
-            );
+            let total = held(&admitted, i, a.since, from(p, a.at), a.at);
             prop_assert!(
                 total <= u128::from(p.limit()),
-                "{} in the W before {} under {:?}",
+                "{} in {} {} under {:?}",
                 total,
+                stretch,
                 a.at,
                 p
             );
@@ -594,24 +592,22 @@ mod tests {
         Ok(())
     }
 
+    /// The sliding log's: at most L in the W before each admission (its own L and W).
+    fn log_keeps_each_promise<S: Algorithm>(
+        configs: &[Policy],
+        trace: &[(u64, u64, usize)],
+    ) -> Result<(), TestCaseError> {
+        let w_before = |p: &Policy, at: u64| (at + 1).saturating_sub(p.window_ns());
+        at_most_l_before_each::<S>(configs, trace, w_before, "the W before")
+    }
+
     /// The fixed window's: at most L in its own aligned window of each admission.
     fn window_keeps_each_promise<S: Algorithm>(
         configs: &[Policy],
         trace: &[(u64, u64, usize)],
     ) -> Result<(), TestCaseError> {
-        let admitted = run_rollout::<S>(configs, trace)?;
-        for (i, a) in admitted.iter().enumerate() {
-            let p = &configs[a.config];
-            let total = held(&admitted, i, a.since, p.window_start(a.at), a.at);
-            prop_assert!(
-                total <= u128::from(p.limit()),
-                "{} in the window of {} under {:?}",
-                total,
-                a.at,
-                p
-            );
-        }
-        Ok(())
+        let start = |p: &Policy, at: u64| p.window_start(at);
+        at_most_l_before_each::<S>(configs, trace, start, "the window of")
     }
 
     /// The sliding counter's own rule, recomputed from everything admitted: each admission

@@ -79,35 +79,32 @@ pub fn decide<A: Stored>(
     // A peek opens read-only: it can neither create nor change the key.
     let mut key = ctx.open(request.key, !peek);
     let mut stored = key.limiter(A::NAME)?;
-    // A request under the policy the key already holds, on an algorithm that decides in place
-    // (the sliding log): the state changes where it is and the change goes out as a delta, in
-    // time and bytes independent of the log's length. Everything else (a first write, a policy
-    // change, a peek) takes the general path below and propagates the full state.
+    // A request under the policy the key already holds, with no other configuration: `step`
+    // would start from this state and store its successor with the decision's reset_after as
+    // the key's life, so the successor is written where the state is (no new value, no second
+    // look at the key). An algorithm that decides in place (the sliding log) changes only what
+    // the request touches and sends a delta, in time and bytes independent of the log's length;
+    // the others send their state whole. Everything else (a first write, a policy change, a
+    // peek) takes the general path below.
     if let Some(limiter) = stored.as_deref_mut() {
-        let alone = limiter.others().is_empty();
-        if check && !peek && alone && limiter.policy == request.policy {
+        if !peek && limiter.others().is_empty() && limiter.policy == request.policy {
             let (policy, before) = (limiter.policy, metrics::Footprint::of(limiter));
             let Some(state) = A::of_mut(&mut limiter.state) else {
                 return Err(wrong_type::<A>(limiter));
             };
-            if let Some((decision, delta)) = state.check_in_place(&policy, now_ns, request.amount) {
-                if let Some(delta) = delta {
-                    metrics::limiter_changed(before, limiter);
-                    let at = effect::propagate_delta(ctx, request.key, &delta, now_ns, &decision);
-                    key.expire_at(Some(at));
+            if check {
+                if let Some((decision, delta)) =
+                    state.check_in_place(&policy, now_ns, request.amount)
+                {
+                    if let Some(delta) = delta {
+                        metrics::limiter_changed(before, limiter);
+                        let at =
+                            effect::propagate_delta(ctx, request.key, &delta, now_ns, &decision);
+                        key.expire_at(Some(at));
+                    }
+                    return Ok(decision);
                 }
-                return Ok(decision);
             }
-        }
-        // Every other algorithm, under the policy the key holds and with no other
-        // configuration: `step` would start from this state and store its successor with the
-        // decision's reset_after as the key's life, so the successor is written where the state
-        // is (no new value, no second look at the key) and propagated whole.
-        if !peek && alone && limiter.policy == request.policy {
-            let before = metrics::Footprint::of(limiter);
-            let Some(state) = A::of_mut(&mut limiter.state) else {
-                return Err(wrong_type::<A>(limiter));
-            };
             let Outcome { decision, next } = decision(Some(state), now_ns);
             if let Some(next) = next {
                 *state = next;

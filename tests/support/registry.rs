@@ -42,16 +42,22 @@ impl Algorithm {
 
 /// Every algorithm of the registry, in the order `INFO ratelimit` lists them (the registry's).
 pub fn algorithms() -> &'static [Algorithm] {
-    static REGISTRY: OnceLock<Vec<Algorithm>> = OnceLock::new();
-    REGISTRY.get_or_init(|| {
+    &registered().1
+}
+
+/// The module's commands and its algorithms, read from one server started once per test binary.
+fn registered() -> &'static (Vec<String>, Vec<Algorithm>) {
+    static REGISTERED: OnceLock<(Vec<String>, Vec<Algorithm>)> = OnceLock::new();
+    REGISTERED.get_or_init(|| {
         let s = Server::start();
         let mut c = s.connect();
         clock_set(&mut c, T0_MS);
         let commands = module_commands_on(&mut c);
-        ids(&mut c)
+        let algorithms = ids(&mut c)
             .into_iter()
             .map(|id| probe(&mut c, &commands, id))
-            .collect()
+            .collect();
+        (commands, algorithms)
     })
 }
 
@@ -70,8 +76,7 @@ pub fn algorithm(name: &str) -> &'static Algorithm {
 
 /// Every command the module registers, upper case, sorted.
 pub fn module_commands() -> &'static [String] {
-    static COMMANDS: OnceLock<Vec<String>> = OnceLock::new();
-    COMMANDS.get_or_init(|| module_commands_on(&mut Server::start().connect()))
+    &registered().0
 }
 
 /// Panics, naming them, when some algorithm of `of` has no entry in `covered`: the entries of
