@@ -14,12 +14,18 @@
 //! # Ok(()) }
 //! ```
 
+mod call;
 mod circuit;
+pub mod client_ip;
 mod clock;
 pub mod command;
 mod error;
+mod fallback;
 pub mod http;
+mod journal;
 pub mod layer;
+mod lease;
+mod ledger;
 mod limit;
 mod limiter;
 mod local;
