@@ -37,7 +37,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use command::{
     Algorithm, AllDecision, Backend, Class, Decision, Policy, Shape, ShapeDelay, Shaped, Source,
 };
-pub use error::Error;
+pub use error::{Error, UNAVAILABLE_CODES};
 pub use limit::{key_slot, sub_keys, Limit};
 pub use limiter::{Config, Limiter, ShutdownReport, Stats};
 pub use store::Store;
