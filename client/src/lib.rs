@@ -38,6 +38,7 @@ pub use command::{
     Algorithm, AllDecision, Backend, Class, Decision, Policy, Shape, ShapeDelay, Shaped, Source,
 };
 pub use error::{Error, UNAVAILABLE_CODES};
+pub use ledger::CHARGE_TOKEN_TTL;
 pub use limit::{key_slot, sub_keys, Limit};
 pub use limiter::{Config, Limiter, ShutdownReport, Stats};
 pub use store::Store;

@@ -39,8 +39,9 @@ pub struct Config {
     /// Log one decision in this many (0: none).
     pub log_every: u64,
     pub log_sink: LogSink,
-    /// Where billing counts the store could not be charged at shutdown are written, and read
-    /// back from at start.
+    /// The billing journal: every count Billing admits without the store is appended here
+    /// before the request proceeds (fsynced in batches), and every charge before it is sent;
+    /// the next `Limiter` with the same path replays it. One path per process.
     pub billing_journal: Option<PathBuf>,
 }
 
@@ -69,8 +70,9 @@ pub struct Stats {
     pub fallbacks: u64,
     pub lapsed_tokens: u64,
     /// Store calls that timed out. Such a call may still be applied by the store later (a
-    /// stalled server runs what it had queued): a billing count admitted by the fallback after
-    /// one may be charged twice, never zero times.
+    /// stalled server runs what it had queued): a billing request whose check timed out and
+    /// that the fallback then admitted may be counted twice, never zero times. (Charges of the
+    /// ledger carry a token and count once.)
     pub timeouts: u64,
 }
 
@@ -81,7 +83,8 @@ pub struct ShutdownReport {
     pub refunded: u64,
     /// Billing counts charged to the store.
     pub charged: u64,
-    /// Billing counts the store could not take, written to the journal (or lost without one).
+    /// Billing counts the store could not take (or whose charge timed out), left in the journal
+    /// for the next process (or lost without one).
     pub unsettled: u64,
 }
 
@@ -257,9 +260,7 @@ impl Limiter {
         let before = i.ledger.total();
         self.reconcile_once(true).await;
         let unsettled = i.ledger.total();
-        if let Some(path) = &i.config.billing_journal {
-            i.ledger.save(path);
-        }
+        i.ledger.close();
         ShutdownReport {
             refunded,
             charged: before.saturating_sub(unsettled),

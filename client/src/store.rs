@@ -103,6 +103,10 @@ impl Store {
         self
     }
 
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
+    }
+
     pub fn backend(&self) -> Backend {
         self.backend
     }
