@@ -13,10 +13,57 @@ use crate::{Limit, Limiter};
 /// Fallback buckets and lease pools kept at most (the least useful are dropped beyond it).
 pub(crate) const MAX_LOCAL_KEYS: usize = 100_000;
 
-/// The local buckets, by (limit name, store key).
+/// The local buckets, by (limit name, store key), and the store's last answer for each
+/// Security key (where its bucket starts when the store stops answering).
 #[derive(Default)]
 pub(crate) struct Fallback {
     buckets: Mutex<HashMap<(String, String), LocalBucket>>,
+    seen: Mutex<HashMap<(String, String), Seen>>,
+}
+
+/// What the store last said about a key: `remaining` at `at_ns`, full again at `full_ns`.
+#[derive(Clone, Copy)]
+struct Seen {
+    remaining: u64,
+    capacity: u64,
+    at_ns: u64,
+    full_ns: u64,
+}
+
+impl Fallback {
+    /// Remembers the store's decision for a Security key, and forgets the key's fallback bucket
+    /// (the next outage starts from this decision, not from the last one's bucket).
+    pub(crate) fn seen(&self, limit: &Limit, key: &str, d: &Decision, now_ns: u64) {
+        let id = (limit.name.clone(), key.to_string());
+        lock(&self.buckets).remove(&id);
+        let mut seen = lock(&self.seen);
+        if seen.len() >= MAX_LOCAL_KEYS {
+            seen.retain(|_, s| s.full_ns > now_ns);
+        }
+        let full_ns = now_ns.saturating_add(d.reset_after_ms.saturating_mul(1_000_000));
+        seen.insert(
+            id,
+            Seen {
+                remaining: d.remaining,
+                capacity: d.limit,
+                at_ns: now_ns,
+                full_ns,
+            },
+        );
+    }
+
+    /// `bucket` started from the store's last decision on the key, scaled to the bucket's share
+    /// of the capacity; full when the store never answered for it (or it is full again by now).
+    fn started(&self, id: &(String, String), bucket: LocalBucket, now_ns: u64) -> LocalBucket {
+        match lock(&self.seen).get(id) {
+            Some(s) if s.full_ns > now_ns => {
+                let share = u128::from(s.remaining) * u128::from(bucket.capacity())
+                    / u128::from(s.capacity.max(1));
+                bucket.starting_at(u64::try_from(share).unwrap_or(u64::MAX), s.at_ns)
+            }
+            _ => bucket,
+        }
+    }
 }
 
 impl Limiter {
@@ -68,9 +115,18 @@ impl Limiter {
         if buckets.len() >= MAX_LOCAL_KEYS {
             buckets.retain(|_, b| !b.full_at(now));
         }
-        let b = buckets
-            .entry((limit.name.clone(), key.to_string()))
-            .or_insert(bucket);
+        let id = (limit.name.clone(), key.to_string());
+        let b = match buckets.entry(id) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let bucket = if limit.class == Class::Security {
+                    i.fallback.started(e.key(), bucket, now)
+                } else {
+                    bucket
+                };
+                e.insert(bucket)
+            }
+        };
         if commit {
             b.take(now, cost, source)
         } else {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::call::Counters;
 use crate::circuit::{Circuit, CircuitConfig};
 use crate::clock::{Clock, SystemClock};
-use crate::command::{AllDecision, Decision, Policy, Source};
+use crate::command::{AllDecision, Class, Decision, Policy, Source};
 use crate::fallback::Fallback;
 use crate::lease::Leases;
 use crate::ledger::Ledger;
@@ -175,7 +175,13 @@ impl Limiter {
             None => self.decided(&key, &policy, cost, &mut store_latency).await,
         };
         let (decision, status) = match result {
-            Ok(d) => (d, "ok"),
+            Ok(d) => {
+                if limit.class == Class::Security {
+                    let now = self.inner.config.clock.now_ns();
+                    self.inner.fallback.seen(limit, &key, &d, now);
+                }
+                (d, "ok")
+            }
             Err(e) if e.store_down() => {
                 (self.fall_back(limit, &key, &policy, cost, true), e.kind())
             }
@@ -197,7 +203,15 @@ impl Limiter {
             .call(&mut latency, false, self.inner.store.all(&args))
             .await;
         let (all, status) = match result {
-            Ok(all) => (all, "ok"),
+            Ok(all) => {
+                let now = self.inner.config.clock.now_ns();
+                for ((l, k, _), d) in checks.iter().zip(&all.limiters) {
+                    if l.class == Class::Security {
+                        self.inner.fallback.seen(l, k, d, now);
+                    }
+                }
+                (all, "ok")
+            }
             Err(e) if e.store_down() => {
                 // Each fallback decides on a copy; only if all admit are they charged.
                 let mut limiters: Vec<Decision> = checks

@@ -371,3 +371,53 @@ async fn concurrent_requests_on_a_stalled_store_each_wait_at_most_the_deadline()
     }
     s.resume();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_security_fallback_starts_from_what_the_store_last_said() {
+    // 30 per minute, 3 gateways with `gateways: Some(3)`.
+    let s = Server::start();
+    let clock = support::manual_clock();
+    let mut gateways = Vec::new();
+    for _ in 0..3 {
+        gateways.push(limiter(&s.url(), &clock, Some(3)).await);
+    }
+    let login = Limit::new("login", Policy::gcra(30, 60_000), Class::Security);
+    // Half the budget through the store, round robin: each gateway last saw 17, 16, 15 left.
+    for i in 0..15 {
+        let d = timed(&gateways[i % 3], &login, "login:half").await;
+        assert_eq!(d.source, Source::Store);
+    }
+    // All of it: the last answers were 2, 1, 0 left.
+    for i in 0..30 {
+        timed(&gateways[i % 3], &login, "login:all").await;
+    }
+    s.stop();
+    let mut outage = |key: &'static str| {
+        let gateways = gateways.clone();
+        let login = login.clone();
+        async move {
+            let mut admitted = 0;
+            for g in &gateways {
+                for _ in 0..30 {
+                    let d = timed(g, &login, key).await;
+                    assert_eq!(d.source, Source::Fallback(Class::Security));
+                    admitted += u64::from(d.allowed);
+                }
+            }
+            admitted
+        }
+    };
+    // Each gateway its third of what it last saw: 17/3 + 16/3 + 15/3 = 5 + 5 + 5.
+    assert_eq!(
+        outage("login:half").await,
+        15,
+        "store 15 + outage 15 = the budget"
+    );
+    assert_eq!(outage("login:all").await, 0, "2/3 + 1/3 + 0/3");
+    // A key the store never answered for starts at the share: 10 per gateway.
+    assert_eq!(outage("login:new").await, 30);
+    // Then each refills at its share of the rate: one per 6 s per gateway.
+    clock.advance(Duration::from_secs(6));
+    assert_eq!(outage("login:all").await, 3);
+    s.resume();
+}
