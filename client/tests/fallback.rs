@@ -392,7 +392,7 @@ async fn the_security_fallback_starts_from_what_the_store_last_said() {
         timed(&gateways[i % 3], &login, "login:all").await;
     }
     s.stop();
-    let mut outage = |key: &'static str| {
+    let outage = |key: &'static str| {
         let gateways = gateways.clone();
         let login = login.clone();
         async move {
