@@ -14,6 +14,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod bounded;
 mod call;
 mod circuit;
 pub mod client_ip;

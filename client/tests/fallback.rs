@@ -421,3 +421,38 @@ async fn the_security_fallback_starts_from_what_the_store_last_said() {
     assert_eq!(outage("login:all").await, 3);
     s.resume();
 }
+
+/// This process's resident memory, from /proc (Linux).
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_floods_a_reply_costs_a_connection_not_memory() {
+    let s = Server::start();
+    let proxy = Proxy::start(s.port).await;
+    let clock = support::manual_clock();
+    let l = limiter(&proxy.url(), &clock, Some(4)).await;
+    let (_, api, _, quota) = limits();
+    assert_eq!(timed(&l, &api, "f:a").await.source, Source::Store);
+    let before = rss_bytes();
+    proxy.set(Fault::Flood);
+    for _ in 0..5 {
+        // Each reply's header declares 512 MB: the connection is closed at the header.
+        let d = timed(&l, &api, "f:a").await;
+        assert_eq!(d.source, Source::Fallback(Class::Contract));
+        let d = timed(&l, &quota, "f:q").await;
+        assert_eq!(d.source, Source::Fallback(Class::Billing));
+        clock.advance(Duration::from_secs(2));
+    }
+    let grown = rss_bytes().saturating_sub(before);
+    assert!(grown < 64 << 20, "grew {} MB", grown >> 20);
+    proxy.set(Fault::None);
+    until_store(&l, &clock, &api, "f:a").await;
+}
