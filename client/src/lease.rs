@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::call::Mode;
 use crate::clock::ns;
 use crate::command::{Decision, Policy, Source};
 use crate::fallback::MAX_LOCAL_KEYS;
@@ -49,7 +50,7 @@ impl Limiter {
             pools.entry(key.to_string()).or_default().clone()
         };
         // Requests for one key queue for its pool; none waits longer than the deadline.
-        let mut p = tokio::time::timeout(i.config.deadline, pool.lock())
+        let mut p = tokio::time::timeout(i.deadline.current(), pool.lock())
             .await
             .map_err(|_| Error::Timeout)?;
         let now = i.config.clock.now_ns();
@@ -84,7 +85,7 @@ impl Limiter {
         }
         let want = k.max(cost).saturating_sub(p.tokens).max(1);
         let d = self
-            .call(latency, false, i.store.lease(key, policy, want))
+            .call(latency, Mode::Request, i.store.lease(key, policy, want))
             .await?;
         if d.granted > 0 {
             if p.tokens == 0 {
@@ -139,7 +140,7 @@ impl Limiter {
             if p.tokens > 0 && p.expires_ns > now {
                 let mut latency = None;
                 if let Ok(Some(d)) = self
-                    .call(&mut latency, true, store.refund(&key, p.tokens))
+                    .call(&mut latency, Mode::Forced, store.refund(&key, p.tokens))
                     .await
                 {
                     refunded += d.granted;

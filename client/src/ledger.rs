@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::call::Mode;
 use crate::command::{Decision, Policy, Source};
 use crate::journal::{Journal, Record};
 use crate::limiter::lock;
@@ -338,13 +339,18 @@ impl Limiter {
             .clone()
             .with_deadline(self.inner.config.shutdown_deadline);
         let ledger = &self.inner.ledger;
+        let mode = if force {
+            Mode::Forced
+        } else {
+            Mode::Background
+        };
         let mut room = u64::MAX;
         loop {
             let Some((token, charge)) = ledger.next_charge(key, room).await else {
                 return Ok(None);
             };
             let sent = self
-                .call(latency, force, charge_once(&store, &token, &charge))
+                .call(latency, mode, charge_once(&store, &token, &charge))
                 .await;
             match sent {
                 Ok(Charged::Counted) => {

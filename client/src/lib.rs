@@ -20,6 +20,7 @@ mod circuit;
 pub mod client_ip;
 mod clock;
 pub mod command;
+mod deadline;
 mod error;
 mod fallback;
 pub mod http;
@@ -41,5 +42,5 @@ pub use command::{
 pub use error::{Error, UNAVAILABLE_CODES};
 pub use ledger::CHARGE_TOKEN_TTL;
 pub use limit::{key_slot, sub_keys, Limit};
-pub use limiter::{Config, Limiter, ShutdownReport, Stats};
+pub use limiter::{Config, Limiter, ShutdownReport, Stats, DEFAULT_MAX_DEADLINE};
 pub use store::Store;

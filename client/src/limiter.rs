@@ -8,21 +8,30 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::call::Counters;
+use crate::call::{Counters, Mode};
 use crate::circuit::{Circuit, CircuitConfig};
 use crate::clock::{Clock, SystemClock};
 use crate::command::{AllDecision, Class, Decision, Policy, Source};
+use crate::deadline::Deadline;
 use crate::fallback::Fallback;
 use crate::lease::Leases;
 use crate::ledger::Ledger;
 use crate::observe::{self, LogRecord, LogSink};
 use crate::{Error, Limit, Store};
 
+/// The default `Config::max_deadline`.
+pub const DEFAULT_MAX_DEADLINE: Duration = Duration::from_millis(20);
+
 /// How a [`Limiter`] behaves; `Config::default()` is a sound start.
 #[derive(Clone)]
 pub struct Config {
-    /// The longest a check waits for the store before its class's fallback decides.
+    /// The shortest deadline of a check's store call: the longest it waits for the store before
+    /// its class's fallback decides while the store answers within it.
     pub deadline: Duration,
+    /// The longest deadline: a store slower than usual but answering (a busy host) stretches
+    /// the deadline to 4 × its recent p99, up to this (docs/client.md, "Deadlines"). At or below
+    /// `deadline`: the deadline is fixed.
+    pub max_deadline: Duration,
     /// N, the number of gateways sharing the store: the local fallbacks take L/N. `None`: the
     /// security class fails closed (unless a limit sets its own local limit), the contract
     /// class takes L.
@@ -49,6 +58,7 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             deadline: crate::store::DEFAULT_DEADLINE,
+            max_deadline: DEFAULT_MAX_DEADLINE,
             gateways: None,
             circuit: CircuitConfig::default(),
             lease_lifetime: Duration::from_secs(1),
@@ -96,6 +106,9 @@ pub(crate) struct Inner {
     pub(crate) fallback: Fallback,
     pub(crate) leases: Leases,
     pub(crate) ledger: Ledger,
+    pub(crate) deadline: Deadline,
+    /// Woken when the circuit opens: request calls still waiting stop waiting.
+    pub(crate) opened: tokio::sync::Notify,
     decisions: AtomicU64,
 }
 
@@ -110,10 +123,12 @@ pub struct Limiter {
 }
 
 impl Limiter {
-    /// A limiter over `store`; its deadline becomes `config.deadline`. Reads the billing
-    /// journal, if any, back into the counts to charge.
+    /// A limiter over `store`; its calls get the deadlines of `config` (the store's own
+    /// becomes the longest, `max_deadline`). Reads the billing journal, if any, back into the
+    /// counts to charge.
     pub fn new(store: Store, config: Config) -> Limiter {
-        let store = store.with_deadline(config.deadline);
+        let deadline = Deadline::new(config.deadline, config.max_deadline);
+        let store = store.with_deadline(deadline.cap());
         let ledger = Ledger::new(config.billing_journal.as_deref());
         Limiter {
             inner: Arc::new(Inner {
@@ -124,6 +139,8 @@ impl Limiter {
                 fallback: Fallback::default(),
                 leases: Leases::default(),
                 ledger,
+                deadline,
+                opened: tokio::sync::Notify::new(),
                 decisions: AtomicU64::new(0),
             }),
         }
@@ -132,6 +149,11 @@ impl Limiter {
     /// The store, for typed calls without fallback.
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// The deadline of the next store call (between `Config::deadline` and `max_deadline`).
+    pub fn deadline(&self) -> Duration {
+        self.inner.deadline.current()
     }
 
     /// True while the circuit is open (or probing): the store is not being called.
@@ -200,7 +222,7 @@ impl Limiter {
             checks.iter().map(|(l, k, c)| (*k, l.policy, *c)).collect();
         let mut latency = None;
         let result = self
-            .call(&mut latency, false, self.inner.store.all(&args))
+            .call(&mut latency, Mode::Request, self.inner.store.all(&args))
             .await;
         let (all, status) = match result {
             Ok(all) => {
