@@ -48,28 +48,74 @@ impl Trusted {
 /// The client's address. `X-Forwarded-For` can be written by anyone, so only the entries added by
 /// proxies you trust are believed: starting from the peer (the TCP connection's address), while
 /// the current hop is a trusted proxy, step to the entry it appended (right to left); the first
-/// address that is not a trusted proxy is the client. An entry that does not parse stops the
-/// walk at the proxy that wrote it.
+/// address that is not a trusted proxy is the client. The field is read as bytes, entry by entry:
+/// an entry that is not an address (empty, garbage, a byte that is not ASCII) is skipped, not the
+/// whole field. (Skipping cannot let a client choose its key: only an entry the walk reaches is
+/// looked at, and the walk reaches entries only through trusted hops, which could have written
+/// any address anyway.)
 pub fn client_ip(headers: &HeaderMap, peer: IpAddr, trusted: &[Trusted]) -> IpAddr {
     let is_trusted = |ip: IpAddr| trusted.iter().any(|t| t.contains(ip));
-    let entries: Vec<&str> = headers
+    let entries: Vec<Option<IpAddr>> = headers
         .get_all("x-forwarded-for")
         .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .map(str::trim)
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .map(|e| {
+            std::str::from_utf8(e)
+                .ok()
+                .and_then(|e| parse_entry(e.trim()))
+        })
         .collect();
     let mut hop = peer;
-    for entry in entries.iter().rev() {
+    for ip in entries.iter().rev().flatten() {
         if !is_trusted(hop) {
             break;
         }
-        match parse_entry(entry) {
-            Some(ip) => hop = ip,
-            None => break,
-        }
+        hop = *ip;
     }
     hop
+}
+
+/// How many leading bits of an address make a rate-limit key: one key per IPv4 address or /24,
+/// per IPv6 /64 or /56 (one customer's network: a client rotating addresses inside its /64
+/// stays one key).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prefixes {
+    /// 32 (one address) or 24.
+    pub v4: u8,
+    /// 64 (one customer network) or 56.
+    pub v6: u8,
+}
+
+impl Default for Prefixes {
+    /// IPv4 /32, IPv6 /64.
+    fn default() -> Prefixes {
+        Prefixes { v4: 32, v6: 64 }
+    }
+}
+
+impl Prefixes {
+    /// The network of `ip` as a key: `203.0.113.9` (/32), `203.0.113.0/24`, `2001:db8:1:2::/64`.
+    /// An IPv4-mapped IPv6 address (`::ffff:203.0.113.9`) counts as its IPv4 address.
+    pub fn key(&self, ip: IpAddr) -> String {
+        match ip.to_canonical() {
+            IpAddr::V4(v4) => {
+                let p = self.v4.min(32);
+                if p == 32 {
+                    return v4.to_string();
+                }
+                let mask = u32::MAX.checked_shl(32 - u32::from(p)).unwrap_or(0);
+                format!("{}/{p}", std::net::Ipv4Addr::from(u32::from(v4) & mask))
+            }
+            IpAddr::V6(v6) => {
+                let p = self.v6.min(128);
+                if p == 128 {
+                    return v6.to_string();
+                }
+                let mask = u128::MAX.checked_shl(128 - u32::from(p)).unwrap_or(0);
+                format!("{}/{p}", std::net::Ipv6Addr::from(u128::from(v6) & mask))
+            }
+        }
+    }
 }
 
 /// `192.0.2.1`, `192.0.2.1:4711`, `2001:db8::1`, `[2001:db8::1]:4711`.
@@ -123,15 +169,40 @@ mod tests {
         assert_eq!(client_ip(&h, ip("10.1.2.3"), &trusted), ip("203.0.113.9"));
         let h = xff(&["[2001:db8::7]:443"]);
         assert_eq!(client_ip(&h, ip("::1"), &trusted), ip("2001:db8::7"));
-        // Garbage stops at the proxy that wrote it; all trusted ends at the leftmost.
+        // Garbage is skipped (alone: the rest of the field still counts); all trusted ends at
+        // the leftmost.
         assert_eq!(
             client_ip(&xff(&["nonsense"]), ip("10.1.2.3"), &trusted),
             ip("10.1.2.3")
         );
+        let h = xff(&["203.0.113.9, nonsense,, 10.0.0.2"]);
+        assert_eq!(client_ip(&h, ip("10.1.2.3"), &trusted), ip("203.0.113.9"));
+        let mut h = HeaderMap::new();
+        let bytes = b"6.6.6.\xff, 203.0.113.9".as_slice();
+        h.append(
+            "x-forwarded-for",
+            http::HeaderValue::from_bytes(bytes).unwrap(),
+        );
+        assert_eq!(client_ip(&h, ip("10.1.2.3"), &trusted), ip("203.0.113.9"));
         assert_eq!(
             client_ip(&xff(&["10.0.0.1"]), ip("10.1.2.3"), &trusted),
             ip("10.0.0.1")
         );
+    }
+
+    #[test]
+    fn prefix_keys() {
+        let p = Prefixes::default();
+        assert_eq!(p.key(ip("203.0.113.9")), "203.0.113.9");
+        assert_eq!(p.key(ip("2001:db8:1:2:aaaa::1")), "2001:db8:1:2::/64");
+        assert_eq!(p.key(ip("2001:db8:1:2:ffff::9")), "2001:db8:1:2::/64");
+        assert_eq!(p.key(ip("::ffff:203.0.113.9")), "203.0.113.9");
+        let wide = Prefixes { v4: 24, v6: 56 };
+        assert_eq!(wide.key(ip("203.0.113.9")), "203.0.113.0/24");
+        assert_eq!(wide.key(ip("2001:db8:1:2ff::1")), "2001:db8:1:200::/56");
+        let whole = Prefixes { v4: 0, v6: 128 };
+        assert_eq!(whole.key(ip("203.0.113.9")), "0.0.0.0/0");
+        assert_eq!(whole.key(ip("2001:db8::1")), "2001:db8::1");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response, StatusCode};
 use tower::{Layer, Service};
 
-pub use crate::client_ip::{client_ip, Trusted};
+pub use crate::client_ip::{client_ip, Prefixes, Trusted};
 use crate::http::Headers;
 use crate::{Limit, Limiter};
 
