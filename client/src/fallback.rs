@@ -31,7 +31,15 @@ struct Seen {
 }
 
 impl Fallback {
-    /// Remembers the store's decision for a Security key, and forgets the key's fallback bucket
+    /// What the store last said about a key that is not full again by `now_ns`: its remaining
+    /// and the ms until it is full, as of now.
+    pub(crate) fn last(&self, limit: &Limit, key: &str, now_ns: u64) -> Option<(u64, u64)> {
+        let id = (limit.name.clone(), key.to_string());
+        let s = *lock(&self.seen).get(&id)?;
+        (s.full_ns > now_ns).then(|| (s.remaining, (s.full_ns - now_ns).div_ceil(1_000_000)))
+    }
+
+    /// Remembers the store's decision for a Security or Billing key, and forgets the key's fallback bucket
     /// (the next outage starts from this decision, not from the last one's bucket).
     pub(crate) fn seen(&self, limit: &Limit, key: &str, d: &Decision, now_ns: u64) {
         let id = (limit.name.clone(), key.to_string());
@@ -39,6 +47,10 @@ impl Fallback {
         let mut seen = lock(&self.seen);
         if seen.len() >= MAX_LOCAL_KEYS {
             seen.retain(|_, s| s.full_ns > now_ns);
+            if seen.len() >= MAX_LOCAL_KEYS {
+                // All still meaningful (long windows): forget them rather than grow.
+                seen.clear();
+            }
         }
         let full_ns = now_ns.saturating_add(d.reset_after_ms.saturating_mul(1_000_000));
         seen.insert(
@@ -84,7 +96,10 @@ impl Limiter {
         }
         let now = i.config.clock.now_ns();
         let bucket = match limit.class {
-            Class::Billing => return i.ledger.fail_open(key, policy, cost, commit, source),
+            Class::Billing => {
+                let last = i.fallback.last(limit, key, now);
+                return i.ledger.fail_open(key, policy, cost, commit, source, last);
+            }
             Class::Security => match (limit.local, i.config.gateways) {
                 (Some((l, w)), _) => LocalBucket::explicit(l, w),
                 (None, Some(n)) => LocalBucket::share_of(policy, u64::from(n)),

@@ -139,7 +139,9 @@ impl Ledger {
     }
 
     /// Billing's fallback: admit, and owe `cost` (when `commit`), in the journal before the
-    /// request proceeds.
+    /// request proceeds. The decision's `remaining` and `reset_after_ms` are estimates for the
+    /// headers: what the store last said (`last`: remaining, ms until full) less what is owed,
+    /// else the capacity less what is owed, full within one window.
     pub(crate) fn fail_open(
         &self,
         key: &str,
@@ -147,6 +149,7 @@ impl Ledger {
         cost: u64,
         commit: bool,
         source: Source,
+        last: Option<(u64, u64)>,
     ) -> Decision {
         let mut book = lock(&self.book);
         let owed = book.owed(key);
@@ -160,9 +163,11 @@ impl Ledger {
             allowed: true,
             granted: 1,
             limit: policy.capacity(),
-            remaining: policy.capacity().saturating_sub(owed.saturating_add(cost)),
+            remaining: last
+                .map_or(policy.capacity(), |(r, _)| r)
+                .saturating_sub(owed.saturating_add(cost)),
             retry_after_ms: None,
-            reset_after_ms: 0,
+            reset_after_ms: last.map_or(policy.window_ms, |(_, reset)| reset),
             source,
         }
     }

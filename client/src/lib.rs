@@ -44,3 +44,8 @@ pub use ledger::CHARGE_TOKEN_TTL;
 pub use limit::{key_slot, sub_keys, Limit};
 pub use limiter::{Config, Limiter, ShutdownReport, Stats, DEFAULT_MAX_DEADLINE};
 pub use store::Store;
+
+/// docs/client.md, whose Rust snippets are compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/client.md")]
+pub struct ClientGuide;

@@ -198,7 +198,7 @@ impl Limiter {
         };
         let (decision, status) = match result {
             Ok(d) => {
-                if limit.class == Class::Security {
+                if limit.class != Class::Contract {
                     let now = self.inner.config.clock.now_ns();
                     self.inner.fallback.seen(limit, &key, &d, now);
                 }
@@ -228,7 +228,7 @@ impl Limiter {
             Ok(all) => {
                 let now = self.inner.config.clock.now_ns();
                 for ((l, k, _), d) in checks.iter().zip(&all.limiters) {
-                    if l.class == Class::Security {
+                    if l.class != Class::Contract {
                         self.inner.fallback.seen(l, k, d, now);
                     }
                 }
