@@ -456,3 +456,26 @@ async fn a_store_that_floods_a_reply_costs_a_connection_not_memory() {
     proxy.set(Fault::None);
     until_store(&l, &clock, &api, "f:a").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn billing_fallback_headers_continue_from_the_stores_last_answer() {
+    let s = Server::start();
+    let clock = support::manual_clock();
+    let l = limiter(&s.url(), &clock, Some(4)).await;
+    let (_, _, _, quota) = limits(); // 100 per day
+    for _ in 0..30 {
+        timed(&l, &quota, "h:q").await;
+    }
+    let last = timed(&l, &quota, "h:q").await;
+    assert_eq!((last.remaining, last.source), (69, Source::Store));
+    s.stop();
+    let d = timed(&l, &quota, "h:q").await;
+    assert_eq!(d.source, Source::Fallback(Class::Billing));
+    // 69 left at the last answer, 1 admitted since: 68, never the whole quota again.
+    assert_eq!(d.remaining, 68);
+    assert!(d.reset_after_ms > 0 && d.reset_after_ms <= last.reset_after_ms);
+    // A key the store never answered for: the quota less what is owed, full within a window.
+    let d = timed(&l, &quota, "h:new").await;
+    assert_eq!((d.remaining, d.reset_after_ms), (99, 86_400_000));
+    s.resume();
+}
