@@ -17,8 +17,9 @@ use crate::limiter::lock;
 use crate::{key_slot, Error, Limiter, Store};
 
 /// How long the store remembers a charge's token: a charge sent again later (a journal replayed
-/// after a longer outage) may be counted twice.
-pub const CHARGE_TOKEN_TTL: Duration = Duration::from_secs(7 * 86_400);
+/// after a longer outage) may be counted twice. A day: the Functions library takes windows up to
+/// 25 h.
+pub const CHARGE_TOKEN_TTL: Duration = Duration::from_secs(86_400);
 
 /// What billing admitted on one key without the store and is not in a charge yet, and the
 /// policy to charge it with.

@@ -228,6 +228,7 @@ async fn a_restart_during_an_outage_charges_the_journal_once() {
     assert_eq!(l.unsettled().get("q:restart"), Some(&25));
     proxy.set(Fault::None);
     let report = l.shutdown().await;
+    eprintln!("stats {:?} report {report:?}", l.stats());
     assert_eq!((report.charged, report.unsettled), (25, 0));
     wait_counted(&s, "q:restart", 25).await;
     assert!(!journal.exists());
