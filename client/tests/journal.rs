@@ -1,6 +1,8 @@
 //! The billing journal across process death: a gateway killed with SIGKILL during an outage
 //! (a child process), a shutdown whose charge times out in a stall and lands later, and the next
-//! process replaying the journal: the store counts exactly what billing admitted.
+//! process replaying the journal: the store counts what billing admitted, exactly (up to request
+//! checks that timed out and ran later, the documented bound: on a loaded machine a check can
+//! reach the server through the test proxy after its deadline).
 
 mod support;
 
@@ -43,18 +45,24 @@ fn journal_path(name: &str) -> PathBuf {
     p
 }
 
-/// Polls until the store's count of `key` is `counted` (it must never go above).
-async fn wait_counted(s: &Server, key: &str, counted: i64) {
+/// Polls until the store counted at least `admitted` on `key`, then checks it counted at most
+/// `over` more: request checks that timed out and ran on the server later (the documented
+/// bound; on an idle machine none does, and the count is exact). The ledger's charges never
+/// add to it.
+async fn wait_counted(s: &Server, key: &str, admitted: i64, over: u64) {
     let until = Instant::now() + Duration::from_secs(10);
     loop {
         let used = 1000 - s.ints(&["RL.PEEK", key])[2];
-        assert!(used <= counted, "{key}: counted {used} > {counted}");
-        if used == counted {
+        if used >= admitted {
+            assert!(
+                used <= admitted + over as i64,
+                "{key}: counted {used} for {admitted} admitted ({over} checks timed out)"
+            );
             return;
         }
         assert!(
             Instant::now() < until,
-            "{key}: counted {used}, not {counted}"
+            "{key}: counted {used}, not {admitted}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -91,7 +99,11 @@ fn child_gateway() {
         for _ in 0..n {
             assert!(l.check(&quota(), "q:kill").await.unwrap().allowed);
         }
-        println!("done {:?}", l.unsettled().get("q:kill"));
+        println!(
+            "done {:?} {}",
+            l.unsettled().get("q:kill"),
+            l.stats().timeouts
+        );
         std::io::stdout().flush().unwrap();
         loop {
             tokio::time::sleep(Duration::from_secs(60)).await;
@@ -127,7 +139,8 @@ async fn a_gateway_killed_during_an_outage_loses_no_billing_count() {
     proxy.set(Fault::Drop);
     writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
     let done = read_until("done");
-    assert_eq!(done.trim(), "done Some(300)");
+    let timeouts: u64 = done.trim().rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(done.starts_with("done Some(300) "), "{done}");
     child.kill().unwrap(); // SIGKILL: no shutdown, no flush
     child.wait().unwrap();
 
@@ -141,7 +154,7 @@ async fn a_gateway_killed_during_an_outage_loses_no_billing_count() {
     assert_eq!(l.unsettled().get("q:kill"), Some(&300));
     l.reconcile().await;
     assert!(l.unsettled().is_empty(), "{:?}", l.unsettled());
-    wait_counted(&s, "q:kill", 300).await;
+    wait_counted(&s, "q:kill", 300, timeouts).await;
     assert_eq!(l.shutdown().await.unsettled, 0);
     assert!(!journal.exists());
 }
@@ -172,13 +185,16 @@ async fn a_charge_that_times_out_at_shutdown_and_lands_later_counts_once() {
         assert!(Instant::now() < until, "no reconnect");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let timeouts = l.stats().timeouts;
     s.stop();
     let report = l.shutdown().await;
     assert_eq!((report.charged, report.unsettled), (0, 15));
     drop(l);
     // The stall ends: the server runs the queued charge.
     s.resume();
-    wait_counted(&s, "q:stall", 16).await;
+    wait_counted(&s, "q:stall", 16, timeouts).await;
+    let used = |s: &Server| 1000 - s.ints(&["RL.PEEK", "q:stall"])[2];
+    let landed = used(&s);
 
     // The next process sends the journal's charge again with its token: counted once.
     let l = Limiter::new(
@@ -188,10 +204,10 @@ async fn a_charge_that_times_out_at_shutdown_and_lands_later_counts_once() {
     assert_eq!(l.unsettled().get("q:stall"), Some(&15));
     l.reconcile().await;
     assert!(l.unsettled().is_empty(), "{:?}", l.unsettled());
-    assert_eq!(s.ints(&["RL.PEEK", "q:stall"])[2], 1000 - 16);
+    assert_eq!(used(&s), landed, "the replayed charge was counted again");
     // More billing after it is charged normally.
     assert!(l.check(&quota(), "q:stall").await.unwrap().allowed);
-    assert_eq!(s.ints(&["RL.PEEK", "q:stall"])[2], 1000 - 17);
+    assert_eq!(used(&s), landed + 1);
     assert_eq!(l.shutdown().await.unsettled, 0);
     assert!(!journal.exists());
 }
@@ -212,6 +228,7 @@ async fn a_restart_during_an_outage_charges_the_journal_once() {
         l.check(&quota(), "q:restart").await.unwrap();
     }
     // A clean shutdown while the store is still out: all stays in the journal.
+    let timeouts = l.stats().timeouts;
     assert_eq!(l.shutdown().await.unsettled, 20);
     drop(l);
     // Started again while the outage goes on (the store is connected, then lost again): the
@@ -228,8 +245,7 @@ async fn a_restart_during_an_outage_charges_the_journal_once() {
     assert_eq!(l.unsettled().get("q:restart"), Some(&25));
     proxy.set(Fault::None);
     let report = l.shutdown().await;
-    eprintln!("stats {:?} report {report:?}", l.stats());
     assert_eq!((report.charged, report.unsettled), (25, 0));
-    wait_counted(&s, "q:restart", 25).await;
+    wait_counted(&s, "q:restart", 25, timeouts + l.stats().timeouts).await;
     assert!(!journal.exists());
 }
