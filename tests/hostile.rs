@@ -61,6 +61,7 @@ const GOOD: &[&str] = &[
 const OTHER_COMMANDS: &[&str] = &[
     "RL.LEASE",
     "RL.REFUND",
+    "RL.CHARGE",
     "RL.SETSTATE",
     "RL.THROTTLE",
     "RL.ALL",
@@ -149,6 +150,16 @@ fn well_formed(call: &mut redis::Cmd, command: &str, in_all: &[&str], rng: &mut 
         }
         "RL.REFUND" => {
             call.arg(value(rng));
+        }
+        "RL.CHARGE" => {
+            call.arg(value(rng));
+            if rng.next().is_multiple_of(2) {
+                call.arg("POLICY").arg(rng.pick(in_all));
+                call.arg(value(rng)).arg(value(rng));
+                if rng.next().is_multiple_of(3) {
+                    call.arg("BURST").arg(value(rng));
+                }
+            }
         }
         "RL.SETSTATE" => {
             if rng.next().is_multiple_of(2) {
@@ -250,7 +261,7 @@ fn random_arguments_never_panic_or_crash() {
                 decisions += 1;
             }
             Ok(Value::Nil) => assert!(
-                ["RL.REFUND", "RL.PEEK", "RL.INSPECT"].contains(&command),
+                ["RL.REFUND", "RL.CHARGE", "RL.PEEK", "RL.INSPECT"].contains(&command),
                 "{command}: nil"
             ),
             Ok(Value::Okay) | Ok(Value::SimpleString(_)) => assert_eq!(command, "RL.SETSTATE"),

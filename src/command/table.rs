@@ -7,7 +7,7 @@ use redis_module::commands::{BeginSearch, FindKeys, KeySpec, KeySpecFlags};
 
 use super::ffi::{Args, Ctx};
 use super::reply::Reply;
-use super::{all, debug, inspect, limit, peek, refund, setstate, shape, throttle};
+use super::{all, charge, debug, inspect, limit, peek, refund, setstate, shape, throttle};
 use crate::error::Error;
 
 /// Which arguments are keys, and how the command uses them: for key specs, `COMMAND GETKEYS`,
@@ -174,6 +174,18 @@ macro_rules! command_table {
         event: c"rl.refund",
         acl: GATEWAY,
         handler: refund::refund,
+        key_positions: None,
+        condition: None,
+    },
+    Spec {
+        name: "RL.CHARGE",
+        flags: WRITE,
+        arity: -3,
+        keys: Keys::ReadWrite,
+        summary: "Charges n tokens to the limiter at key whatever it holds (a response's overage): the key goes into debt",
+        event: c"rl.charge",
+        acl: GATEWAY,
+        handler: charge::charge,
         key_positions: None,
         condition: None,
     },
