@@ -14,14 +14,16 @@
 //! admit, -1 if admitted; reset_after_ms = the largest), then one five-field array per limiter in argument
 //! order, describing it after the call (field 1: whether it would admit this request).
 
-use super::args::{parse_limiter, Amount, Options, Request};
+use super::args::{parse_i64, parse_limiter, Amount, Options, Request};
+use super::charge::{self, Creator, Given};
 use super::effect;
 use super::ffi::Key;
 use super::ffi::{Args, Ctx, RString};
 use super::limit::{accepts, of};
 use super::reply::{fields, Reply};
+use super::settle;
 use crate::algo::step::{self, Held, Kept};
-use crate::algo::{sliding_log::Change, Algorithm, Decision, Policy};
+use crate::algo::{sliding_log::Change, Algorithm, Decision, Policy, MAX_LIMIT};
 use crate::clock;
 use crate::error::{echo, Error};
 use crate::metrics;
@@ -107,15 +109,38 @@ fn algorithm(word: &[u8]) -> Option<&'static Entry> {
         .find(|(command, ..)| command.as_bytes().eq_ignore_ascii_case(word))
 }
 
-/// One limiter of the call: its key, policy, cost and algorithm.
+/// One limiter of the call: its key, policy, cost and algorithm; in a settle (see
+/// `settle`), the difference it is settled by instead of a cost.
 struct Part<'a> {
     request: Request<'a>,
     name: &'static str,
     plan: Planner,
+    settle: Option<(i64, &'static Creator)>,
 }
 
 pub fn all(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     let parts = parse(&mut args)?;
+    let settles: Vec<_> = parts.iter().filter_map(|p| p.settle).collect();
+    if !settles.is_empty() {
+        if settles.len() < parts.len() {
+            return Err(Error::Syntax(
+                "SETTLE is given for every limiter of a call or for none".into(),
+            ));
+        }
+        let limiters: Vec<_> = parts
+            .iter()
+            .zip(settles)
+            .map(|(p, (by, creator))| settle::Limiter {
+                key: p.request.key,
+                given: Given {
+                    creator,
+                    policy: p.request.policy,
+                },
+                by,
+            })
+            .collect();
+        return settle::all(ctx, &limiters);
+    }
     let now_ns = clock::now_ns();
     let peek = parts.iter().all(|p| p.request.amount == 0);
     let mut keys: Vec<Key<'_>> = parts
@@ -256,8 +281,11 @@ fn parse<'a>(args: &mut Args<'a>) -> Result<Vec<Part<'a>>, Error> {
         // A limiter ends at the next algorithm word; before another limiter, at any word that
         // is not one of its options, so that a misspelt algorithm is named as one.
         let more = i + 1 < count;
+        let cost_given = std::cell::Cell::new(false);
         let is_algorithm = |word: &[u8]| {
+            cost_given.set(cost_given.get() || word.eq_ignore_ascii_case(b"COST"));
             algorithm(word).is_some()
+                || word.eq_ignore_ascii_case(b"SETTLE")
                 || (more
                     && !word.eq_ignore_ascii_case(b"BURST")
                     && !word.eq_ignore_ascii_case(b"COST"))
@@ -281,10 +309,27 @@ fn parse<'a>(args: &mut Args<'a>) -> Result<Vec<Part<'a>>, Error> {
             amount: Amount::Cost,
         };
         let request = parse_limiter(key, args, options, is_algorithm)?;
+        let settle = match args.peek_bytes() {
+            Some(w) if w.eq_ignore_ascii_case(b"SETTLE") => {
+                args.next_bytes()?;
+                if cost_given.get() {
+                    return Err(Error::Syntax("COST and SETTLE are exclusive".into()));
+                }
+                let Some(by) = args.peek_bytes() else {
+                    return Err(Error::MissingValue("SETTLE"));
+                };
+                let by = parse_i64("SETTLE", by, MAX_LIMIT)?;
+                args.next_bytes()?;
+                let creator = charge::creator(word).ok_or(Error::Internal)?;
+                Some((by, creator))
+            }
+            _ => None,
+        };
         parts.push(Part {
             request,
             name,
             plan,
+            settle,
         });
     }
     if args.remaining() > 0 {
@@ -349,7 +394,7 @@ fn plan<A: Stored>(
 }
 
 /// Names the key in a WRONGTYPE error: a call has several.
-fn at_key(e: Error, key: RString<'_>) -> Error {
+pub(super) fn at_key(e: Error, key: RString<'_>) -> Error {
     match e {
         Error::WrongType { holds, wanted, .. } => Error::WrongType {
             holds,

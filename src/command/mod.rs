@@ -17,6 +17,7 @@ pub mod peek;
 pub mod refund;
 pub mod reply;
 pub mod setstate;
+pub mod settle;
 pub mod shape;
 pub mod table;
 pub mod throttle;
