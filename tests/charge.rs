@@ -251,19 +251,19 @@ fn indebted(c: &mut Connection) {
     cmd(
         c,
         &[
-            "RL.ALL",
+            "RL.SETTLE",
             "2",
             "{s}:a",
             "{s}:b",
             "GCRA",
             "10",
             "1000",
-            "SETTLE",
+            "BY",
             "17",
             "SLIDINGLOG",
             "10",
             "1000",
-            "SETTLE",
+            "BY",
             "4",
         ],
     )
@@ -382,10 +382,10 @@ fn the_debt_survives_an_aof_rewrite_and_a_restart() {
     assert_eq!(snapshot(&mut c), before);
 }
 
-/// `RL.ALL … SETTLE d`: a request reserved over its key, its tenant and the model-wide limit is
+/// `RL.SETTLE`: a request reserved over its key, its tenant and the model-wide limit is
 /// settled over all three in one call, each by its own difference.
 #[test]
-fn rl_all_settles_every_limiter_by_its_own_difference() {
+fn rl_settle_settles_every_limiter_by_its_own_difference() {
     let (_s, mut c) = server();
     let keys = ["3", "{t}:key", "{t}:tenant", "{t}:model"];
     let reserve = with(
@@ -409,7 +409,12 @@ fn rl_all_settles_every_limiter_by_its_own_difference() {
         ],
     );
     let all = |c: &mut Connection, words: &[&str]| -> Vec<Vec<i64>> {
-        let mut command = redis::cmd("RL.ALL");
+        let name = if words.contains(&"BY") {
+            "RL.SETTLE"
+        } else {
+            "RL.ALL"
+        };
+        let mut command = redis::cmd(name);
         for w in words {
             command.arg(*w);
         }
@@ -429,17 +434,17 @@ fn rl_all_settles_every_limiter_by_its_own_difference() {
                     "TOKENBUCKET",
                     "100",
                     "60000",
-                    "SETTLE",
+                    "BY",
                     key,
                     "GCRA",
                     "1000",
                     "60000",
-                    "SETTLE",
+                    "BY",
                     tenant,
                     "SLIDINGLOG",
                     "100",
                     "60000",
-                    "SETTLE",
+                    "BY",
                     model,
                 ],
             ),
@@ -465,7 +470,7 @@ fn rl_all_settles_every_limiter_by_its_own_difference() {
 }
 
 #[test]
-fn rl_all_settle_is_all_or_nothing() {
+fn rl_settle_is_all_or_nothing() {
     let (_s, mut c) = server();
     rl(&mut c, &["RL.GCRA", "{u}:a", "10", "1000", "COST", "5"]);
     cmd(&mut c, &["SET", "{u}:b", "x"]).unwrap();
@@ -474,36 +479,100 @@ fn rl_all_settle_is_all_or_nothing() {
         &mut c,
         [
             (
-                vec!["RL.ALL", "2", "{u}:a", "{u}:b", "GCRA", "10", "1000", "SETTLE", "5", "GCRA", "10", "1000", "SETTLE", "5"],
+                vec![
+                    "RL.SETTLE",
+                    "2",
+                    "{u}:a",
+                    "{u}:b",
+                    "GCRA",
+                    "10",
+                    "1000",
+                    "BY",
+                    "5",
+                    "GCRA",
+                    "10",
+                    "1000",
+                    "BY",
+                    "5",
+                ],
                 "WRONGTYPE the key '{u}:b' holds a string",
             ),
             (
-                vec!["RL.ALL", "2", "{u}:a", "{u}:c", "GCRA", "10", "1000", "SETTLE", "5", "GCRA", "10", "1000", "SETTLE", "5"],
+                vec![
+                    "RL.SETTLE",
+                    "2",
+                    "{u}:a",
+                    "{u}:c",
+                    "GCRA",
+                    "10",
+                    "1000",
+                    "BY",
+                    "5",
+                    "GCRA",
+                    "10",
+                    "1000",
+                    "BY",
+                    "5",
+                ],
                 "WRONGTYPE the key '{u}:c' holds a fixed window limiter",
             ),
             (
-                vec!["RL.ALL", "2", "{u}:a", "{u}:d", "GCRA", "10", "1000", "SETTLE", "5", "GCRA", "10", "1000"],
-                "ERR SETTLE is given for every limiter of a call or for none",
+                vec![
+                    "RL.SETTLE",
+                    "2",
+                    "{u}:a",
+                    "{u}:d",
+                    "GCRA",
+                    "10",
+                    "1000",
+                    "BY",
+                    "5",
+                    "GCRA",
+                    "10",
+                    "1000",
+                ],
+                "ERR no BY d for key '{u}:d': every limiter is settled by its own difference",
             ),
             (
-                vec!["RL.ALL", "1", "{u}:a", "GCRA", "10", "1000", "COST", "2", "SETTLE", "5"],
-                "ERR COST and SETTLE are exclusive",
+                vec![
+                    "RL.SETTLE",
+                    "1",
+                    "{u}:a",
+                    "GCRA",
+                    "10",
+                    "1000",
+                    "COST",
+                    "2",
+                    "BY",
+                    "5",
+                ],
+                "ERR RL.SETTLE takes BY d, not COST: the request was already decided",
             ),
             (
-                vec!["RL.ALL", "1", "{u}:a", "GCRA", "10", "1000", "SETTLE"],
-                "ERR option SETTLE needs a value",
+                vec![
+                    "RL.SETTLE",
+                    "1",
+                    "{u}:a",
+                    "GCRA",
+                    "10",
+                    "1000",
+                    "BURST",
+                    "5",
+                    "BY",
+                ],
+                "ERR option BY needs a value",
             ),
             (
-                vec!["RL.ALL", "1", "{u}:a", "GCRA", "10", "1000", "SETTLE", "1.5"],
-                "ERR invalid SETTLE '1.5': expected an integer from -1000000000000 to 1000000000000",
+                vec!["RL.SETTLE", "1", "{u}:a", "GCRA", "10", "1000", "BY", "1.5"],
+                "ERR invalid BY '1.5': expected an integer from -1000000000000 to 1000000000000",
             ),
         ],
     );
     // A missing key is created in debt by a charge, and left missing by a refund.
-    let created: Vec<Vec<i64>> = redis::cmd("RL.ALL")
+    let created: Vec<Vec<i64>> = redis::cmd("RL.SETTLE")
         .arg(&[
-            "2", "{u}:new", "{u}:gone", "GCRA", "10", "1000", "SETTLE", "15", "GCRA", "10", "1000",
-            "SETTLE", "-4",
+            "2", "{u}:new", "{u}:gone", "GCRA", "10", "1000", "BY", "15", "GCRA", "10", "1000",
+            "BY", "-4",
         ])
         .query(&mut c)
         .unwrap();
@@ -516,4 +585,38 @@ fn rl_all_settle_is_all_or_nothing() {
         ]
     );
     assert_eq!(cmd(&mut c, &["EXISTS", "{u}:gone"]).unwrap(), Value::Int(0));
+}
+
+/// Redis finds RL.SETTLE's keys as it finds RL.ALL's (key specs, `COMMAND GETKEYS`, cluster
+/// routing), and RL.CHARGE's as RL.REFUND's.
+#[test]
+fn keys_are_declared() {
+    let (_s, mut c) = server();
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg(&[
+            "RL.SETTLE",
+            "2",
+            "a",
+            "b",
+            "GCRA",
+            "1",
+            "1",
+            "BY",
+            "1",
+            "GCRA",
+            "1",
+            "1",
+            "BY",
+            "-1",
+        ])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(keys, ["a", "b"]);
+    let keys: Vec<String> = redis::cmd("COMMAND")
+        .arg("GETKEYS")
+        .arg(&["RL.CHARGE", "k", "5"])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(keys, ["k"]);
 }

@@ -109,8 +109,8 @@ fn algorithm(word: &[u8]) -> Option<&'static Entry> {
         .find(|(command, ..)| command.as_bytes().eq_ignore_ascii_case(word))
 }
 
-/// One limiter of the call: its key, policy, cost and algorithm; in a settle (see
-/// `settle`), the difference it is settled by instead of a cost.
+/// One limiter of the call: its key, policy, cost and algorithm; in `RL.SETTLE` (see
+/// `settle`), the difference it is settled by, and its algorithm's creator.
 struct Part<'a> {
     request: Request<'a>,
     name: &'static str,
@@ -118,19 +118,15 @@ struct Part<'a> {
     settle: Option<(i64, &'static Creator)>,
 }
 
-pub fn all(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
-    let parts = parse(&mut args)?;
-    let settles: Vec<_> = parts.iter().filter_map(|p| p.settle).collect();
-    if !settles.is_empty() {
-        if settles.len() < parts.len() {
-            return Err(Error::Syntax(
-                "SETTLE is given for every limiter of a call or for none".into(),
-            ));
-        }
-        let limiters: Vec<_> = parts
-            .iter()
-            .zip(settles)
-            .map(|(p, (by, creator))| settle::Limiter {
+/// `RL.SETTLE numkeys key [key ...] <limiter> [<limiter> ...]`, each `<limiter>` RL.ALL's with
+/// `BY d` in place of `COST n`: see `settle`. A command of its own, not a form of `RL.ALL`, so
+/// that an ACL can grant deciding without granting refunds.
+pub fn settle(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
+    let parts = parse(&mut args, true)?;
+    let limiters: Vec<_> = parts
+        .iter()
+        .filter_map(|p| {
+            p.settle.map(|(by, creator)| settle::Limiter {
                 key: p.request.key,
                 given: Given {
                     creator,
@@ -138,9 +134,13 @@ pub fn all(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
                 },
                 by,
             })
-            .collect();
-        return settle::all(ctx, &limiters);
-    }
+        })
+        .collect();
+    settle::all(ctx, &limiters)
+}
+
+pub fn all(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
+    let parts = parse(&mut args, false)?;
     let now_ns = clock::now_ns();
     let peek = parts.iter().all(|p| p.request.amount == 0);
     let mut keys: Vec<Key<'_>> = parts
@@ -261,8 +261,9 @@ pub fn key_positions(mut args: Args<'_>) -> std::ops::Range<usize> {
     2..2 + n.min(after)
 }
 
-/// `numkeys key… limiter…`: every key distinct, one limiter per key.
-fn parse<'a>(args: &mut Args<'a>) -> Result<Vec<Part<'a>>, Error> {
+/// `numkeys key… limiter…`: every key distinct, one limiter per key; when `settling`, each
+/// limiter ends with `BY d`.
+fn parse<'a>(args: &mut Args<'a>, settling: bool) -> Result<Vec<Part<'a>>, Error> {
     let n = args.next_u64("numkeys", 1, MAX_LIMITERS)?;
     let mut keys: Vec<RString<'a>> = Vec::new();
     for _ in 0..n {
@@ -285,7 +286,7 @@ fn parse<'a>(args: &mut Args<'a>) -> Result<Vec<Part<'a>>, Error> {
         let is_algorithm = |word: &[u8]| {
             cost_given.set(cost_given.get() || word.eq_ignore_ascii_case(b"COST"));
             algorithm(word).is_some()
-                || word.eq_ignore_ascii_case(b"SETTLE")
+                || (settling && word.eq_ignore_ascii_case(b"BY"))
                 || (more
                     && !word.eq_ignore_ascii_case(b"BURST")
                     && !word.eq_ignore_ascii_case(b"COST"))
@@ -309,21 +310,29 @@ fn parse<'a>(args: &mut Args<'a>) -> Result<Vec<Part<'a>>, Error> {
             amount: Amount::Cost,
         };
         let request = parse_limiter(key, args, options, is_algorithm)?;
-        let settle = match args.peek_bytes() {
-            Some(w) if w.eq_ignore_ascii_case(b"SETTLE") => {
-                args.next_bytes()?;
-                if cost_given.get() {
-                    return Err(Error::Syntax("COST and SETTLE are exclusive".into()));
-                }
-                let Some(by) = args.peek_bytes() else {
-                    return Err(Error::MissingValue("SETTLE"));
-                };
-                let by = parse_i64("SETTLE", by, MAX_LIMIT)?;
-                args.next_bytes()?;
-                let creator = charge::creator(word).ok_or(Error::Internal)?;
-                Some((by, creator))
+        let settle = if settling {
+            if cost_given.get() {
+                return Err(Error::Syntax(
+                    "RL.SETTLE takes BY d, not COST: the request was already decided".into(),
+                ));
             }
-            _ => None,
+            match args.peek_bytes() {
+                Some(w) if w.eq_ignore_ascii_case(b"BY") => args.next_bytes()?,
+                _ => {
+                    return Err(Error::Syntax(format!(
+                        "no BY d for key '{}': every limiter is settled by its own difference",
+                        echo(key.bytes())
+                    )))
+                }
+            };
+            let Some(by) = args.peek_bytes() else {
+                return Err(Error::MissingValue("BY"));
+            };
+            let by = parse_i64("BY", by, MAX_LIMIT)?;
+            args.next_bytes()?;
+            Some((by, charge::creator(word).ok_or(Error::Internal)?))
+        } else {
+            None
         };
         parts.push(Part {
             request,

@@ -40,6 +40,7 @@ pub fn charge(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     metrics::note(metrics::Outcome::Call);
     let by = i64::try_from(n).map_err(|_| Error::Internal)?;
     let settled = settle_key(ctx, &mut key, name, given.as_ref(), now_ns, by)?;
+    metrics::charged(settled.as_ref().map_or(0, |s| s.moved));
     Ok(match settled {
         Some(s) => Reply::decision(&Decision {
             allowed: s.moved,

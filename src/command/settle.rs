@@ -1,10 +1,12 @@
-//! `RL.ALL numkeys key [key ...] <limiter> [<limiter> ...]` with `SETTLE d` ending every
-//! `<limiter>` (`ALGORITHM L W [BURST B] SETTLE d`): settles one served request over all its
-//! limiters at once, each by its own signed difference between what it cost and what was
-//! reserved — a charge when d > 0 (as `RL.CHARGE`, into debt if need be), a refund when d < 0
-//! (as `RL.REFUND`), nothing at 0 — under the policy each key holds, in one atomic call. Never
-//! denied. A missing key is created under its limiter's policy when d > 0 (nothing to give back
-//! otherwise); on an existing key the policy only names the algorithm it must hold.
+//! `RL.SETTLE numkeys key [key ...] <limiter> [<limiter> ...]`, `<limiter>` = `ALGORITHM L W
+//! [BURST B] BY d` (RL.ALL's keys and limiters, `BY d` in place of `COST n`): settles one served
+//! request over all its limiters at once, each by its own signed difference between what it
+//! cost and what was reserved — a charge when d > 0 (as `RL.CHARGE`, into debt if need be), a
+//! refund when d < 0 (as `RL.REFUND`), nothing at 0 — under the policy each key holds, in one
+//! atomic call. Never denied. A missing key is created under its limiter's policy when d > 0
+//! (nothing to give back otherwise); on an existing key the policy only names the algorithm it
+//! must hold. A command of its own rather than a form of `RL.ALL`: it refunds, and an ACL that
+//! grants deciding (`RL.ALL`) without refunds (`RL.REFUND`) must be able to leave it out.
 //!
 //! All or nothing: every key is checked (type, algorithm, a creatable policy) before any is
 //! changed, so an error leaves every key as it was.

@@ -202,6 +202,18 @@ macro_rules! command_table {
         condition: None,
     },
     Spec {
+        name: "RL.SETTLE",
+        flags: WRITE,
+        arity: -8,
+        keys: Keys::NumKeys,
+        summary: "Settles a served request over several limiters at once, each by its own difference: a charge into debt or a refund",
+        event: c"rl.settle",
+        acl: GATEWAY,
+        handler: all::settle,
+        key_positions: Some(all::key_positions),
+        condition: None,
+    },
+    Spec {
         name: "RL.THROTTLE",
         flags: WRITE,
         arity: -5,
