@@ -620,3 +620,17 @@ fn keys_are_declared() {
         .unwrap();
     assert_eq!(keys, ["k"]);
 }
+
+/// A key in a rollout remembers its other configurations: a charge (and a refund) reaches each
+/// by its own rule, as an admission does.
+#[test]
+fn every_remembered_configuration_is_charged() {
+    let (_s, mut c) = server();
+    rl(&mut c, &["RL.GCRA", "r", "10", "1000", "COST", "2"]);
+    rl(&mut c, &["RL.GCRA", "r", "20", "1000", "COST", "3"]);
+    assert_eq!(charge(&mut c, "r", "4"), [4, 20, 11, -1, 450]);
+    let peek = |c: &mut Connection, l: &str| rl(c, &["RL.GCRA", "r", l, "1000", "COST", "0"])[2];
+    assert_eq!((peek(&mut c, "10"), peek(&mut c, "20")), (1, 11));
+    assert_eq!(rl(&mut c, &["RL.REFUND", "r", "4"])[0], 4);
+    assert_eq!((peek(&mut c, "10"), peek(&mut c, "20")), (5, 15));
+}
