@@ -8,7 +8,7 @@ modules (managed Redis and Valkey 7+). Load it with
 and call `FCALL rl_gcra 1 key L W [BURST B] [COST n]` where the module has `RL.GCRA key L W ...`:
 the same arguments after the key, the same five-integer reply, the same errors (within the
 bounds below). Functions: rl_gcra rl_tokenbucket rl_slidinglog rl_slidingcounter rl_fixedwindow
-rl_shape rl_lease rl_refund rl_all rl_peek (read-only: `no-writes`, FCALL_RO and replicas).
+rl_shape rl_lease rl_refund rl_charge rl_all rl_peek (read-only: `no-writes`, FCALL_RO and replicas).
 docs/functions.md is the long form: bounds, stored formats, what differs.
 
 Exactness. Lua numbers are doubles, exact for integers below 2^53. Time is whole milliseconds
@@ -974,6 +974,149 @@ local function limiter(fname, algo)
   end
 end
 
+------------------------------------------------------------------------------------------------
+-- Charges (src/algo/settle.rs, src/command/charge.rs): n spent whatever the state holds, so the
+-- key goes into debt that the next requests pay. Each returns the state and the tokens it
+-- counted: n, or less where the debt reaches the library's bound, which keeps every number
+-- below 2^53 (the module's bounds are wider, docs/functions.md): the bucket algorithms owe at
+-- most MAX_AMOUNT tokens beyond empty, a fixed or sliding counter's window counts at most
+-- L + MAX_AMOUNT, a sliding log's window at most MAX_LOG_TOTAL (the module's bound).
+
+local MAX_LOG_TOTAL = 1000000
+
+-- What `s` counts against `p` at `now`, in whole units (W per token): what a charge adds to and
+-- a refund takes from (the module's `Algorithm::counted`).
+local function counted(algo, s, p, now)
+  if algo == gcra or algo == shape then
+    return (gcra_debt(s, p, now))
+  elseif algo == bucket then
+    return p.b * p.w - balance(s, p, now)
+  elseif algo == fixed then
+    return fixed_current(s, p, now).count * p.w
+  elseif algo == counter then
+    return counter_current(s, p, now).curr * p.w
+  end
+  local total = 0
+  for _, e in ipairs(all_entries(s or memory_log({}), p.w, now)) do
+    total = total + e[2]
+  end
+  return total * p.w
+end
+
+-- n, or as much of it as fits below `bound` from `at` (units of W per token).
+local function fits(n, at, bound, w)
+  if at >= bound then
+    return 0
+  end
+  return math.min(n, idiv(bound - at, w))
+end
+
+function gcra.charge(s, p, now, n)
+  local d, f = gcra_debt(s, p, now)
+  local take = fits(n, d, (p.b + MAX_AMOUNT) * p.w, p.w)
+  return gcra_at(p, now, d + take * p.w, f), take
+end
+
+function shape.charge(s, p, now, n)
+  local g, take = gcra.charge(s, p, now, n)
+  g.d = s and s.d or 0
+  return g, take
+end
+
+function bucket.charge(s, p, now, n)
+  local u, f = balance(s, p, now)
+  local take = fits(n, -u, MAX_AMOUNT * p.w, p.w)
+  return { t = u - take * p.w, tf = f, last = now }, take
+end
+
+function fixed.charge(s, p, now, n)
+  local win = fixed_current(s, p, now)
+  local take = fits(n, win.count, p.l + MAX_AMOUNT, 1)
+  return { start = win.start, count = win.count + take }, take
+end
+
+function counter.charge(s, p, now, n)
+  local c = counter_current(s, p, now)
+  local take = fits(n, c.curr, p.l + MAX_AMOUNT, 1)
+  return { start = c.start, prev = c.prev, curr = c.curr + take }, take
+end
+
+-- The charge joins the newest entry, or follows it at now; beyond L entries the oldest merge
+-- into one at the latest of their instants, as after a policy change.
+function log.charge(s, p, now, n)
+  s = s or memory_log({})
+  local entries = all_entries(s, p.w, now)
+  local total = 0
+  for _, e in ipairs(entries) do
+    total = total + e[2]
+  end
+  local take = fits(n, total, MAX_LOG_TOTAL, 1)
+  if take > 0 then
+    local at = math.max(now, s.newest or 0)
+    local last = entries[#entries]
+    if last and last[1] == at then
+      last[2] = last[2] + take
+    else
+      entries[#entries + 1] = { at, take }
+    end
+  end
+  return log.rescale(memory_log(entries), p, p, now), take
+end
+
+-- FCALL rl_charge 1 key n [POLICY algorithm L W [BURST B]]: charges n under the stored policy
+-- (a response that cost more than its estimate); a missing key is created under POLICY, else
+-- the reply is nil. Field 1: the tokens charged.
+local CHARGE_POLICIES = {
+  GCRA = gcra, TOKENBUCKET = bucket, SLIDINGLOG = log, SLIDINGCOUNTER = counter, FIXEDWINDOW = fixed,
+}
+
+local function charge(keys, args)
+  if #keys ~= 1 or #args < 1 then
+    arity('rl_charge')
+  end
+  local n = parse_int('n', args[1], 1, MAX_AMOUNT)
+  local given, gp
+  if args[2] ~= nil then
+    if string.upper(args[2]) ~= 'POLICY' then
+      fail("ERR unknown option '" .. echo(args[2]) .. "'; expected POLICY")
+    elseif args[3] == nil then
+      fail('ERR option POLICY needs a value')
+    end
+    given = CHARGE_POLICIES[string.upper(args[3])]
+    if not given then
+      fail("ERR unknown algorithm '" .. echo(args[3]) .. "'; expected one of GCRA, TOKENBUCKET, SLIDINGLOG, SLIDINGCOUNTER, FIXEDWINDOW")
+    end
+    local policy, _, i = parse_limiter('rl_charge', given, args, 4, false, function(w)
+      return not (given.burst and string.upper(w) == 'BURST')
+    end)
+    gp = policy
+    if args[i] ~= nil then
+      local expected = given.burst and 'expected BURST (the cost is n)' or 'the policy ends at W (the cost is n)'
+      fail("ERR unknown option '" .. echo(args[i]) .. "'; " .. expected)
+    end
+    accepts(given, gp)
+  end
+  local now = now_ms()
+  local h = held(keys[1], given, false)
+  if h and given and h.algo ~= given then
+    wrong_type('a ' .. h.algo.name .. ' limiter', given.name, false)
+  end
+  if not h and not given then
+    return false
+  end
+  local algo, p, state = given, gp, nil
+  if h then
+    algo, p, state = h.algo, h.policy, h.state
+  end
+  local next, take = algo.charge(state, p, now, n)
+  local after = algo.check(next, p, now, 0)
+  if take > 0 then
+    store(keys[1], algo, p, next, now, after)
+  end
+  after.allowed = take
+  return reply(after)
+end
+
 -- FCALL rl_refund 1 key n: gives back n unspent tokens under the stored policy.
 local function refund(keys, args)
   if #keys ~= 1 or #args ~= 1 then
@@ -1016,7 +1159,9 @@ local function refund(keys, args)
       end
     end
   end
-  after.allowed = math.min(math.max(after.remaining - before, 0), n)
+  -- A debt (after rl_charge) shrinks while `remaining` stays 0: what it shrank counts.
+  local shrank = idiv(math.max(counted(algo, h.state, p, now) - counted(algo, next, p, now), 0), p.w)
+  after.allowed = math.min(math.max(after.remaining - before, shrank), n)
   return reply(after)
 end
 
@@ -1237,5 +1382,6 @@ redis.register_function('rl_fixedwindow', guarded(limiter('rl_fixedwindow', fixe
 redis.register_function('rl_lease', guarded(lease))
 redis.register_function('rl_shape', guarded(shaped))
 redis.register_function('rl_refund', guarded(refund))
+redis.register_function('rl_charge', guarded(charge))
 redis.register_function('rl_all', guarded(all))
 redis.register_function({ function_name = 'rl_peek', callback = guarded(peek), flags = { 'no-writes' } })

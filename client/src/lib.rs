@@ -32,6 +32,7 @@ mod limit;
 mod limiter;
 mod local;
 pub mod observe;
+mod reservation;
 pub mod store;
 
 pub use circuit::CircuitConfig;
@@ -43,6 +44,7 @@ pub use error::{Error, UNAVAILABLE_CODES};
 pub use ledger::CHARGE_TOKEN_TTL;
 pub use limit::{key_slot, sub_keys, Limit};
 pub use limiter::{Config, Limiter, ShutdownReport, Stats, DEFAULT_MAX_DEADLINE};
+pub use reservation::{Reservation, Settlement, DEFAULT_GRACE};
 pub use store::Store;
 
 /// docs/client.md, whose Rust snippets are compiled as doctests.

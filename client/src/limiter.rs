@@ -110,6 +110,8 @@ pub(crate) struct Inner {
     /// Woken when the circuit opens: request calls still waiting stop waiting.
     pub(crate) opened: tokio::sync::Notify,
     decisions: AtomicU64,
+    /// Reservations dropped without a settle (see `reservation`).
+    pub(crate) dropped: crate::reservation::Dropped,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -142,6 +144,7 @@ impl Limiter {
                 deadline,
                 opened: tokio::sync::Notify::new(),
                 decisions: AtomicU64::new(0),
+                dropped: Default::default(),
             }),
         }
     }
