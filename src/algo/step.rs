@@ -4,9 +4,10 @@
 //! **Configurations.** A key called with a policy (L, W, B) it does not hold is in a rollout:
 //! gateways with two (or more) configurations call it in turn. The promise that holds then is
 //! each configuration's own: *a request admitted under a configuration finds, among everything
-//! the key admitted under any configuration since that configuration first called it, no more
-//! than that configuration's own bound allows*. So alternating configurations never admit more
-//! than the one in force allows, and no cheaper one can refill a stricter one.
+//! the key admitted under any configuration since that configuration was taken up (its first
+//! call, or its first call after it was dropped, see below), no more than that configuration's
+//! own bound allows*. So alternating configurations never admit more than the one in force
+//! allows, and no cheaper one can refill a stricter one.
 //!
 //! To keep it, a key remembers up to [`MAX_CONFIGURATIONS`] configurations: the one it was last
 //! called with (the *current*, whose policy the key shows) and the others, each with its own
@@ -14,14 +15,46 @@
 //! (`Algorithm::charge`), so each judges all the spending by its own rule, in absolute time: a
 //! fixed window by its own aligned window, a sliding log by its own W, a bucket by its own rate
 //! and capacity. A configuration first seen on the key starts from the current one's state
-//! carried over (`Algorithm::rescale`: what was spent stays spent); one beyond the fourth pushes
-//! out the configuration called least recently, which starts again that way if it returns.
+//! carried over (`Algorithm::rescale`: what was spent stays spent).
+//!
+//! **Dropping.** Each time a key is stored, a remembered configuration `(p, s)` other than the
+//! current one is dropped at once when it can deny nothing that a fresh start would not:
+//! - its state is indistinguishable from a fresh one under `p` (a peek on `s` answers exactly as
+//!   a peek on no state: it is full again), or
+//! - `s` equals the current state carried over to `p` (`rescale`): called now, it would start
+//!   from exactly `s` anyway.
+//!
+//! Either way, were `p` called at that instant, the key would answer as it does while it
+//! remembers `p`; from then on `p` is a configuration first seen (taken up again on its next
+//! call). The key keeps only the configurations that still hold something the current one has
+//! forgotten, and a key whose rollout ended is back to one configuration, its cheapest form,
+//! as soon as the others are full or implied (not when the key expires).
+//!
+//! **Overflow: the result can only deny more.** A request that brings a configuration the key
+//! does not remember while it already remembers [`MAX_CONFIGURATIONS`] (none of them droppable)
+//! forgets none of them. The request is decided on the current state carried over to its
+//! policy, as a first-seen configuration's would be, *and* is admitted only if every remembered
+//! configuration admits what it spends under its own rule (`check` with that cost; a cost above
+//! one's capacity is denied). Admitted, it is charged to every remembered configuration and the
+//! key keeps its current configuration (the newcomer is not remembered: its next call is
+//! decided the same way). Denied, nothing is stored.
+//!
+//! *Proof that no number of configurations admits more than the loosest alone.* Every
+//! admission is admitted by the rule of a remembered configuration `c` on `c`'s state (the
+//! request's own configuration, or, on overflow, every one of them), and that state was charged
+//! with everything the key admitted since `c` was taken up: the charges of the rule above reach
+//! every remembered configuration, and no configuration is ever forgotten while it holds more
+//! than a fresh start would (dropping) or while the key is full (overflow evicts nothing). So
+//! every admission keeps the promise of a configuration the key remembers, counting every
+//! admission of every configuration; an unbounded number of configurations cannot refill any of
+//! them, and so admits no more than the loosest of them admits by its own rule alone. The
+//! property tests check it with up to 8 configurations and with 9 to 12 (overflow).
 //!
 //! The rule that makes a policy change hold: a request that brings another configuration is
 //! decided on that configuration's state, and the key is stored with it as the current one
-//! **whether or not the request is admitted**. Were it stored only on admission, a tightening
-//! that is denied would be forgotten: the key would keep the old policy's shorter expiry and,
-//! once it expired, admit a fresh capacity under the tight policy.
+//! **whether or not the request is admitted** (but on overflow, see above). Were it stored only
+//! on admission, a tightening that is denied would be forgotten: the key would keep the old
+//! policy's shorter expiry and, once it expired, admit a fresh capacity under the tight policy.
 //!
 //! The key lives until every configuration it remembers is back to full (the longest of their
 //! `reset_after`), so expiry never forgets anything one of them still counts.
@@ -33,8 +66,9 @@ use std::borrow::Cow;
 
 use super::{Algorithm, Decision, Outcome, Policy};
 
-/// The most configurations a key remembers, the current one included.
-pub const MAX_CONFIGURATIONS: usize = 4;
+/// The most configurations a key remembers, the current one included (see the module comment:
+/// a configuration beyond them is decided so that it can only deny more).
+pub const MAX_CONFIGURATIONS: usize = 8;
 
 /// What a key holds, as a request reads it: the current configuration and the others it
 /// remembers, most recently current first.
@@ -45,10 +79,12 @@ pub struct Held<'a, S> {
     pub others: &'a [(Policy, S)],
 }
 
-/// What to store under the request's policy: its state, the other configurations, and how long
-/// the key must live at least (the longest `reset_after` among them, in ns from now).
+/// What to store: the current configuration's policy (the request's, but on overflow) and
+/// state, the other configurations, and how long the key must live at least (the longest
+/// `reset_after` among them, in ns from now).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Kept<S> {
+    pub policy: Policy,
     pub state: S,
     pub others: Vec<(Policy, S)>,
     pub keep_ns: u64,
@@ -58,14 +94,38 @@ pub struct Kept<S> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Step<S> {
     pub decision: Decision,
-    /// What to store with the request's policy; None: store nothing.
+    /// What to store; None: store nothing.
     pub store: Option<Kept<S>>,
 }
 
-/// Where a request under `policy` starts: the key's state under it (current or remembered, or
-/// carried over for a configuration the key does not remember), the other configurations as
-/// they will be kept, and whether the current configuration changes.
-type Start<'a, S> = (Option<Cow<'a, S>>, Cow<'a, [(Policy, S)]>, bool);
+/// Whether the remembered configuration `(p, s)` can be dropped beside the current `(current_p,
+/// current)` at `now_ns` (see the module comment): `s` is as good as fresh under `p`, or is
+/// exactly what `p` would start from now.
+pub fn droppable<S: Algorithm>(
+    p: &Policy,
+    s: &S,
+    current_p: &Policy,
+    current: &S,
+    now_ns: u64,
+) -> bool {
+    S::check(Some(s), p, now_ns, 0).decision == S::check(None, p, now_ns, 0).decision
+        || *s == current.rescale(current_p, p, now_ns)
+}
+
+/// Where a request under `policy` starts.
+struct Start<'a, S: Clone> {
+    /// The key's state under the request's policy: current or remembered, or carried over for a
+    /// configuration the key does not remember; None for a new key.
+    state: Option<Cow<'a, S>>,
+    /// The other configurations as they will be kept (the previous current first when the
+    /// current configuration changes).
+    others: Cow<'a, [(Policy, S)]>,
+    /// Whether the current configuration changes.
+    switched: bool,
+    /// On overflow: the current configuration, which stays current (`others` are then the
+    /// remembered ones that are not droppable).
+    overflow: Option<(Policy, Cow<'a, S>)>,
+}
 
 fn start<'a, S: Algorithm>(
     held: Option<Held<'a, S>>,
@@ -73,31 +133,54 @@ fn start<'a, S: Algorithm>(
     now_ns: u64,
 ) -> Start<'a, S> {
     let Some(held) = held else {
-        return (None, Cow::Borrowed(&[]), false);
+        return Start {
+            state: None,
+            others: Cow::Borrowed(&[]),
+            switched: false,
+            overflow: None,
+        };
     };
     if held.policy == policy {
-        return (
-            Some(Cow::Borrowed(held.state)),
-            Cow::Borrowed(held.others),
-            false,
-        );
+        return Start {
+            state: Some(Cow::Borrowed(held.state)),
+            others: Cow::Borrowed(held.others),
+            switched: false,
+            overflow: None,
+        };
     }
     let remembered = held.others.iter().position(|(p, _)| p == policy);
+    let live = |i: usize, p: &Policy, s: &S| {
+        Some(i) == remembered || !droppable(p, s, held.policy, held.state, now_ns)
+    };
+    let others: Vec<(Policy, S)> = held
+        .others
+        .iter()
+        .enumerate()
+        .filter(|&(i, (p, s))| live(i, p, s))
+        .map(|(_, o)| o.clone())
+        .collect();
+    let carried = || held.state.rescale(held.policy, policy, now_ns);
     let state = match remembered.and_then(|i| held.others.get(i)) {
         Some((_, s)) => s.clone(),
-        None => held.state.rescale(held.policy, policy, now_ns),
+        None if others.len() + 1 >= MAX_CONFIGURATIONS => {
+            return Start {
+                state: Some(Cow::Owned(carried())),
+                others: Cow::Owned(others),
+                switched: false,
+                overflow: Some((*held.policy, Cow::Borrowed(held.state))),
+            };
+        }
+        None => carried(),
     };
-    let mut others = Vec::with_capacity(MAX_CONFIGURATIONS - 1);
-    others.push((*held.policy, held.state.clone()));
-    others.extend(
-        held.others
-            .iter()
-            .enumerate()
-            .filter(|&(i, _)| Some(i) != remembered)
-            .map(|(_, o)| o.clone()),
-    );
-    others.truncate(MAX_CONFIGURATIONS - 1);
-    (Some(Cow::Owned(state)), Cow::Owned(others), true)
+    let mut kept = Vec::with_capacity(others.len() + 1);
+    kept.push((*held.policy, held.state.clone()));
+    kept.extend(others.into_iter().filter(|(p, _)| p != policy));
+    Start {
+        state: Some(Cow::Owned(state)),
+        others: Cow::Owned(kept),
+        switched: true,
+        overflow: None,
+    }
 }
 
 /// The other configurations, each charged `n` at `now_ns`.
@@ -112,18 +195,74 @@ fn charged<S: Algorithm>(others: Cow<'_, [(Policy, S)]>, now_ns: u64, n: u64) ->
 }
 
 impl<S: Algorithm> Kept<S> {
-    /// `state` (whose decision says it is full again after `reset_after_ns`) with `others`.
-    fn new(state: S, others: Vec<(Policy, S)>, reset_after_ns: u64, now_ns: u64) -> Kept<S> {
+    /// `state` under `policy` (whose decision says it is full again after `reset_after`) with
+    /// `others`, the droppable ones dropped.
+    fn new(
+        policy: &Policy,
+        state: S,
+        mut others: Vec<(Policy, S)>,
+        reset_after_ns: u64,
+        now_ns: u64,
+    ) -> Kept<S> {
+        others.retain(|(p, s)| !droppable(p, s, policy, &state, now_ns));
         let keep_ns = others
             .iter()
             .map(|(p, s)| S::check(Some(s), p, now_ns, 0).decision.reset_after_ns)
             .fold(reset_after_ns, u64::max);
         Kept {
+            policy: *policy,
             state,
             others,
             keep_ns,
         }
     }
+}
+
+/// How long a remembered configuration `(p, s)` makes a request spending `n` wait, if it
+/// refuses it: its own `check` with that cost (a cost above its capacity waits until it is
+/// full again, when it can be dropped).
+fn refusal<S: Algorithm>(p: &Policy, s: &S, now_ns: u64, n: u64) -> Option<u64> {
+    if n > p.capacity() {
+        return Some(S::check(Some(s), p, now_ns, 0).decision.reset_after_ns);
+    }
+    let d = S::check(Some(s), p, now_ns, n).decision;
+    (d.allowed == 0).then(|| d.retry_after_ns.unwrap_or(d.reset_after_ns))
+}
+
+/// An overflowed request that its own decision admitted, spending `n`: admitted only if every
+/// remembered configuration admits `n` too, and then charged to all of them, the current one
+/// staying current. Returns the decision (denied, with the longest wait, if one refuses) and
+/// what to store.
+fn overflowed<S: Algorithm>(
+    decision: Decision,
+    current: (Policy, Cow<'_, S>),
+    others: Cow<'_, [(Policy, S)]>,
+    now_ns: u64,
+    n: u64,
+) -> (Decision, Option<Kept<S>>) {
+    let (policy, state) = current;
+    let wait = std::iter::once((&policy, &*state))
+        .chain(others.iter().map(|(p, s)| (p, s)))
+        .filter_map(|(p, s)| refusal(p, s, now_ns, n))
+        .max();
+    if let Some(wait) = wait {
+        let denied = Decision {
+            allowed: 0,
+            remaining: 0,
+            retry_after_ns: Some(wait.max(1)),
+            ..decision
+        };
+        return (denied, None);
+    }
+    let state = state.charge(&policy, now_ns, n);
+    let reset = S::check(Some(&state), &policy, now_ns, 0)
+        .decision
+        .reset_after_ns;
+    let others = charged(others, now_ns, n);
+    (
+        decision,
+        Some(Kept::new(&policy, state, others, reset, now_ns)),
+    )
 }
 
 /// Decides one request under `policy` at `now_ns`. `held` is what the key holds, if anything;
@@ -138,15 +277,38 @@ pub fn step<S: Algorithm>(
     decide: impl FnOnce(Option<&S>) -> Outcome<S>,
     spent: impl FnOnce(&Decision) -> u64,
 ) -> Step<S> {
-    let (state, others, switched) = start(held, policy, now_ns);
+    let Start {
+        state,
+        others,
+        switched,
+        overflow,
+    } = start(held, policy, now_ns);
     let Outcome { decision, next } = decide(state.as_deref());
+    if let Some(current) = overflow {
+        let n = if next.is_some() { spent(&decision) } else { 0 };
+        if n == 0 {
+            return Step {
+                decision,
+                store: None,
+            };
+        }
+        let (decision, store) = overflowed(decision, current, others, now_ns, n);
+        return Step { decision, store };
+    }
     let store = match next {
         Some(next) => {
             let others = charged(others, now_ns, spent(&decision));
-            Some(Kept::new(next, others, decision.reset_after_ns, now_ns))
+            Some(Kept::new(
+                policy,
+                next,
+                others,
+                decision.reset_after_ns,
+                now_ns,
+            ))
         }
         None if switched && !peek => state.map(|s| {
             Kept::new(
+                policy,
                 s.into_owned(),
                 others.into_owned(),
                 decision.reset_after_ns,
@@ -179,15 +341,45 @@ pub fn plan<S: Algorithm>(
     now_ns: u64,
     cost: u64,
 ) -> Plan<S> {
-    let (state, others, switched) = start(held, policy, now_ns);
+    let Start {
+        state,
+        others,
+        switched,
+        overflow,
+    } = start(held, policy, now_ns);
     let Outcome { decision, next } = S::check(state.as_deref(), policy, now_ns, cost);
     // Admitted but not charged (another limiter denied): the key as it stands, which admits.
+    let peeked = || S::check(state.as_deref(), policy, now_ns, 0).decision;
+    if let Some(current) = overflow {
+        if next.is_none() || cost == 0 {
+            return Plan {
+                decision,
+                uncharged: decision,
+                charged: None,
+                carried: None,
+            };
+        }
+        let uncharged = peeked();
+        let (decision, charged) = overflowed(decision, current, others, now_ns, cost);
+        let uncharged = if charged.is_some() {
+            uncharged
+        } else {
+            decision
+        };
+        return Plan {
+            decision,
+            uncharged,
+            charged,
+            carried: None,
+        };
+    }
     let uncharged = match next {
-        Some(_) => S::check(state.as_deref(), policy, now_ns, 0).decision,
+        Some(_) => peeked(),
         None => decision,
     };
     let carried = match &state {
         Some(s) if switched && cost > 0 => Some(Kept::new(
+            policy,
             s.clone().into_owned(),
             others.to_vec(),
             uncharged.reset_after_ns,
@@ -197,7 +389,7 @@ pub fn plan<S: Algorithm>(
     };
     let charged = next.map(|next| {
         let others = charged(others, now_ns, cost);
-        Kept::new(next, others, decision.reset_after_ns, now_ns)
+        Kept::new(policy, next, others, decision.reset_after_ns, now_ns)
     });
     Plan {
         decision,

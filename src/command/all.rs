@@ -337,7 +337,7 @@ fn plan<A: Stored>(
     );
     let limiter = |kept: Kept<A>| {
         let keep_ns = kept.keep_ns;
-        (Limiter::kept(*policy, kept), keep_ns)
+        (Limiter::kept(kept), keep_ns)
     };
     Ok(Plan {
         decision: planned.decision,

@@ -138,7 +138,7 @@ pub fn decide<A: Stored>(
     );
     if let Some(kept) = kept {
         let keep_ns = kept.keep_ns;
-        let limiter = key.store(Limiter::kept(request.policy, kept))?;
+        let limiter = key.store(Limiter::kept(kept))?;
         let expire_at_ms = effect::propagate(ctx, request.key, limiter, now_ns, keep_ns);
         key.expire_at(Some(expire_at_ms));
     }
