@@ -5,8 +5,8 @@
 //! gateways with two (or more) configurations call it in turn. The promise that holds then is
 //! each configuration's own: *a request admitted under a configuration finds, among everything
 //! the key admitted under any configuration since that configuration was taken up (its first
-//! call, or its first call after it was dropped, see below), no more than that configuration's
-//! own bound allows*. So alternating configurations never admit more than the one in force
+//! call, or its first call after its state was as good as fresh, see below), no more than that
+//! configuration's own bound allows*. So alternating configurations never admit more than the one in force
 //! allows, and no cheaper one can refill a stricter one.
 //!
 //! To keep it, a key remembers up to [`MAX_CONFIGURATIONS`] configurations: the one it was last
@@ -14,21 +14,28 @@
 //! state. Whatever is admitted, under whichever configuration, is charged to every one of them
 //! (`Algorithm::charge`), so each judges all the spending by its own rule, in absolute time: a
 //! fixed window by its own aligned window, a sliding log by its own W, a bucket by its own rate
-//! and capacity. A configuration first seen on the key starts from the current one's state
-//! carried over (`Algorithm::rescale`: what was spent stays spent).
+//! and capacity. A configuration the key does not remember starts from the state of its *kin*
+//! if the key holds one (the first in the order current, then most recently current), else
+//! from the current one's, carried over (`Algorithm::rescale`: what was spent stays spent).
+//! Two policies are kin when their states count the same admissions over the same span, so
+//! that the same charges keep them alike: the same W for the window algorithms (L may differ),
+//! the same L and W for the others (B may differ).
 //!
-//! **Dropping.** Each time a key is stored, a remembered configuration `(p, s)` other than the
-//! current one is dropped at once when it can deny nothing that a fresh start would not:
-//! - its state is indistinguishable from a fresh one under `p` (a peek on `s` answers exactly as
-//!   a peek on no state: it is full again), or
-//! - `s` equals the current state carried over to `p` (`rescale`): called now, it would start
-//!   from exactly `s` anyway.
+//! **Dropping.** Each time a key is stored (and before a configuration the key does not
+//! remember counts the ones it holds), a remembered configuration `(p, s)` other than the
+//! current `(P, S)` is dropped at once when it can deny nothing a fresh start would not:
+//! - (a) `s` is as good as fresh under `p`: a peek on `s` answers exactly as a peek on no state
+//!   (it is full again; as at the key's expiry, what it counted is over), or
+//! - (b) `p` is kin of `P` and `s` equals `S` carried over to `p`: kin stay alike under the
+//!   same charges, so `S` keeps counting for `p` what `s` would, and `p`, called again, starts
+//!   from it (its kin first, see above).
 //!
-//! Either way, were `p` called at that instant, the key would answer as it does while it
-//! remembers `p`; from then on `p` is a configuration first seen (taken up again on its next
-//! call). The key keeps only the configurations that still hold something the current one has
-//! forgotten, and a key whose rollout ended is back to one configuration, its cheapest form,
-//! as soon as the others are full or implied (not when the key expires).
+//! A configuration dropped by (b) keeps its promise as if it had been kept: its kin holds its
+//! account (kin is an equivalence, so a kin dropped beside a later kin passes it on, and a kin
+//! full again means `p` would be full again too). One dropped by (a) is taken up anew by its
+//! next call. So a key whose rollout ended is back to one configuration, its cheapest form, as
+//! soon as the others are full again or are kin of the current one with nothing more counted
+//! (a rollout that changed only L: at once), not when the key expires.
 //!
 //! **Overflow: the result can only deny more.** A request that brings a configuration the key
 //! does not remember while it already remembers [`MAX_CONFIGURATIONS`] (none of them droppable)
@@ -103,9 +110,16 @@ pub struct Step<S> {
     pub store: Option<Kept<S>>,
 }
 
+/// Whether two policies are kin (see the module comment): their states count the same
+/// admissions over the same span and so stay alike under the same charges. The window
+/// algorithms: the same W (L may differ). The others: the same L and W (B may differ).
+pub fn kin<S: Algorithm>(p: &Policy, q: &Policy) -> bool {
+    p.window_ms() == q.window_ms() && (!S::BURST || p.limit() == q.limit())
+}
+
 /// Whether the remembered configuration `(p, s)` can be dropped beside the current `(current_p,
-/// current)` at `now_ns` (see the module comment): `s` is as good as fresh under `p`, or is
-/// exactly what `p` would start from now.
+/// current)` at `now_ns` (see the module comment): `s` is as good as fresh under `p`, or `p` is
+/// kin of the current configuration and `s` is exactly its state carried over to `p`.
 pub fn droppable<S: Algorithm>(
     p: &Policy,
     s: &S,
@@ -114,7 +128,7 @@ pub fn droppable<S: Algorithm>(
     now_ns: u64,
 ) -> bool {
     S::check(Some(s), p, now_ns, 0).decision == S::check(None, p, now_ns, 0).decision
-        || *s == current.rescale(current_p, p, now_ns)
+        || (kin::<S>(p, current_p) && *s == current.rescale(current_p, p, now_ns))
 }
 
 /// Where a request under `policy` starts.
@@ -164,7 +178,15 @@ fn start<'a, S: Algorithm>(
         .filter(|&(i, (p, s))| live(i, p, s))
         .map(|(_, o)| o.clone())
         .collect();
-    let carried = || held.state.rescale(held.policy, policy, now_ns);
+    // A configuration the key does not remember starts from its kin's state if the key holds
+    // one (most recently current first: what it was dropped beside), else from the current.
+    let carried = || {
+        let (from_p, from) = std::iter::once((held.policy, held.state))
+            .chain(others.iter().map(|(p, s)| (p, s)))
+            .find(|(p, _)| kin::<S>(p, policy))
+            .unwrap_or((held.policy, held.state));
+        from.rescale(from_p, policy, now_ns)
+    };
     let state = match remembered.and_then(|i| held.others.get(i)) {
         Some((_, s)) => s.clone(),
         None if others.len() + 1 >= MAX_CONFIGURATIONS => {
@@ -729,6 +751,9 @@ mod tests {
     ) -> Result<Vec<Admission>, TestCaseError> {
         let mut key = Key::<S>::new();
         let (mut now, mut admitted, mut first) = (T0, Vec::new(), vec![None; configs.len()]);
+        // Each configuration taken up, as the key holds it or (dropped beside its kin) would
+        // hold it had it been kept: charged with everything admitted since.
+        let mut shadow: Vec<Option<S>> = vec![None; configs.len()];
         for (call, &(gap, cost, which)) in trace.iter().enumerate() {
             now += gap;
             let config = which % configs.len();
@@ -737,6 +762,18 @@ mod tests {
             // An expired key forgets every configuration (each was back to full, see `Key`).
             if key.stored.is_some() && now / MS > key.expire_at_ms {
                 first.iter_mut().for_each(|f| *f = None);
+                shadow.iter_mut().for_each(|s| *s = None);
+            }
+            // A configuration whose state is as good as fresh is taken up anew by its next
+            // call: from then on it may be dropped, and starts again from another's state.
+            for (c, s) in shadow.iter_mut().enumerate() {
+                let q = &configs[c];
+                let fresh = s.as_ref().is_some_and(|s| {
+                    S::check(Some(s), q, now, 0).decision == S::check(None, q, now, 0).decision
+                });
+                if fresh {
+                    (first[c], *s) = (None, None);
+                }
             }
             // A peek stores nothing: the configuration is remembered from its first call that
             // spends (or is denied).
@@ -745,12 +782,20 @@ mod tests {
             }
             let since = first[config].unwrap_or(call);
             let allowed = key.call(p, now, cost)?.allowed == 1;
-            // A configuration the key no longer remembers (dropped, or never taken up on
-            // overflow) is taken up again by its next call.
             let remembered: Vec<Policy> = key.stored.iter().flat_map(remembered_of).collect();
-            for (c, f) in first.iter_mut().enumerate() {
-                if !remembered.contains(&configs[c]) {
-                    *f = None;
+            for c in 0..configs.len() {
+                let held = key.stored.as_ref().and_then(|k| state_in(k, &configs[c]));
+                shadow[c] = match (held, shadow[c].take()) {
+                    _ if first[c].is_none() => None,
+                    (Some(state), _) => Some(state.clone()),
+                    (None, Some(s)) if allowed && cost > 0 => {
+                        Some(s.charge(&configs[c], now, cost))
+                    }
+                    (None, s) => s,
+                };
+                // Not taken up after all (an overflow): its next call takes it up.
+                if shadow[c].is_none() {
+                    first[c] = None;
                 }
             }
             if allowed && cost > 0 {
@@ -765,6 +810,14 @@ mod tests {
             }
         }
         Ok(admitted)
+    }
+
+    /// The state a stored key holds under `p`, if it remembers it.
+    fn state_in<'a, S>(stored: &'a Stored<S>, p: &Policy) -> Option<&'a S> {
+        std::iter::once((&stored.0, &stored.1))
+            .chain(stored.2.iter().map(|(p, s)| (p, s)))
+            .find(|(q, _)| *q == p)
+            .map(|(_, s)| s)
     }
 
     /// Every policy a stored key remembers, the current one first.
