@@ -362,3 +362,45 @@ fn int_field(fields: &[redis::Value], name: &str) -> i64 {
         })
         .unwrap_or_else(|| panic!("no {name} in {fields:?}"))
 }
+
+/// A configuration is dropped as soon as it holds nothing more than a fresh start would: a
+/// change of L alone (kin, same W) leaves one configuration at once; another W is listed by
+/// `RL.INSPECT` with when it will be dropped, and goes once it is full again, while the key
+/// stays busy under the current one.
+#[test]
+fn configurations_are_dropped_at_once() {
+    let (_s, mut c) = server();
+    at(&mut c, 0);
+    for l in [100, 200, 150] {
+        assert_eq!(allowed(&mut c, &format!("RL.SLIDINGLOG kin {l} 60000")), 1);
+    }
+    assert!(!several(&mut c, "kin"), "one configuration");
+    assert_eq!(allowed(&mut c, "RL.FIXEDWINDOW w 10 1000"), 1);
+    assert_eq!(allowed(&mut c, "RL.FIXEDWINDOW w 100 3600000"), 1);
+    let fields = inspect(&mut c, "w");
+    assert_eq!(int_field(&fields, "configurations"), 2);
+    let others = fields
+        .chunks(2)
+        .find_map(|pair| match pair {
+            [redis::Value::BulkString(n), redis::Value::Array(o)] if n == b"others" => Some(o),
+            _ => None,
+        })
+        .expect("others");
+    let redis::Value::Array(other) = &others[0] else {
+        panic!("{others:?}")
+    };
+    assert_eq!(int_field(other, "limit"), 10);
+    assert_eq!(int_field(other, "count"), 2);
+    assert_eq!(int_field(other, "drop_after_ms"), 1000);
+    // Busy under 100/h: the 10/s configuration goes with the first write after its second.
+    at(&mut c, 1000);
+    assert_eq!(allowed(&mut c, "RL.FIXEDWINDOW w 100 3600000"), 1);
+    assert!(!several(&mut c, "w"), "one configuration");
+}
+
+/// Whether `RL.INSPECT` lists other configurations.
+fn several(c: &mut Connection, key: &str) -> bool {
+    inspect(c, key)
+        .iter()
+        .any(|v| v == &redis::Value::BulkString(b"others".to_vec()))
+}

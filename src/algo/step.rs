@@ -21,8 +21,9 @@
 //! that the same charges keep them alike: the same W for the window algorithms (L may differ),
 //! the same L and W for the others (B may differ).
 //!
-//! **Dropping.** Each time a key is stored (and before a configuration the key does not
-//! remember counts the ones it holds), a remembered configuration `(p, s)` other than the
+//! **Dropping.** Each time a key is stored, before the request is charged to them (so before a
+//! configuration the key does not remember counts the ones it holds), and again after, a
+//! remembered configuration `(p, s)` other than the
 //! current `(P, S)` is dropped at once when it can deny nothing a fresh start would not:
 //! - (a) `s` is as good as fresh under `p`: a peek on `s` answers exactly as a peek on no state
 //!   (it is full again; as at the key's expiry, what it counted is over), or
@@ -159,23 +160,33 @@ fn start<'a, S: Algorithm>(
             overflow: None,
         };
     };
+    let remembered = held.others.iter().position(|(p, _)| p == policy);
+    let live = |p: &Policy, s: &S| !droppable(p, s, held.policy, held.state, now_ns);
     if held.policy == policy {
+        // Those that can be dropped go before the request is charged to them.
+        let others = if held.others.iter().all(|(p, s)| live(p, s)) {
+            Cow::Borrowed(held.others)
+        } else {
+            Cow::Owned(
+                held.others
+                    .iter()
+                    .filter(|(p, s)| live(p, s))
+                    .cloned()
+                    .collect(),
+            )
+        };
         return Start {
             state: Some(Cow::Borrowed(held.state)),
-            others: Cow::Borrowed(held.others),
+            others,
             switched: false,
             overflow: None,
         };
     }
-    let remembered = held.others.iter().position(|(p, _)| p == policy);
-    let live = |i: usize, p: &Policy, s: &S| {
-        Some(i) == remembered || !droppable(p, s, held.policy, held.state, now_ns)
-    };
     let others: Vec<(Policy, S)> = held
         .others
         .iter()
         .enumerate()
-        .filter(|&(i, (p, s))| live(i, p, s))
+        .filter(|&(i, (p, s))| Some(i) == remembered || live(p, s))
         .map(|(_, o)| o.clone())
         .collect();
     // A configuration the key does not remember starts from its kin's state if the key holds
