@@ -17,7 +17,7 @@ use crate::algo::{
 use crate::clock;
 use crate::error::Error;
 use crate::metrics;
-use crate::state::{Limiter, Stored};
+use crate::state::{delta, Limiter, Stored};
 
 /// `RL.GCRA`, `RL.TOKENBUCKET`, `RL.SLIDINGLOG`, `RL.SLIDINGCOUNTER`, `RL.FIXEDWINDOW`.
 pub fn request<A: Stored>(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
@@ -114,6 +114,24 @@ pub fn decide<A: Stored>(
                 key.expire_at(Some(at));
             }
             return Ok(decision);
+        }
+    }
+    // A sliding log that remembers other configurations, admitted under the one it holds as
+    // current: in place too, every configuration charged and one delta sent for all of them
+    // (see `state::delta::admit_remembered`), where `step` would copy and send every log.
+    if let Some(limiter) = stored.as_deref_mut() {
+        if check && !peek && limiter.policy == request.policy && !limiter.others().is_empty() {
+            let before = metrics::Footprint::of(limiter);
+            if let Some((decision, admitted)) =
+                delta::admit_remembered(limiter, now_ns, request.amount)
+            {
+                if let Some((delta, keep_ns)) = admitted {
+                    metrics::limiter_changed(before, limiter);
+                    let at = effect::propagate_charged(ctx, request.key, &delta, now_ns, keep_ns);
+                    key.expire_at(Some(at));
+                }
+                return Ok(decision);
+            }
         }
     }
     let others = stored.as_deref().map(Limiter::others_of::<A>);
