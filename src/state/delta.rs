@@ -10,7 +10,10 @@
 //!
 //! The master sends a delta only for an admit on a sliding log it already held under the same
 //! policy; a first write, a policy change, a refund and the AOF rewrite send the full state,
-//! which applies to anything.
+//! which applies to anything. A log that remembers other configurations (see `algo::step`)
+//! sends a [`ChargedDelta`] (format 2) for such an admit: its change and each other
+//! configuration's charge, checked against the fingerprint of every configuration; when the
+//! admit drops a configuration, or another is kin of the current one, the full state.
 //!
 //! Layout, version 1, integers little-endian (26 bytes):
 //! `[format u8 = 1][algorithm u8 = 3][prior fingerprint u64][dropped u32][at_ns u64][count u32]`
@@ -746,5 +749,110 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// The general rule (`algo::step`) on a stored limiter: what the command layer's general
+    /// path stores, and the decision.
+    fn stepped(
+        limiter: Option<&Limiter>,
+        p: &Policy,
+        now: u64,
+        cost: u64,
+    ) -> (crate::algo::Decision, Option<Limiter>) {
+        use crate::algo::step::{step, Held};
+        let others: Vec<(Policy, SlidingLog)> = limiter
+            .map(Limiter::others_of::<SlidingLog>)
+            .unwrap_or_default();
+        let current = limiter.and_then(|l| <SlidingLog as crate::state::Stored>::of(&l.state));
+        let out = step(
+            limiter.zip(current).map(|(l, state)| Held {
+                policy: &l.policy,
+                state,
+                others: &others,
+            }),
+            p,
+            now,
+            cost == 0,
+            |s| sliding_log::check(s, p, now, cost),
+            |d| if d.allowed == 0 { 0 } else { cost },
+        );
+        (out.decision, out.store.map(Limiter::kept))
+    }
+
+    proptest! {
+        /// A sliding log that remembers other configurations, admitted under its current one in
+        /// place (`admit_remembered`), decides and stores exactly what the general rule does,
+        /// and its charged delta, applied to a replica's copy, gives the same bytes; applied to
+        /// any other state, it is refused.
+        #[test]
+        fn admitting_in_place_with_others_is_the_rule(
+            l in 1u64..12,
+            w in 1u64..40,
+            steps in prop::collection::vec((0u64..30, 0u64..5, prop::sample::select(vec![0usize, 0, 0, 0, 1, 2])), 1..150),
+        ) {
+            let policies = [policy(l, w), policy(l + 2, w * 3 + 1), policy(l.max(2) - 1, w * 7 + 3)];
+            let (mut master, mut replica): (Option<Limiter>, Option<Limiter>) = (None, None);
+            let mut now = T0;
+            for (gap_ms, cost, which) in steps {
+                now += gap_ms * MS / 2;
+                let p = policies[which];
+                let cost = cost.min(p.limit());
+                let (decision, stored) = stepped(master.as_ref(), &p, now, cost);
+                let fast = master.as_mut().filter(|m| m.policy == p && cost > 0 && !m.others().is_empty());
+                if let Some(limiter) = fast {
+                    let before = limiter.clone();
+                    if let Some((d, admitted)) = admit_remembered(limiter, now, cost) {
+                        prop_assert_eq!(d, decision);
+                        match admitted {
+                            Some((delta, _)) => {
+                                prop_assert_eq!(Some(&*limiter), stored.as_ref());
+                                let mut bytes = Vec::new();
+                                delta.encode(&mut bytes);
+                                prop_assert_eq!(bytes.len(), CHARGED_HEAD + CHARGE_LEN * delta.others.len());
+                                let r = replica.as_mut().unwrap();
+                                prop_assert_eq!(apply_delta(&bytes, r), Ok(()));
+                                prop_assert_eq!(encoded(&replica), encoded(&master));
+                                // Once more: the state it was made on is gone.
+                                let mut again = replica.clone().unwrap();
+                                prop_assert!(apply_delta(&bytes, &mut again).is_err());
+                                prop_assert_eq!(Some(again), replica.clone());
+                            }
+                            None => {
+                                prop_assert!(stored.is_none());
+                                prop_assert_eq!(&*limiter, &before);
+                            }
+                        }
+                        continue;
+                    }
+                    prop_assert_eq!(&*limiter, &before, "untouched when it does not apply");
+                }
+                if let Some(limiter) = stored {
+                    master = Some(limiter.clone());
+                    replica = Some(Limiter::decode(&encoded(&master).unwrap()).unwrap());
+                }
+            }
+        }
+    }
+
+    /// The path the property above checks is taken: a log called once under another W, then
+    /// admitted under its own, sends charged deltas of 47 bytes (one other configuration).
+    #[test]
+    fn a_log_called_once_under_another_w_admits_in_place() {
+        let (p, other) = (policy(5, 10), policy(5, 11));
+        let (_, first) = stepped(None, &other, T0, 1);
+        let (_, mut master) = stepped(first.as_ref(), &p, T0 + MS, 1);
+        let mut deltas = 0;
+        for i in 2..40 {
+            let limiter = master.as_mut().unwrap();
+            assert_eq!(limiter.others().len(), 1, "at {i}");
+            let (d, admitted) = admit_remembered(limiter, T0 + 2 * i * MS, 1).unwrap();
+            assert_eq!(d.allowed, 1);
+            let (delta, _) = admitted.unwrap();
+            let mut bytes = Vec::new();
+            delta.encode(&mut bytes);
+            assert_eq!(bytes.len(), 47);
+            deltas += 1;
+        }
+        assert_eq!(deltas, 38);
     }
 }
