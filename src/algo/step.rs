@@ -21,10 +21,10 @@
 //! that the same charges keep them alike: the same W for the window algorithms (L may differ),
 //! the same L and W for the others (B may differ).
 //!
-//! **Dropping.** Each time a key is stored, before the request is charged to them (so before a
-//! configuration the key does not remember counts the ones it holds), and again after, a
-//! remembered configuration `(p, s)` other than the
-//! current `(P, S)` is dropped at once when it can deny nothing a fresh start would not:
+//! **Dropping.** Whenever a request stores the key, each remembered configuration `(p, s)`
+//! other than the request's is dropped when it can deny nothing a fresh start would not, judged
+//! beside the state `(P, S)` the request starts from (before the request is charged to the
+//! others, the previous current one included) and again beside the state stored (after):
 //! - (a) `s` is as good as fresh under `p`: a peek on `s` answers exactly as a peek on no state
 //!   (it is full again; as at the key's expiry, what it counted is over), or
 //! - (b) `p` is kin of `P` and `s` equals `S` carried over to `p`: kin stay alike under the
@@ -39,9 +39,9 @@
 //! (a rollout that changed only L: at once), not when the key expires.
 //!
 //! **Overflow: the result can only deny more.** A request that brings a configuration the key
-//! does not remember while it already remembers [`MAX_CONFIGURATIONS`] (none of them droppable)
-//! forgets none of them. The request is decided on the current state carried over to its
-//! policy, as a first-seen configuration's would be, *and* is admitted only if every remembered
+//! does not remember, when the key would then hold more than [`MAX_CONFIGURATIONS`] (those
+//! droppable beside the state it starts from not counted), forgets none of them. The request is
+//! decided on the state a first-seen configuration starts from (see above), *and* is admitted only if every remembered
 //! configuration admits what it spends under its own rule (`check` with that cost; a cost above
 //! one's capacity is denied). Admitted, it is charged to every remembered configuration and the
 //! key keeps its current configuration (the newcomer is not remembered: its next call is
@@ -182,37 +182,44 @@ fn start<'a, S: Algorithm>(
             overflow: None,
         };
     }
-    let others: Vec<(Policy, S)> = held
-        .others
-        .iter()
-        .enumerate()
-        .filter(|&(i, (p, s))| Some(i) == remembered || live(p, s))
-        .map(|(_, o)| o.clone())
-        .collect();
+    let fresh = |p: &Policy, s: &S| {
+        S::check(Some(s), p, now_ns, 0).decision == S::check(None, p, now_ns, 0).decision
+    };
     // A configuration the key does not remember starts from its kin's state if the key holds
-    // one (most recently current first: what it was dropped beside), else from the current.
+    // one that is not full again (most recently current first: what it was dropped beside),
+    // else from the current one's.
     let carried = || {
         let (from_p, from) = std::iter::once((held.policy, held.state))
-            .chain(others.iter().map(|(p, s)| (p, s)))
-            .find(|(p, _)| kin::<S>(p, policy))
+            .chain(held.others.iter().map(|(p, s)| (p, s)))
+            .find(|&(p, s)| kin::<S>(p, policy) && !fresh(p, s))
             .unwrap_or((held.policy, held.state));
         from.rescale(from_p, policy, now_ns)
     };
     let state = match remembered.and_then(|i| held.others.get(i)) {
         Some((_, s)) => s.clone(),
-        None if others.len() + 1 >= MAX_CONFIGURATIONS => {
-            return Start {
-                state: Some(Cow::Owned(carried())),
-                others: Cow::Owned(others),
-                switched: false,
-                overflow: Some((*held.policy, Cow::Borrowed(held.state))),
-            };
-        }
         None => carried(),
     };
-    let mut kept = Vec::with_capacity(others.len() + 1);
-    kept.push((*held.policy, held.state.clone()));
-    kept.extend(others.into_iter().filter(|(p, _)| p != policy));
+    // The configurations kept beside the request's, the previous current first: those that can
+    // be dropped beside the state the request starts from go before it is charged to them.
+    let kept: Vec<(Policy, S)> = std::iter::once((held.policy, held.state))
+        .chain(held.others.iter().map(|(p, s)| (p, s)))
+        .filter(|&(p, s)| p != policy && !droppable(p, s, policy, &state, now_ns))
+        .map(|(p, s)| (*p, s.clone()))
+        .collect();
+    if remembered.is_none() && kept.len() + 1 > MAX_CONFIGURATIONS {
+        let others = held
+            .others
+            .iter()
+            .filter(|(p, s)| live(p, s))
+            .cloned()
+            .collect::<Vec<_>>();
+        return Start {
+            state: Some(Cow::Owned(state)),
+            others: Cow::Owned(others),
+            switched: false,
+            overflow: Some((*held.policy, Cow::Borrowed(held.state))),
+        };
+    }
     Start {
         state: Some(Cow::Owned(state)),
         others: Cow::Owned(kept),

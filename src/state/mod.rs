@@ -9,7 +9,8 @@
 //! then the algorithm's own fields: see each `Stored` impl below.
 //!
 //! Version 2, a key that remembers other configurations (see `algo::step`): version 1's layout,
-//! then `[n u8]` (1 to 7, `algo::step::MAX_CONFIGURATIONS` − 1; 1 to 3 before it was raised) and n times `[L u64][W ms u64][B u64][algorithm state]`, most
+//! then `[n u8]` (1 to 7: `algo::step::MAX_CONFIGURATIONS` − 1; at most 3 before it was
+//! raised, which loads as it did) and n times `[L u64][W ms u64][B u64][algorithm state]`, most
 //! recently current first, each policy distinct from the current one and from each other. A
 //! key without others is always written as version 1, so keys written before version 2 existed
 //! keep their bytes (and their digests).
