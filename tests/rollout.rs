@@ -411,3 +411,55 @@ fn several(c: &mut Connection, key: &str) -> bool {
         .iter()
         .any(|v| v == &redis::Value::BulkString(b"others".to_vec()))
 }
+
+/// `RL.ALL` over sliding logs that remember another configuration, admitted under their own:
+/// each is charged in place and sends one charged delta, which the replica applies to the same
+/// bytes.
+#[test]
+fn rl_all_charges_remembering_logs_in_place_on_the_replica_too() {
+    let master = Server::start();
+    let replica = Server::start();
+    let (mut m, mut r) = (master.connect(), replica.connect());
+    clock_set(&mut m, T0_MS);
+    clock_set(&mut r, T0_MS);
+    replicate(&mut r, &master);
+    for key in ["all:a", "all:b"] {
+        allowed(&mut m, &format!("RL.SLIDINGLOG {key} 5 60001"));
+    }
+    let mut admitted = 0;
+    for i in 0..12 {
+        clock_advance(&mut m, 3 + i % 4);
+        let v: redis::Value = redis::cmd("RL.ALL")
+            .arg(&[
+                "2",
+                "all:a",
+                "all:b",
+                "SLIDINGLOG",
+                "5",
+                "60000",
+                "SLIDINGLOG",
+                "9",
+                "60000",
+            ])
+            .query(&mut m)
+            .unwrap();
+        admitted += first_int(&v);
+    }
+    // 5 in the minute under 5/60000, one spent under 5/60001 before: 4 admitted.
+    assert_eq!(admitted, 4);
+    assert_eq!(int_field(&inspect(&mut m, "all:a"), "configurations"), 2);
+    wait_replica(&mut m);
+    for key in ["all:a", "all:b"] {
+        assert_eq!(dump(&mut r, key), dump(&mut m, key), "{key} on the replica");
+        assert_eq!(
+            pexpiretime(&mut r, key),
+            pexpiretime(&mut m, key),
+            "{key} expiry"
+        );
+    }
+    let info: String = redis::cmd("INFO").arg("ratelimit").query(&mut r).unwrap();
+    assert!(
+        info.contains("ratelimit_rl_setstate_errors:0"),
+        "a refused delta: {info}"
+    );
+}

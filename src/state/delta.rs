@@ -246,28 +246,28 @@ pub fn fingerprint_all(limiter: &Limiter) -> Option<u64> {
 }
 
 /// The admit of `cost` at `now_ns` on a sliding log that remembers other configurations, under
-/// the policy it holds as current, done in place: the decision and, when admitted, the delta
-/// and how long the key must live. Exactly what `algo::step` decides and stores (a denial
+/// the policy it holds as current, planned without changing it: the decision and, when
+/// admitted, the delta that carries it out ([`ChargedDelta::apply`], on this very limiter) and
+/// how long the key must then live. Exactly what `algo::step` decides and stores (a denial
 /// stores nothing; every other configuration is charged), in time independent of the logs'
-/// lengths. None, the limiter untouched, where this path does not apply and `step` must decide:
-/// not such a log, an other configuration that can be dropped or is kin of the current one
-/// (`step::droppable`, `step::kin`), or a charge that is not a change in place.
-pub fn admit_remembered(
-    limiter: &mut Limiter,
+/// lengths. None where this path does not apply and `step` must decide: not such a log, an
+/// other configuration that can be dropped or is kin of the current one (`step::droppable`,
+/// `step::kin`), or a charge that is not a change in place.
+pub fn plan_remembered(
+    limiter: &Limiter,
     now_ns: u64,
     cost: u64,
 ) -> Option<(crate::algo::Decision, Option<(ChargedDelta, u64)>)> {
     use crate::algo::step::kin;
     use crate::algo::Algorithm;
     let policy = limiter.policy;
-    let prior = fingerprint_all(limiter)?;
-    let AlgoState::Remembered(r) = &mut limiter.state else {
+    let AlgoState::Remembered(r) = &limiter.state else {
         return None;
     };
     let AlgoState::SlidingLog(current) = &r.current else {
         return None;
     };
-    let mut charges = Vec::with_capacity(r.others.len());
+    let mut logs = Vec::with_capacity(r.others.len());
     for (p, s) in &r.others {
         let AlgoState::SlidingLog(log) = s else {
             return None;
@@ -278,37 +278,43 @@ pub fn admit_remembered(
         {
             return None;
         }
-        charges.push((p, log));
+        logs.push((p, log));
     }
     let (decision, change) = sliding_log::decide(Some(current), &policy, now_ns, cost);
     let Some(change) = change else {
         return Some((decision, None));
     };
-    let others = charges
-        .iter()
-        .map(|(p, log)| log.charge_change(p, now_ns, cost))
-        .collect::<Option<Vec<_>>>()?;
-    let AlgoState::SlidingLog(current) = &mut r.current else {
-        return None;
-    };
-    current.apply(&policy, &change);
     let mut keep_ns = decision.reset_after_ns;
-    for ((p, s), charge) in r.others.iter_mut().zip(&others) {
-        if let AlgoState::SlidingLog(log) = s {
-            log.apply_charge(p, charge);
-            keep_ns = keep_ns.max(
-                SlidingLog::check(Some(log), p, now_ns, 0)
-                    .decision
-                    .reset_after_ns,
-            );
-        }
+    let mut others = Vec::with_capacity(logs.len());
+    for (p, log) in logs {
+        let charge = log.charge_change(p, now_ns, cost)?;
+        // Charged, the log's newest entry is at the charge's instant: it is full again a
+        // window after it.
+        let gone = u128::from(charge.change.at_ns) + u128::from(p.window_ns());
+        let reset = u64::try_from(gone.saturating_sub(u128::from(now_ns))).unwrap_or(u64::MAX);
+        keep_ns = keep_ns.max(reset);
+        others.push(charge);
     }
     let delta = ChargedDelta {
-        prior,
+        prior: fingerprint_all(limiter)?,
         change,
         others,
     };
     Some((decision, Some((delta, keep_ns))))
+}
+
+/// [`plan_remembered`], carried out on `limiter` at once when admitted.
+pub fn admit_remembered(
+    limiter: &mut Limiter,
+    now_ns: u64,
+    cost: u64,
+) -> Option<(crate::algo::Decision, Option<(ChargedDelta, u64)>)> {
+    let (decision, admitted) = plan_remembered(limiter, now_ns, cost)?;
+    if let Some((delta, _)) = &admitted {
+        // Planned on this very limiter: it applies.
+        delta.apply(limiter).ok()?;
+    }
+    Some((decision, admitted))
 }
 
 impl ChargedDelta {
@@ -758,7 +764,7 @@ mod tests {
         p: &Policy,
         now: u64,
         cost: u64,
-    ) -> (crate::algo::Decision, Option<Limiter>) {
+    ) -> (crate::algo::Decision, Option<Limiter>, u64) {
         use crate::algo::step::{step, Held};
         let others: Vec<(Policy, SlidingLog)> = limiter
             .map(Limiter::others_of::<SlidingLog>)
@@ -776,7 +782,8 @@ mod tests {
             |s| sliding_log::check(s, p, now, cost),
             |d| if d.allowed == 0 { 0 } else { cost },
         );
-        (out.decision, out.store.map(Limiter::kept))
+        let keep_ns = out.store.as_ref().map_or(0, |k| k.keep_ns);
+        (out.decision, out.store.map(Limiter::kept), keep_ns)
     }
 
     proptest! {
@@ -797,15 +804,16 @@ mod tests {
                 now += gap_ms * MS / 2;
                 let p = policies[which];
                 let cost = cost.min(p.limit());
-                let (decision, stored) = stepped(master.as_ref(), &p, now, cost);
+                let (decision, stored, keep_ns) = stepped(master.as_ref(), &p, now, cost);
                 let fast = master.as_mut().filter(|m| m.policy == p && cost > 0 && !m.others().is_empty());
                 if let Some(limiter) = fast {
                     let before = limiter.clone();
                     if let Some((d, admitted)) = admit_remembered(limiter, now, cost) {
                         prop_assert_eq!(d, decision);
                         match admitted {
-                            Some((delta, _)) => {
+                            Some((delta, keep)) => {
                                 prop_assert_eq!(Some(&*limiter), stored.as_ref());
+                                prop_assert_eq!(keep, keep_ns);
                                 let mut bytes = Vec::new();
                                 delta.encode(&mut bytes);
                                 prop_assert_eq!(bytes.len(), CHARGED_HEAD + CHARGE_LEN * delta.others.len());
@@ -839,8 +847,8 @@ mod tests {
     #[test]
     fn a_log_called_once_under_another_w_admits_in_place() {
         let (p, other) = (policy(5, 10), policy(5, 11));
-        let (_, first) = stepped(None, &other, T0, 1);
-        let (_, mut master) = stepped(first.as_ref(), &p, T0 + MS, 1);
+        let (_, first, _) = stepped(None, &other, T0, 1);
+        let (_, mut master, _) = stepped(first.as_ref(), &p, T0 + MS, 1);
         let mut deltas = 0;
         for i in 2..40 {
             let limiter = master.as_mut().unwrap();
