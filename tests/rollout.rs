@@ -447,6 +447,9 @@ fn rl_all_charges_remembering_logs_in_place_on_the_replica_too() {
     }
     // 5 in the minute under 5/60000, one spent under 5/60001 before: 4 admitted.
     assert_eq!(admitted, 4);
+    // Another algorithm's command under the same policy is refused, as for any log.
+    let e = cmd(&mut m, &["RL.GCRA", "all:a", "5", "60000"]).unwrap_err();
+    assert!(e.to_string().contains("WRONGTYPE"), "{e}");
     assert_eq!(int_field(&inspect(&mut m, "all:a"), "configurations"), 2);
     wait_replica(&mut m);
     for key in ["all:a", "all:b"] {

@@ -120,7 +120,8 @@ pub fn decide<A: Stored>(
     // current: in place too, every configuration charged and one delta sent for all of them
     // (see `state::delta::admit_remembered`), where `step` would copy and send every log.
     if let Some(limiter) = stored.as_deref_mut() {
-        if check && !peek && limiter.policy == request.policy && !limiter.others().is_empty() {
+        let remembering = !limiter.others().is_empty() && A::of(&limiter.state).is_some();
+        if check && !peek && limiter.policy == request.policy && remembering {
             let before = metrics::Footprint::of(limiter);
             if let Some((decision, admitted)) =
                 delta::admit_remembered(limiter, now_ns, request.amount)
