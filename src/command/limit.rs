@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use super::args::{parse_request, Amount, Options, Request};
 use super::effect;
 use super::ffi::Key;
-use super::ffi::{Args, Ctx};
+use super::ffi::{Args, Ctx, RString};
 use super::reply::Reply;
 use crate::algo::step::{step, Held, Step};
 use crate::algo::{
@@ -117,19 +117,14 @@ pub fn decide<A: Stored>(
         }
     }
     // A sliding log that remembers other configurations, admitted under the one it holds as
-    // current: in place too, every configuration charged and one delta sent for all of them
-    // (see `state::delta::admit_remembered`), where `step` would copy and send every log.
+    // current: in place too (see [`admit_remembering`]).
     if let Some(limiter) = stored.as_deref_mut() {
         let remembering = !limiter.others().is_empty() && A::of(&limiter.state).is_some();
         if check && !peek && limiter.policy == request.policy && remembering {
-            let before = metrics::Footprint::of(limiter);
-            if let Some((decision, admitted)) =
-                delta::admit_remembered(limiter, now_ns, request.amount)
-            {
-                if let Some((delta, keep_ns)) = admitted {
-                    metrics::limiter_changed(before, limiter);
-                    let at = effect::propagate_charged(ctx, request.key, &delta, now_ns, keep_ns);
-                    key.expire_at(Some(at));
+            let (name, amount) = (request.key, request.amount);
+            if let Some((decision, at)) = admit_remembering(ctx, limiter, name, now_ns, amount) {
+                if at.is_some() {
+                    key.expire_at(at);
                 }
                 return Ok(decision);
             }
@@ -162,6 +157,28 @@ pub fn decide<A: Stored>(
         key.expire_at(Some(expire_at_ms));
     }
     Ok(decision)
+}
+
+/// A request of `cost` under the policy a sliding log that remembers other configurations holds
+/// as current, in place: every configuration charged and one delta sent for all of them (see
+/// `state::delta::admit_remembered`), where `step` would copy and send every log. None where
+/// that path does not apply (`step` decides); else the decision and, when admitted, the key's
+/// new expiry. Out of line: the admit of a key with one configuration does not carry it.
+#[inline(never)]
+fn admit_remembering(
+    ctx: &Ctx,
+    limiter: &mut Limiter,
+    name: RString<'_>,
+    now_ns: u64,
+    cost: u64,
+) -> Option<(Decision, Option<u64>)> {
+    let before = metrics::Footprint::of(limiter);
+    let (decision, admitted) = delta::admit_remembered(limiter, now_ns, cost)?;
+    let at = admitted.map(|(delta, keep_ns)| {
+        metrics::limiter_changed(before, limiter);
+        effect::propagate_charged(ctx, name, &delta, now_ns, keep_ns)
+    });
+    Some((decision, at))
 }
 
 /// What an admitted request of `cost` spent (nothing when denied): `decide`'s `spent` for
