@@ -863,4 +863,34 @@ mod tests {
         }
         assert_eq!(deltas, 38);
     }
+
+    proptest! {
+        /// A charged delta with any bytes (a valid one mutated, or garbage after its version
+        /// byte) never panics: it applies, or is refused with the key untouched.
+        #[test]
+        fn hostile_charged_deltas_are_refused_or_apply(
+            at in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+            garbage in prop::collection::vec(any::<u8>(), 0..80),
+        ) {
+            let (p, other) = (policy(5, 10), policy(5, 11));
+            let (_, first, _) = stepped(None, &other, T0, 1);
+            let (_, master, _) = stepped(first.as_ref(), &p, T0 + MS, 1);
+            let master = master.unwrap();
+            let mut admitted = master.clone();
+            let (_, delta) = admit_remembered(&mut admitted, T0 + 3 * MS, 1).unwrap();
+            let mut bytes = Vec::new();
+            delta.unwrap().0.encode(&mut bytes);
+            let i = at.index(bytes.len());
+            bytes[i] = byte;
+            let mut wild = vec![CHARGED_FORMAT];
+            wild.extend(&garbage);
+            for candidate in [bytes, wild] {
+                let mut limiter = master.clone();
+                if apply_delta(&candidate, &mut limiter).is_err() {
+                    prop_assert_eq!(&limiter, &master);
+                }
+            }
+        }
+    }
 }
