@@ -209,6 +209,10 @@ pub fn info_fields() -> Vec<(String, i64)> {
     fields.insert(1, ("memory".into(), memory));
     fields.push(("sliding_log_entries".into(), log_entries()));
     fields.push((
+        "keys_with_several_configurations".into(),
+        crate::state::gauges::remembering_keys(),
+    ));
+    fields.push((
         "max_log_entries".into(),
         crate::MAX_LOG_ENTRIES.load(Relaxed),
     ));

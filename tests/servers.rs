@@ -106,6 +106,7 @@ const PEEKS: &[&[&str]] = &[
     &["RL.SLIDINGLOG", "sl:a", "8", "500", "COST", "0"],
     &["RL.SLIDINGLOG", "sl:b", "3", "60000", "COST", "0"],
     &["RL.SLIDINGLOG", "sl:c", "1000", "86400000", "COST", "0"],
+    &["RL.SLIDINGLOG", "sl:d", "5", "60000", "COST", "0"],
     &["RL.SLIDINGCOUNTER", "sc:a", "20", "2000", "COST", "0"],
     &["RL.SLIDINGCOUNTER", "sc:b", "2", "60000", "COST", "0"],
     &["RL.FIXEDWINDOW", "fw:a", "4", "100", "COST", "0"],

@@ -94,6 +94,26 @@ pub struct Change {
     pub count: u64,
 }
 
+/// A charge to apply in place (see [`SlidingLog::charge_change`]): `change` (its `dropped`
+/// entries left the window), after the `merged` oldest entries left are folded into one at the
+/// newest of their instants (0: none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Charge {
+    pub change: Change,
+    pub merged: u32,
+}
+
+/// How many of `live` entries a charge folds into one under a limit of L >= 2: none while the
+/// new entry keeps the log at most L entries, else the oldest beyond L − 1 (see [`bounded`]).
+fn merged_by_charge(live: usize, limit: u64) -> usize {
+    let keep = usize::try_from(limit).unwrap_or(usize::MAX);
+    if live < keep {
+        0
+    } else {
+        live + 2 - keep
+    }
+}
+
 /// log2 of the tick, in ns, for a policy's window: a window spans fewer than 2^43 ticks, so an
 /// entry that arrives now is within 2^44 − 1 ticks of any entry still in the window.
 fn tick_shift(policy: &Policy) -> u32 {
@@ -365,6 +385,136 @@ impl SlidingLog {
             }
         }
         Ok(gone)
+    }
+
+    /// [`charge`] as a change to apply in place ([`SlidingLog::apply_charge`]): the entries
+    /// that left the window dropped, the oldest merged when the new one makes more than L (as
+    /// [`charge`] merges them), `n` recorded at now (or with the newest entry). None where
+    /// `charge` saturates at `MAX_LOG_LIMIT`, or under L = 1 (the caller then charges the whole
+    /// log). O(entries dropped and merged): 2 a call once a log is full.
+    pub fn charge_change(&self, policy: &Policy, now_ns: u64, n: u64) -> Option<Charge> {
+        let (shift, window) = (tick_shift(policy), policy.window_ns());
+        let (mut dropped, mut gone) = (0usize, 0u64);
+        while dropped < self.len() {
+            let w = self.word(dropped);
+            if in_window(self.instant(w, shift), window, now_ns) {
+                break;
+            }
+            gone += w & COUNT_MASK;
+            dropped += 1;
+        }
+        let left = self.total().saturating_sub(gone);
+        if n == 0 || left.saturating_add(n) > MAX_LOG_LIMIT || policy.limit() < 2 {
+            return None;
+        }
+        let at = tick_ceil(now_ns, shift).max(self.newest_ns());
+        let live = self.len() - dropped;
+        let merged = merged_by_charge(live, policy.limit());
+        let oldest = dropped + merged.saturating_sub(1);
+        if live > 0 && (at - self.instant(self.word(oldest), shift)) >> shift > MAX_OFFSET {
+            return None;
+        }
+        Some(Charge {
+            change: Change {
+                dropped: u32::try_from(dropped).ok()?,
+                at_ns: at,
+                count: n,
+            },
+            merged: u32::try_from(merged).ok()?,
+        })
+    }
+
+    /// Checks that `charge` can apply to this log under `policy`: what
+    /// [`SlidingLog::charge_change`] would make of a log like this one (the total may pass L, up
+    /// to `MAX_LOG_LIMIT`; the entries stay at most L). Reads only the dropped and merged
+    /// entries.
+    pub fn check_charge(&self, policy: &Policy, charge: &Charge) -> Result<(), Invalid> {
+        let (shift, change) = (tick_shift(policy), &charge.change);
+        let dropped = change.dropped as usize;
+        if dropped > self.len() {
+            return Err("charge drops more entries than the log holds");
+        }
+        let live = self.len() - dropped;
+        if policy.limit() < 2 || charge.merged as usize != merged_by_charge(live, policy.limit()) {
+            return Err("charge merges other entries than the charge would");
+        }
+        if change.count == 0 || change.count > MAX_LOG_LIMIT {
+            return Err("charge count out of range");
+        }
+        if !change.at_ns.is_multiple_of(1 << shift) {
+            return Err("charge instant not on a tick");
+        }
+        let gone: u64 = (0..dropped).map(|i| self.word(i) & COUNT_MASK).sum();
+        let left = self.total() - gone.min(self.total());
+        if left.saturating_add(change.count) > MAX_LOG_LIMIT {
+            return Err("charge takes the log above its most");
+        }
+        if live > 0 {
+            if change.at_ns < self.newest_ns() {
+                return Err("charge instant before the newest entry");
+            }
+            let oldest = dropped + (charge.merged as usize).saturating_sub(1);
+            let oldest = self.instant(self.word(oldest), shift);
+            if (change.at_ns - oldest) >> shift > MAX_OFFSET {
+                return Err("charge instant too far from the oldest entry");
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies a charge that `check_charge` accepted (or that `charge_change` made).
+    pub fn apply_charge(&mut self, policy: &Policy, charge: &Charge) {
+        let shift = tick_shift(policy);
+        let (mut total, mut hash) = (self.total(), self.hash());
+        for _ in 0..charge.change.dropped.min(self.len) {
+            self.pop_front(shift, &mut total, &mut hash);
+        }
+        if charge.merged > 0 && self.len >= charge.merged {
+            let (mut at, mut sum) = (0, 0);
+            for _ in 0..charge.merged {
+                let (instant, count) = self.pop_front(shift, &mut total, &mut hash);
+                (at, sum) = (instant, sum + count);
+            }
+            // Room: at least two entries just left the ring.
+            let cap = self.capacity();
+            if cap > 0 {
+                self.head = if self.head == 0 {
+                    cap as u32 - 1
+                } else {
+                    self.head - 1
+                };
+                if let Some(w) = self.buf.get_mut(HEADER + self.head as usize) {
+                    *w = word_at(at, sum, shift);
+                }
+                self.len += 1;
+                total += sum;
+                hash = hash.wrapping_add(entry_hash(at, sum));
+            }
+        }
+        let newest = self.buf.get(NEWEST).copied().unwrap_or(0);
+        self.set_header(TOTAL, total | u64::from(shift) << SHIFT_AT);
+        self.set_header(HASH, hash);
+        self.set_header(NEWEST, newest);
+        let change = Change {
+            dropped: 0,
+            ..charge.change
+        };
+        self.apply(policy, &change);
+    }
+
+    /// Takes the oldest entry off the ring (there is one), keeping `total` and `hash` up to
+    /// date; returns its instant and count.
+    fn pop_front(&mut self, shift: u32, total: &mut u64, hash: &mut u64) -> (u64, u64) {
+        let w = self.word(0);
+        let (instant, count) = (self.instant(w, shift), w & COUNT_MASK);
+        *total = total.saturating_sub(count);
+        *hash = hash.wrapping_sub(entry_hash(instant, count));
+        self.head = self.head.wrapping_add(1);
+        if self.head as usize >= self.capacity() {
+            self.head = 0;
+        }
+        self.len -= 1;
+        (instant, count)
     }
 
     /// Applies a change that `check_change` accepted (or that `decide` made): O(dropped), plus a
@@ -999,6 +1149,40 @@ mod tests {
     }
 
     use proptest::prelude::*;
+
+    proptest! {
+        /// A charge in place is the charge: `charge_change` applied gives exactly `charge`'s
+        /// log and passes `check_charge` (None only under L = 1 or at saturation).
+        #[test]
+        fn charge_in_place_is_the_charge(
+            l in 1u64..12,
+            w in 1u64..50,
+            steps in prop::collection::vec((0u64..30, 0u64..20, any::<bool>()), 1..120),
+        ) {
+            let p = policy(l, w);
+            let mut log = SlidingLog::default();
+            let mut now = T0;
+            for (gap_ms, n, admit) in steps {
+                now += gap_ms * MS / 4;
+                if admit {
+                    if let (_, Some(change)) = decide(Some(&log), &p, now, n.clamp(1, l)) {
+                        log.apply(&p, &change);
+                    }
+                    continue;
+                }
+                let whole = charge(&log, &p, now, n);
+                match log.charge_change(&p, now, n) {
+                    Some(change) => {
+                        prop_assert_eq!(log.check_charge(&p, &change), Ok(()));
+                        log.apply_charge(&p, &change);
+                        consistent(&log, &p)?;
+                        prop_assert_eq!(&log, &whole);
+                    }
+                    None => log = whole,
+                }
+            }
+        }
+    }
 
     proptest! {
         /// Applied in place over long runs (the ring wraps, grows and shrinks), a log stays

@@ -106,20 +106,29 @@ fn send(ctx: &Ctx, reply: &Result<Reply, Error>) {
                 integers(fields);
             }
         }
-        Ok(Reply::Map(fields)) => {
-            ctx.reply_map(fields.len());
-            for (name, value) in fields {
-                ctx.reply_text(name);
-                match value {
-                    Field::Int(n) => ctx.reply_int(*n),
-                    Field::Text(t) => ctx.reply_text(t),
-                    Field::Null => ctx.reply_null(),
-                }
-            }
-        }
+        Ok(Reply::Map(fields)) => map(ctx, fields),
         Ok(Reply::Integer(n)) => ctx.reply_int(*n),
         Ok(Reply::Ok) => ctx.reply_ok(),
         Ok(Reply::Null) => ctx.reply_null(),
         Err(e) => ctx.reply_error(e),
+    }
+}
+
+/// Named fields as a map (a flat name-value array in RESP2), nested maps included.
+fn map(ctx: &Ctx, fields: &[(&'static str, Field)]) {
+    ctx.reply_map(fields.len());
+    for (name, value) in fields {
+        ctx.reply_text(name);
+        match value {
+            Field::Int(n) => ctx.reply_int(*n),
+            Field::Text(t) => ctx.reply_text(t),
+            Field::Null => ctx.reply_null(),
+            Field::Maps(maps) => {
+                ctx.reply_array(maps.len());
+                for fields in maps {
+                    map(ctx, fields);
+                }
+            }
+        }
     }
 }

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use super::args::{parse_request, Amount, Options, Request};
 use super::effect;
 use super::ffi::Key;
-use super::ffi::{Args, Ctx};
+use super::ffi::{Args, Ctx, RString};
 use super::reply::Reply;
 use crate::algo::step::{step, Held, Step};
 use crate::algo::{
@@ -17,7 +17,7 @@ use crate::algo::{
 use crate::clock;
 use crate::error::Error;
 use crate::metrics;
-use crate::state::{Limiter, Stored};
+use crate::state::{delta, Limiter, Stored};
 
 /// `RL.GCRA`, `RL.TOKENBUCKET`, `RL.SLIDINGLOG`, `RL.SLIDINGCOUNTER`, `RL.FIXEDWINDOW`.
 pub fn request<A: Stored>(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
@@ -116,6 +116,20 @@ pub fn decide<A: Stored>(
             return Ok(decision);
         }
     }
+    // A sliding log that remembers other configurations, admitted under the one it holds as
+    // current: in place too (see [`admit_remembering`]).
+    if let Some(limiter) = stored.as_deref_mut() {
+        let remembering = !limiter.others().is_empty() && A::of(&limiter.state).is_some();
+        if check && !peek && limiter.policy == request.policy && remembering {
+            let (name, amount) = (request.key, request.amount);
+            if let Some((decision, at)) = admit_remembering(ctx, limiter, name, now_ns, amount) {
+                if at.is_some() {
+                    key.expire_at(at);
+                }
+                return Ok(decision);
+            }
+        }
+    }
     let others = stored.as_deref().map(Limiter::others_of::<A>);
     let held = match &stored {
         Some(limiter) => Some((limiter.policy, of::<A>(limiter)?)),
@@ -138,11 +152,33 @@ pub fn decide<A: Stored>(
     );
     if let Some(kept) = kept {
         let keep_ns = kept.keep_ns;
-        let limiter = key.store(Limiter::kept(request.policy, kept))?;
+        let limiter = key.store(Limiter::kept(kept))?;
         let expire_at_ms = effect::propagate(ctx, request.key, limiter, now_ns, keep_ns);
         key.expire_at(Some(expire_at_ms));
     }
     Ok(decision)
+}
+
+/// A request of `cost` under the policy a sliding log that remembers other configurations holds
+/// as current, in place: every configuration charged and one delta sent for all of them (see
+/// `state::delta::admit_remembered`), where `step` would copy and send every log. None where
+/// that path does not apply (`step` decides); else the decision and, when admitted, the key's
+/// new expiry. Out of line: the admit of a key with one configuration does not carry it.
+#[inline(never)]
+fn admit_remembering(
+    ctx: &Ctx,
+    limiter: &mut Limiter,
+    name: RString<'_>,
+    now_ns: u64,
+    cost: u64,
+) -> Option<(Decision, Option<u64>)> {
+    let before = metrics::Footprint::of(limiter);
+    let (decision, admitted) = delta::admit_remembered(limiter, now_ns, cost)?;
+    let at = admitted.map(|(delta, keep_ns)| {
+        metrics::limiter_changed(before, limiter);
+        effect::propagate_charged(ctx, name, &delta, now_ns, keep_ns)
+    });
+    Some((decision, at))
 }
 
 /// What an admitted request of `cost` spent (nothing when denied): `decide`'s `spent` for

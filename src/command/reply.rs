@@ -25,6 +25,8 @@ pub enum Field {
     Int(i64),
     Text(&'static str),
     Null,
+    /// An array of maps (`RL.INSPECT`'s other configurations).
+    Maps(Vec<Vec<(&'static str, Field)>>),
 }
 
 /// A decision as the five reply fields: milliseconds rounded up, -1 for "admitted"; the

@@ -10,7 +10,10 @@
 //!
 //! The master sends a delta only for an admit on a sliding log it already held under the same
 //! policy; a first write, a policy change, a refund and the AOF rewrite send the full state,
-//! which applies to anything.
+//! which applies to anything. A log that remembers other configurations (see `algo::step`)
+//! sends a [`ChargedDelta`] (format 2) for such an admit: its change and each other
+//! configuration's charge, checked against the fingerprint of every configuration; when the
+//! admit drops a configuration, or another is kin of the current one, the full state.
 //!
 //! Layout, version 1, integers little-endian (26 bytes):
 //! `[format u8 = 1][algorithm u8 = 3][prior fingerprint u64][dropped u32][at_ns u64][count u32]`
@@ -200,6 +203,248 @@ impl Delta {
             .map_err(Error::BadState)?;
         log.apply(&policy, &self.change);
         Ok(())
+    }
+}
+
+/// Version byte of a delta for a sliding log that remembers other configurations.
+const CHARGED_FORMAT: u8 = 2;
+/// Encoded length of a charged delta's fixed part, and of each other configuration's charge.
+const CHARGED_HEAD: usize = DELTA_LEN + 1;
+const CHARGE_LEN: usize = 20;
+
+/// An admit on a sliding log that remembers other configurations (see `algo::step`), under the
+/// policy it holds as current: the current log's change, and the charge of what it admitted to
+/// each other configuration, in the order the key holds them, made on the limiter whose
+/// fingerprint (every configuration's, [`fingerprint_all`]) is `prior`.
+///
+/// Layout, version 2, integers little-endian (27 + 20 n bytes): version 1's fields (with format
+/// 2), then `[n u8]` and n times `[dropped u32][merged u32][at_ns u64][count u32]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChargedDelta {
+    pub prior: u64,
+    pub change: Change,
+    pub others: Vec<sliding_log::Charge>,
+}
+
+/// The fingerprint of every configuration of a sliding log that remembers others: the
+/// current one's and each other's, in order. None if the limiter is not such a log.
+pub fn fingerprint_all(limiter: &Limiter) -> Option<u64> {
+    let AlgoState::Remembered(r) = &limiter.state else {
+        return None;
+    };
+    let AlgoState::SlidingLog(current) = &r.current else {
+        return None;
+    };
+    let mut h = sliding_log::fingerprint(&limiter.policy, current);
+    for (p, s) in &r.others {
+        let AlgoState::SlidingLog(log) = s else {
+            return None;
+        };
+        h = sliding_log::mix(h ^ sliding_log::fingerprint(p, log));
+    }
+    Some(h)
+}
+
+/// The admit of `cost` at `now_ns` on a sliding log that remembers other configurations, under
+/// the policy it holds as current, planned without changing it: the decision and, when
+/// admitted, the delta that carries it out ([`ChargedDelta::apply`], on this very limiter) and
+/// how long the key must then live. Exactly what `algo::step` decides and stores (a denial
+/// stores nothing; every other configuration is charged), in time independent of the logs'
+/// lengths. None where this path does not apply and `step` must decide: not such a log, an
+/// other configuration that can be dropped or is kin of the current one (`step::droppable`,
+/// `step::kin`), or a charge that is not a change in place.
+pub fn plan_remembered(
+    limiter: &Limiter,
+    now_ns: u64,
+    cost: u64,
+) -> Option<(crate::algo::Decision, Option<(ChargedDelta, u64)>)> {
+    use crate::algo::step::kin;
+    use crate::algo::Algorithm;
+    let policy = limiter.policy;
+    let AlgoState::Remembered(r) = &limiter.state else {
+        return None;
+    };
+    let AlgoState::SlidingLog(current) = &r.current else {
+        return None;
+    };
+    let mut logs = Vec::with_capacity(r.others.len());
+    for (p, s) in &r.others {
+        let AlgoState::SlidingLog(log) = s else {
+            return None;
+        };
+        let fresh = SlidingLog::check(None, p, now_ns, 0).decision;
+        if kin::<SlidingLog>(p, &policy)
+            || SlidingLog::check(Some(log), p, now_ns, 0).decision == fresh
+        {
+            return None;
+        }
+        logs.push((p, log));
+    }
+    let (decision, change) = sliding_log::decide(Some(current), &policy, now_ns, cost);
+    let Some(change) = change else {
+        return Some((decision, None));
+    };
+    let mut keep_ns = decision.reset_after_ns;
+    let mut others = Vec::with_capacity(logs.len());
+    for (p, log) in logs {
+        let charge = log.charge_change(p, now_ns, cost)?;
+        // Charged, the log's newest entry is at the charge's instant: it is full again a
+        // window after it.
+        let gone = u128::from(charge.change.at_ns) + u128::from(p.window_ns());
+        let reset = u64::try_from(gone.saturating_sub(u128::from(now_ns))).unwrap_or(u64::MAX);
+        keep_ns = keep_ns.max(reset);
+        others.push(charge);
+    }
+    let delta = ChargedDelta {
+        prior: fingerprint_all(limiter)?,
+        change,
+        others,
+    };
+    Some((decision, Some((delta, keep_ns))))
+}
+
+/// [`plan_remembered`], carried out on `limiter` at once when admitted.
+pub fn admit_remembered(
+    limiter: &mut Limiter,
+    now_ns: u64,
+    cost: u64,
+) -> Option<(crate::algo::Decision, Option<(ChargedDelta, u64)>)> {
+    let (decision, admitted) = plan_remembered(limiter, now_ns, cost)?;
+    if let Some((delta, _)) = &admitted {
+        // Planned on this very limiter: it applies.
+        delta.apply(limiter).ok()?;
+    }
+    Some((decision, admitted))
+}
+
+impl ChargedDelta {
+    /// Appends the encoding to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut head = [0u8; DELTA_LEN];
+        Delta {
+            prior: self.prior,
+            change: self.change,
+        }
+        .encode_into(&mut head);
+        head[0] = CHARGED_FORMAT;
+        out.extend_from_slice(&head);
+        // At most 7 others: always fits.
+        out.push(u8::try_from(self.others.len()).unwrap_or(u8::MAX));
+        for charge in &self.others {
+            // A count is at most 10^6 (checked again on apply).
+            let count = u32::try_from(charge.change.count).unwrap_or(u32::MAX);
+            out.extend_from_slice(&charge.change.dropped.to_le_bytes());
+            out.extend_from_slice(&charge.merged.to_le_bytes());
+            out.extend_from_slice(&charge.change.at_ns.to_le_bytes());
+            out.extend_from_slice(&count.to_le_bytes());
+        }
+    }
+
+    /// The whole effect of this delta with the key's expiry.
+    pub fn effect(&self, expire_at_ms: u64) -> Vec<u8> {
+        let mut out =
+            Vec::with_capacity(EFFECT_HEADER + CHARGED_HEAD + CHARGE_LEN * self.others.len());
+        out.push(EFFECT_DELTA);
+        out.extend_from_slice(&expire_at_ms.to_le_bytes());
+        self.encode(&mut out);
+        out
+    }
+
+    /// Decodes; a wrong version or algorithm, a count of others out of range, a truncated or a
+    /// trailing byte is an error. The values are checked against the state when applied.
+    pub fn decode(bytes: &[u8]) -> Result<ChargedDelta, Error> {
+        let mut r = Reader(bytes);
+        if r.u8()? != CHARGED_FORMAT {
+            return Err(Error::BadState("unknown delta format version"));
+        }
+        if r.u8()? != SLIDING_LOG {
+            return Err(Error::BadState("delta for an algorithm without deltas"));
+        }
+        let prior = r.u64()?;
+        let change = Change {
+            dropped: r.u32()?,
+            at_ns: r.u64()?,
+            count: u64::from(r.u32()?),
+        };
+        let n = usize::from(r.u8()?);
+        if !(1..crate::algo::step::MAX_CONFIGURATIONS).contains(&n) {
+            return Err(Error::BadState("remembered configurations out of range"));
+        }
+        let mut others = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (dropped, merged, at_ns, count) = (r.u32()?, r.u32()?, r.u64()?, r.u32()?);
+            others.push(sliding_log::Charge {
+                change: Change {
+                    dropped,
+                    at_ns,
+                    count: u64::from(count),
+                },
+                merged,
+            });
+        }
+        if !r.0.is_empty() {
+            return Err(Error::BadState("trailing bytes"));
+        }
+        Ok(ChargedDelta {
+            prior,
+            change,
+            others,
+        })
+    }
+
+    /// Applies the delta to the limiter it was made on. Refused — an error, `limiter` untouched
+    /// — if `limiter` is not a sliding log remembering as many other configurations, its
+    /// fingerprint is not the delta's, or a change does not fit its log. O(entries dropped and
+    /// merged).
+    pub fn apply(&self, limiter: &mut Limiter) -> Result<(), Error> {
+        let policy = limiter.policy;
+        if fingerprint_all(limiter) != Some(self.prior) {
+            return Err(Error::BadState(
+                "delta made for another state (fingerprint differs): key unchanged",
+            ));
+        }
+        let AlgoState::Remembered(r) = &mut limiter.state else {
+            return Err(Error::BadState(
+                "delta for a sliding log, key holds another limiter",
+            ));
+        };
+        if r.others.len() != self.others.len() {
+            return Err(Error::BadState(
+                "delta for another number of configurations",
+            ));
+        }
+        let AlgoState::SlidingLog(current) = &mut r.current else {
+            return Err(Error::BadState(
+                "delta for a sliding log, key holds another limiter",
+            ));
+        };
+        current
+            .check_change(&policy, &self.change)
+            .map_err(Error::BadState)?;
+        for ((p, s), charge) in r.others.iter().zip(&self.others) {
+            let AlgoState::SlidingLog(log) = s else {
+                return Err(Error::BadState(
+                    "delta for a sliding log, key holds another limiter",
+                ));
+            };
+            log.check_charge(p, charge).map_err(Error::BadState)?;
+        }
+        current.apply(&policy, &self.change);
+        for ((p, s), charge) in r.others.iter_mut().zip(&self.others) {
+            if let AlgoState::SlidingLog(log) = s {
+                log.apply_charge(p, charge);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Applies the body of a delta effect, of either version, to the limiter it was made on (see
+/// [`Delta::apply`] and [`ChargedDelta::apply`]).
+pub fn apply_delta(bytes: &[u8], limiter: &mut Limiter) -> Result<(), Error> {
+    match bytes.first() {
+        Some(&CHARGED_FORMAT) => ChargedDelta::decode(bytes)?.apply(limiter),
+        _ => Delta::decode(bytes)?.apply(limiter),
     }
 }
 
@@ -507,6 +752,143 @@ mod tests {
                 prop_assert_eq!(encoded(&replica), encoded(&master));
                 if effect.is_some() {
                     stale = before;
+                }
+            }
+        }
+    }
+
+    /// The general rule (`algo::step`) on a stored limiter: what the command layer's general
+    /// path stores, and the decision.
+    fn stepped(
+        limiter: Option<&Limiter>,
+        p: &Policy,
+        now: u64,
+        cost: u64,
+    ) -> (crate::algo::Decision, Option<Limiter>, u64) {
+        use crate::algo::step::{step, Held};
+        let others: Vec<(Policy, SlidingLog)> = limiter
+            .map(Limiter::others_of::<SlidingLog>)
+            .unwrap_or_default();
+        let current = limiter.and_then(|l| <SlidingLog as crate::state::Stored>::of(&l.state));
+        let out = step(
+            limiter.zip(current).map(|(l, state)| Held {
+                policy: &l.policy,
+                state,
+                others: &others,
+            }),
+            p,
+            now,
+            cost == 0,
+            |s| sliding_log::check(s, p, now, cost),
+            |d| if d.allowed == 0 { 0 } else { cost },
+        );
+        let keep_ns = out.store.as_ref().map_or(0, |k| k.keep_ns);
+        (out.decision, out.store.map(Limiter::kept), keep_ns)
+    }
+
+    proptest! {
+        /// A sliding log that remembers other configurations, admitted under its current one in
+        /// place (`admit_remembered`), decides and stores exactly what the general rule does,
+        /// and its charged delta, applied to a replica's copy, gives the same bytes; applied to
+        /// any other state, it is refused.
+        #[test]
+        fn admitting_in_place_with_others_is_the_rule(
+            l in 1u64..12,
+            w in 1u64..40,
+            steps in prop::collection::vec((0u64..30, 0u64..5, prop::sample::select(vec![0usize, 0, 0, 0, 1, 2])), 1..150),
+        ) {
+            let policies = [policy(l, w), policy(l + 2, w * 3 + 1), policy(l.max(2) - 1, w * 7 + 3)];
+            let (mut master, mut replica): (Option<Limiter>, Option<Limiter>) = (None, None);
+            let mut now = T0;
+            for (gap_ms, cost, which) in steps {
+                now += gap_ms * MS / 2;
+                let p = policies[which];
+                let cost = cost.min(p.limit());
+                let (decision, stored, keep_ns) = stepped(master.as_ref(), &p, now, cost);
+                let fast = master.as_mut().filter(|m| m.policy == p && cost > 0 && !m.others().is_empty());
+                if let Some(limiter) = fast {
+                    let before = limiter.clone();
+                    if let Some((d, admitted)) = admit_remembered(limiter, now, cost) {
+                        prop_assert_eq!(d, decision);
+                        match admitted {
+                            Some((delta, keep)) => {
+                                prop_assert_eq!(Some(&*limiter), stored.as_ref());
+                                prop_assert_eq!(keep, keep_ns);
+                                let mut bytes = Vec::new();
+                                delta.encode(&mut bytes);
+                                prop_assert_eq!(bytes.len(), CHARGED_HEAD + CHARGE_LEN * delta.others.len());
+                                let r = replica.as_mut().unwrap();
+                                prop_assert_eq!(apply_delta(&bytes, r), Ok(()));
+                                prop_assert_eq!(encoded(&replica), encoded(&master));
+                                // Once more: the state it was made on is gone.
+                                let mut again = replica.clone().unwrap();
+                                prop_assert!(apply_delta(&bytes, &mut again).is_err());
+                                prop_assert_eq!(Some(again), replica.clone());
+                            }
+                            None => {
+                                prop_assert!(stored.is_none());
+                                prop_assert_eq!(&*limiter, &before);
+                            }
+                        }
+                        continue;
+                    }
+                    prop_assert_eq!(&*limiter, &before, "untouched when it does not apply");
+                }
+                if let Some(limiter) = stored {
+                    master = Some(limiter.clone());
+                    replica = Some(Limiter::decode(&encoded(&master).unwrap()).unwrap());
+                }
+            }
+        }
+    }
+
+    /// The path the property above checks is taken: a log called once under another W, then
+    /// admitted under its own, sends charged deltas of 47 bytes (one other configuration).
+    #[test]
+    fn a_log_called_once_under_another_w_admits_in_place() {
+        let (p, other) = (policy(5, 10), policy(5, 11));
+        let (_, first, _) = stepped(None, &other, T0, 1);
+        let (_, mut master, _) = stepped(first.as_ref(), &p, T0 + MS, 1);
+        let mut deltas = 0;
+        for i in 2..40 {
+            let limiter = master.as_mut().unwrap();
+            assert_eq!(limiter.others().len(), 1, "at {i}");
+            let (d, admitted) = admit_remembered(limiter, T0 + 2 * i * MS, 1).unwrap();
+            assert_eq!(d.allowed, 1);
+            let (delta, _) = admitted.unwrap();
+            let mut bytes = Vec::new();
+            delta.encode(&mut bytes);
+            assert_eq!(bytes.len(), 47);
+            deltas += 1;
+        }
+        assert_eq!(deltas, 38);
+    }
+
+    proptest! {
+        /// A charged delta with any bytes (a valid one mutated, or garbage after its version
+        /// byte) never panics: it applies, or is refused with the key untouched.
+        #[test]
+        fn hostile_charged_deltas_are_refused_or_apply(
+            at in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+            garbage in prop::collection::vec(any::<u8>(), 0..80),
+        ) {
+            let (p, other) = (policy(5, 10), policy(5, 11));
+            let (_, first, _) = stepped(None, &other, T0, 1);
+            let (_, master, _) = stepped(first.as_ref(), &p, T0 + MS, 1);
+            let master = master.unwrap();
+            let mut admitted = master.clone();
+            let (_, delta) = admit_remembered(&mut admitted, T0 + 3 * MS, 1).unwrap();
+            let mut bytes = Vec::new();
+            delta.unwrap().0.encode(&mut bytes);
+            let i = at.index(bytes.len());
+            bytes[i] = byte;
+            let mut wild = vec![CHARGED_FORMAT];
+            wild.extend(&garbage);
+            for candidate in [bytes, wild] {
+                let mut limiter = master.clone();
+                if apply_delta(&candidate, &mut limiter).is_err() {
+                    prop_assert_eq!(&limiter, &master);
                 }
             }
         }

@@ -9,7 +9,8 @@
 //! then the algorithm's own fields: see each `Stored` impl below.
 //!
 //! Version 2, a key that remembers other configurations (see `algo::step`): version 1's layout,
-//! then `[n u8]` (1 to 3) and n times `[L u64][W ms u64][B u64][algorithm state]`, most
+//! then `[n u8]` (1 to 7: `algo::step::MAX_CONFIGURATIONS` − 1; at most 3 before it was
+//! raised, which loads as it did) and n times `[L u64][W ms u64][B u64][algorithm state]`, most
 //! recently current first, each policy distinct from the current one and from each other. A
 //! key without others is always written as version 1, so keys written before version 2 existed
 //! keep their bytes (and their digests).
@@ -45,7 +46,7 @@ pub struct Limiter {
 }
 
 /// A key that remembers other configurations (see `algo::step`): the current state (never itself
-/// `Remembered`) and 1 to 3 others of the same algorithm, most recently current first. Boxed, so
+/// `Remembered`) and 1 to 7 others of the same algorithm, most recently current first. Boxed, so
 /// the keys that never change configuration keep their 48 bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Remembered {
@@ -234,9 +235,10 @@ impl Limiter {
         Limiter { policy, state }
     }
 
-    /// The limiter a step keeps: `kept.state` under `policy` as the current configuration, with
-    /// the others it remembers.
-    pub fn kept<A: Stored>(policy: Policy, kept: Kept<A>) -> Limiter {
+    /// The limiter a step keeps: `kept.state` under `kept.policy` as the current configuration,
+    /// with the others it remembers.
+    pub fn kept<A: Stored>(kept: Kept<A>) -> Limiter {
+        let policy = kept.policy;
         let current = kept.state.wrap();
         if kept.others.is_empty() {
             return Limiter::new(policy, current);
@@ -306,7 +308,7 @@ impl Limiter {
         encode_policy(&self.policy, out);
         self.state.encode(out);
         if !others.is_empty() {
-            // At most 3: always fits.
+            // At most 7: always fits.
             out.push(u8::try_from(others.len()).unwrap_or(u8::MAX));
             for (policy, state) in others {
                 encode_policy(policy, out);
