@@ -46,6 +46,11 @@ local MAX_RATE_WINDOW = 90000000
 local MAX_WINDOW = 1000000000000
 local MAX_REFILL_MS = 1000000000000
 local MAX_LOG = 10000
+-- The largest debt a GCRA or token-bucket key stores (units: L per ms, W per token), and the
+-- largest count a window holds: beyond any capacity (B·W <= 9·10^14, L <= 10^7), so a state
+-- saturated there still denies, and every product taken from it stays below 2^53.
+local MAX_UNITS = 2000000000000000
+local MAX_COUNT = 4 * MAX_AMOUNT
 local MAX_LIMITERS = 32
 local MIN_TTL_MS = 1000
 
@@ -197,9 +202,22 @@ function gcra.check(s, p, now, cost)
   return dec, (admitted and cost > 0) and gcra_at(p, now, after, f) or nil
 end
 
+-- A debt (u, f) carried from `from` to `to`, rounded up, saturated at MAX_UNITS (reached only
+-- after clock steps far back): still denying, and checked before any product is taken.
+local function carried_debt(u, f, from, to)
+  if idiv(u, from.w) >= idiv(MAX_UNITS, to.w) then
+    return MAX_UNITS, 0
+  end
+  local c, cf = rescale_units(u, f, from, to, true)
+  if c >= MAX_UNITS then
+    return MAX_UNITS, 0
+  end
+  return c, cf
+end
+
 function gcra.rescale(s, from, to, now)
   local d, f = gcra_debt(s, from, now)
-  return gcra_at(to, now, rescale_units(d, f, from, to, true))
+  return gcra_at(to, now, carried_debt(d, f, from, to))
 end
 
 function gcra.refund(s, p, now, n)
@@ -282,7 +300,7 @@ function bucket.rescale(s, from, to, now)
     if f > 0 then
       owed, owed_f = -u - 1, NS - f
     end
-    local o, of = rescale_units(owed, owed_f, from, to, true)
+    local o, of = carried_debt(owed, owed_f, from, to)
     t, tf = -o, 0
     if of > 0 then
       t, tf = -o - 1, NS - of
@@ -299,6 +317,10 @@ function bucket.refund(s, p, now, n)
     return s
   end
   local t, tf = capped(u + n * p.w, f, cap)
+  if t < -MAX_UNITS then
+    -- A debt left by a clock that stepped back far: saturated, as a carried one.
+    t, tf = -MAX_UNITS, 0
+  end
   return { t = t, tf = tf, last = now }
 end
 
@@ -486,7 +508,7 @@ function counter.rescale(s, from, to, now)
   local start = window_start(to, math.max(now, old.start))
   local prev, curr = 0, old.curr
   if old.start > start then
-    curr = curr + old.prev
+    curr = math.min(curr + old.prev, MAX_COUNT)
   elseif old.start + to.w > start then
     prev = old.prev
   end
@@ -507,30 +529,54 @@ function counter.decode(a, b, c)
 end
 
 -- Sliding log (src/algo/sliding_log.rs), stored in a list. A state here is a reader over the
--- key: { key, total, newest, len, at(i), count(i) } reading entries lazily (a decision reads
--- the entries that left the window, and on a denial those it must wait for), or, after a policy
--- change or a refund, the same shape over entries held in memory.
+-- key: { key, total, newest, len, entry(i) } reading entries lazily (a decision reads the
+-- entries that left the window, and on a denial those it must wait for); a policy change is a
+-- view over it (`drop` stored entries gone from the front, `head` replacing the first), so it
+-- reads and writes only what changes; a refund's state holds its entries in memory.
+-- Every entry read is checked against the header (`bad` raises WRONGTYPE): loops run at most
+-- `len` times, and the header's len is at most L and the list's own length.
 local log = { tag = 's', name = 'sliding log', burst = false, max_w = MAX_WINDOW }
 
 local CHUNK = 32
 
-local function entry_parse(e)
-  local at, count = string.match(e or '', '^(%d+) (%d+)$')
-  return tonumber(at) or 0, tonumber(count) or 0
+-- "at_ms count": at below 10^15, count from 1 to total; nil for anything else.
+local function entry_parse(e, total)
+  local at, count = string.match(e, '^(%d+) (%d+)$')
+  if not at or #at > 15 or #count > 15 then
+    return nil
+  end
+  at, count = tonumber(at), tonumber(count)
+  if count < 1 or count > total then
+    return nil
+  end
+  return at, count
 end
 
-local function stored_log(key, total, newest, len)
+local function stored_log(key, total, newest, len, bad)
   local cache = {}
-  local s = { key = key, total = total, newest = newest, len = len }
+  local s = { key = key, total = total, newest = newest, len = len, drop = 0, bad = bad }
   function s.entry(i)
-    if not cache[i] then
-      local got = redis.call('LRANGE', key, i, i + CHUNK - 1)
-      for j, e in ipairs(got) do
-        local at, count = entry_parse(e)
-        cache[i + j - 1] = { at, count }
+    local e = cache[i]
+    if not e then
+      if i < 1 or i > len then
+        bad()
+      end
+      local got = redis.call('LRANGE', key, i, math.min(i + CHUNK - 1, len))
+      local before = cache[i - 1]
+      for j, text in ipairs(got) do
+        local at, count = entry_parse(text, total)
+        -- Oldest first, none after the header's newest, the last one at it.
+        if not at or at > newest or (before and at < before[1]) or (i + j - 1 == len and at ~= newest) then
+          bad()
+        end
+        before = { at, count }
+        cache[i + j - 1] = before
+      end
+      e = cache[i]
+      if not e then
+        bad()
       end
     end
-    local e = cache[i] or { 0, 0 }
     return e[1], e[2]
   end
   return s
@@ -543,6 +589,9 @@ local function memory_log(entries)
     newest = e[1]
   end
   local s = { total = total, newest = newest, len = #entries, entries = entries }
+  function s.bad()
+    fail('ERR internal error: a sliding log in memory is inconsistent')
+  end
   function s.entry(i)
     local e = entries[i] or { 0, 0 }
     return e[1], e[2]
@@ -550,18 +599,8 @@ local function memory_log(entries)
   return s
 end
 
-local function all_entries(s, w, now)
-  local out = {}
-  for i = 1, s.len do
-    local at, count = s.entry(i)
-    if at + w > now then
-      out[#out + 1] = { at, count }
-    end
-  end
-  return out
-end
-
--- The decision and the change to apply when admitted: { dropped, at, count }.
+-- The decision and the change to apply when admitted: { dropped, at, count, merged }, merged:
+-- the newest entry's count after the request joins it (nil: a new entry).
 function log.check(s, p, now, cost)
   s = s or memory_log({})
   local w, l = p.w, p.l
@@ -574,7 +613,10 @@ function log.check(s, p, now, cost)
     gone = gone + count
     dropped = dropped + 1
   end
-  local total = math.max(s.total - gone, 0)
+  if gone > s.total then
+    s.bad()
+  end
+  local total = s.total - gone
   local newest = (dropped < s.len) and s.newest or nil
   local asked = math.max(cost, 1)
   local admitted = total + asked <= l
@@ -582,7 +624,6 @@ function log.check(s, p, now, cost)
     local retry = nil
     if not admitted then
       local excess, freed = total + asked - l, 0
-      retry = 0
       for i = dropped + 1, s.len do
         local at, count = s.entry(i)
         freed = freed + count
@@ -591,33 +632,83 @@ function log.check(s, p, now, cost)
           break
         end
       end
+      if not retry then
+        -- The entries hold less than the header's total.
+        s.bad()
+      end
     end
     return decision(admitted and 1 or 0, l, math.max(l - total, 0), retry,
       newest and math.max(newest + w - now, 0) or 0), nil
   end
   local at = math.max(now, newest or 0)
+  local merged
+  if newest and newest == at then
+    local _, count = s.entry(s.len)
+    merged = count + cost
+  end
   return decision(1, l, l - (total + cost), nil, math.max(at + w - now, 0)),
-    { dropped = dropped, at = at, count = cost }
+    { dropped = dropped, at = at, count = cost, merged = merged }
 end
 
 -- A policy change: the entries still inside the new window; above the new L entries, the
--- oldest are merged into one at the latest of their instants.
+-- oldest are merged into one at the latest of their instants. Those that leave are a prefix,
+-- so the result is a view over `s`: the prefix read once, nothing else read or copied.
 function log.rescale(s, from, to, now)
-  local entries = all_entries(s, to.w, now)
-  if #entries > to.l then
-    local cut = #entries - to.l + 1
-    local merged = { entries[cut][1], 0 }
-    local rest = { merged }
-    for i, e in ipairs(entries) do
-      if i <= cut then
-        merged[2] = merged[2] + e[2]
-      else
-        rest[#rest + 1] = e
-      end
+  local gone, gone_count = 0, 0
+  while gone < s.len do
+    local at, count = s.entry(gone + 1)
+    if at + to.w > now then
+      break
     end
-    entries = rest
+    gone, gone_count = gone + 1, gone_count + count
   end
-  return memory_log(entries)
+  local len, head = s.len - gone, nil
+  if len > to.l then
+    -- Entries gone+1 .. gone+cut merge into one at the latest of their instants.
+    local cut = len - to.l + 1
+    local merged = 0
+    local at
+    for i = gone + 1, gone + cut do
+      local a, count = s.entry(i)
+      merged, at = merged + count, a
+    end
+    head = { at, merged }
+    gone, len = gone + cut - 1, to.l
+  end
+  if gone_count > s.total then
+    s.bad()
+  end
+  local v = {
+    key = s.key, total = s.total - gone_count, newest = len > 0 and s.newest or 0, len = len,
+    drop = (s.drop or 0) + gone, head = head, bad = s.bad, entries = s.entries,
+  }
+  function v.entry(i)
+    if i == 1 and head then
+      return head[1], head[2]
+    end
+    return s.entry(i + gone)
+  end
+  if not s.key then
+    -- In memory: the view's entries, copied.
+    local entries = {}
+    for i = 1, len do
+      local a, c = v.entry(i)
+      entries[i] = { a, c }
+    end
+    return memory_log(entries)
+  end
+  return v
+end
+
+local function all_entries(s, w, now)
+  local out = {}
+  for i = 1, s.len do
+    local at, count = s.entry(i)
+    if at + w > now then
+      out[#out + 1] = { at, count }
+    end
+  end
+  return out
 end
 
 -- Gives back n of the newest live entries' count.
@@ -700,29 +791,80 @@ local function valid_policy(algo, p)
     and p.b <= MAX_AMOUNT and p.b * p.w <= MAX_REFILL_MS * p.l
 end
 
--- A sliding log from its list's first element, the header "s L W total newest_ms entries".
-local function held_log(key, first)
+-- How far ahead of now (ms) a stored arrival time may lie: twice the largest debt the library
+-- stores (the rest for a clock that stepped back since; a bucket's last refill, half that).
+-- Within it, every product the algorithms take stays below 2^53.
+local function max_ahead(p)
+  return idiv(2 * MAX_UNITS, p.l)
+end
+
+local function aligned(start, p)
+  return start % p.w == 0
+end
+
+-- Whether a decoded state is one the library could have written under `p` by `now`: every
+-- number an exact integer within what its policy allows (the header's bounds are checked by
+-- valid_policy, a sliding log's entries as they are read).
+local VALID = {
+  [gcra] = function(s, p, now)
+    return s.tr < p.l and s.tf < NS and s.tm - now <= max_ahead(p)
+  end,
+  [shape] = function(s, p, now)
+    return s.tr < p.l and s.tf < NS and s.tm - now <= max_ahead(p) and s.d < p.b
+  end,
+  [bucket] = function(s, p, now)
+    return s.t <= p.b * p.w and s.t >= -MAX_UNITS and s.tf < NS
+      and (s.t < p.b * p.w or s.tf == 0) and s.last - now <= idiv(MAX_UNITS, p.l)
+  end,
+  [fixed] = function(s, p)
+    return aligned(s.start, p) and s.count <= MAX_COUNT
+  end,
+  [counter] = function(s, p)
+    return aligned(s.start, p) and s.prev <= MAX_COUNT and s.curr <= MAX_COUNT
+  end,
+}
+
+-- A sliding log from the first elements of its list (`got`, LRANGE 0 CHUNK), the header
+-- "s L W total newest_ms entries": at most L entries, each counting at least 1, the total at
+-- most the library's largest L, and the list exactly that long.
+local function held_log(key, got, bad)
+  local first = got[1]
   local f = type(first) == 'string' and string.sub(first, 1, 2) == 's ' and numbers(string.sub(first, 3), 5)
   if not f then
     return nil
   end
   local p = policy_of(f[1], f[2], f[1])
-  if not valid_policy(log, p) then
+  local total, newest, len = f[3], f[4], f[5]
+  if not valid_policy(log, p) or len > p.l or total > MAX_LOG or total < len or (len == 0) ~= (total == 0) then
     return nil
   end
-  return { algo = log, policy = p, state = stored_log(key, f[3], f[4], f[5]) }
+  local length = #got
+  if length > CHUNK then
+    length = redis.call('LLEN', key)
+  end
+  if length ~= len + 1 then
+    return nil
+  end
+  return { algo = log, policy = p, state = stored_log(key, total, newest, len, bad) }
 end
 
--- What `key` holds: nil, or { algo, policy, state }; another value raises WRONGTYPE naming
--- `wanted` (the algorithm the caller needs; nil: any limiter) and, when `named`, the key.
-local function held(key, wanted, named)
+-- What `key` holds at `now`: nil, or { algo, policy, state }; another value raises WRONGTYPE
+-- naming `wanted` (the algorithm the caller needs; nil: any limiter) and, when `named`, the key.
+local function held(key, wanted, named, now)
+  local function bad(holds)
+    return function()
+      wrong_type(holds, wanted and wanted.name, named and key)
+    end
+  end
   if wanted == log then
-    -- A sliding log's own call reads the header first: one call when the key holds a log.
-    local first = redis.pcall('LINDEX', key, 0)
-    if first == false then
-      return nil
-    elseif type(first) == 'string' then
-      local h = held_log(key, first)
+    -- A sliding log's own call reads the header and the oldest entries first: one call when
+    -- the key holds a log.
+    local got = redis.pcall('LRANGE', key, 0, CHUNK)
+    if type(got) == 'table' and not got.err then
+      if #got == 0 then
+        return nil
+      end
+      local h = held_log(key, got, bad('a list'))
       if h then
         return h
       end
@@ -741,14 +883,17 @@ local function held(key, wanted, named)
     if f then
       local p = policy_of(f[1], f[2], algo.burst and f[3] or f[1])
       if valid_policy(algo, p) then
-        return { algo = algo, policy = p, state = algo.decode(unpack(f, algo.burst and 4 or 3)) }
+        local s = algo.decode(unpack(f, algo.burst and 4 or 3))
+        if VALID[algo](s, p, now) then
+          return { algo = algo, policy = p, state = s }
+        end
       end
     end
   else
     local t = redis.call('TYPE', key)['ok']
     holds = TYPE_NAMES[t] or "another module's value"
     if t == 'list' then
-      local h = held_log(key, redis.call('LINDEX', key, 0))
+      local h = held_log(key, redis.call('LRANGE', key, 0, CHUNK), bad(holds))
       if h then
         return h
       end
@@ -758,8 +903,8 @@ local function held(key, wanted, named)
 end
 
 -- Held by `algo`, or WRONGTYPE.
-local function held_as(key, algo, named)
-  local h = held(key, algo, named)
+local function held_as(key, algo, named, now)
+  local h = held(key, algo, named, now)
   if h and h.algo ~= algo then
     wrong_type('a ' .. h.algo.name .. ' limiter', algo.name, named and key)
   end
@@ -774,7 +919,11 @@ local function header(p, s)
   return 's ' .. num(p.l) .. ' ' .. num(p.w) .. ' ' .. num(s.total) .. ' ' .. num(s.newest) .. ' ' .. num(s.len)
 end
 
--- Stores a whole state (after a first request, a policy change or a refund).
+local function entry_text(at, count)
+  return num(at) .. ' ' .. num(count)
+end
+
+-- Stores a whole state (a first request, a refund, any state not read from the key).
 local function store(key, algo, p, s, now, d)
   local at = expire_at(now, d)
   if algo ~= log then
@@ -784,8 +933,7 @@ local function store(key, algo, p, s, now, d)
   redis.call('DEL', key)
   local words = { header(p, s) }
   for i = 1, s.len do
-    local e_at, e_count = s.entry(i)
-    words[#words + 1] = num(e_at) .. ' ' .. num(e_count)
+    words[#words + 1] = entry_text(s.entry(i))
     if #words == 1000 then
       redis.call('RPUSH', key, unpack(words))
       words = {}
@@ -797,7 +945,7 @@ local function store(key, algo, p, s, now, d)
   redis.call('PEXPIREAT', key, num(at))
 end
 
--- A sliding log after an admitted request, in memory (after a policy change or on a new key).
+-- A sliding log after an admitted request, in memory (a new key, or a log held in memory).
 local function log_applied(s, change)
   local entries = {}
   for i = change.dropped + 1, s.len do
@@ -813,35 +961,51 @@ local function log_applied(s, change)
   return memory_log(entries)
 end
 
--- Applies an admitted request to a stored sliding log in place: the entries that left the
--- window go from the front, the request joins the newest entry or follows it. Effects: a few
--- small commands whatever the log's length.
-local function log_apply(key, p, s, change, now, d)
-  local total = s.total
-  for i = 1, change.dropped do
-    local _, count = s.entry(i)
-    total = total - count
-  end
+-- Writes a sliding log read from `key` (or a view over it, after a policy change) in place,
+-- with an admitted request's change if any: the entries gone go from the front, a merged head
+-- replaces the first, the request joins the newest entry or follows it. Effects: a few small
+-- commands whatever the log's length. Everything it writes was read before the first write.
+local function log_write(key, p, s, change, now, d)
+  change = change or { dropped = 0, count = 0 }
+  local drop = (s.drop or 0) + change.dropped
   local len = s.len - change.dropped
-  local merge = len > 0 and s.newest == change.at
-  local h = header(p, {
-    total = math.max(total, 0) + change.count,
-    newest = change.at,
-    len = merge and len or len + 1,
-  })
+  local head = change.dropped == 0 and s.head or nil
+  local total = s.total
+  if change.dropped > 0 then
+    -- The entries the decision dropped were read (and cached) by it.
+    for i = 1, change.dropped do
+      local _, count = s.entry(i)
+      total = total - count
+    end
+  end
+  local h = {
+    total = total + change.count,
+    newest = change.at or (len > 0 and s.newest or 0),
+    len = len,
+  }
+  if change.count > 0 and not change.merged then
+    h.len = len + 1
+  end
   if len == 0 then
     redis.call('DEL', key)
-    redis.call('RPUSH', key, h, num(change.at) .. ' ' .. num(change.count))
-  else
-    if change.dropped > 0 then
-      redis.call('LTRIM', key, change.dropped, -1)
-    end
-    redis.call('LSET', key, 0, h)
-    if merge then
-      local _, count = s.entry(s.len)
-      redis.call('LSET', key, -1, num(change.at) .. ' ' .. num(count + change.count))
+    if change.count > 0 then
+      redis.call('RPUSH', key, header(p, h), entry_text(change.at, change.count))
     else
-      redis.call('RPUSH', key, num(change.at) .. ' ' .. num(change.count))
+      redis.call('RPUSH', key, header(p, h))
+    end
+  else
+    if drop > 0 then
+      -- Keeps elements drop .. end: the first of them is overwritten by the header.
+      redis.call('LTRIM', key, drop, -1)
+    end
+    redis.call('LSET', key, 0, header(p, h))
+    if head then
+      redis.call('LSET', key, 1, entry_text(head[1], head[2]))
+    end
+    if change.merged then
+      redis.call('LSET', key, -1, entry_text(change.at, change.merged))
+    elseif change.count > 0 then
+      redis.call('RPUSH', key, entry_text(change.at, change.count))
     end
   end
   redis.call('PEXPIREAT', key, num(expire_at(now, d)))
@@ -849,11 +1013,13 @@ end
 
 -- Stores the state a request leaves: `next` (admitted), else the carried one (a policy change).
 local function settle(key, algo, p, start, carried, next, now, d)
-  if algo == log and next then
-    if start and start.key and not carried then
-      log_apply(key, p, start, next, now, d)
+  if algo == log then
+    if not (next or carried) then
+      return
+    elseif start and start.key then
+      log_write(key, p, start, next, now, d)
     else
-      store(key, log, p, log_applied(start or memory_log({}), next), now, d)
+      store(key, log, p, next and log_applied(start or memory_log({}), next) or start, now, d)
     end
   elseif next then
     store(key, algo, p, next, now, d)
@@ -950,7 +1116,7 @@ local function request(fname, algo, keys, args, want)
   accepts(algo, p)
   local now = now_ms()
   local key = keys[1]
-  local h = held_as(key, algo, false)
+  local h = held_as(key, algo, false, now)
   local start, carried
   if h and not same_policy(h.policy, p) then
     carried = algo.rescale(h.state, h.policy, p, now)
@@ -981,7 +1147,7 @@ local function refund(keys, args)
   end
   local n = parse_int('n', args[1], 1, MAX_AMOUNT)
   local now = now_ms()
-  local h = held(keys[1], nil, false)
+  local h = held(keys[1], nil, false, now)
   if not h then
     return false
   end
@@ -1026,7 +1192,7 @@ local function peek(keys, args)
     arity('rl_peek')
   end
   local now = now_ms()
-  local h = held(keys[1], nil, false)
+  local h = held(keys[1], nil, false, now)
   if not h then
     return false
   end
@@ -1087,7 +1253,7 @@ local function shaped(keys, args)
   local p = policy_of(l, w, b)
   local now = now_ms()
   local key = keys[1]
-  local h = held_as(key, shape, false)
+  local h = held_as(key, shape, false, now)
   local start, carried = h and h.state, false
   if h and not same_policy(h.policy, p) then
     start, carried = shape.rescale(h.state, h.policy, p, now), true
@@ -1163,7 +1329,7 @@ local function all(keys, args)
   for _, part in ipairs(parts) do
     local algo, p = part.algo, part.policy
     accepts(algo, p)
-    local h = held_as(part.key, algo, true)
+    local h = held_as(part.key, algo, true, now)
     local start = h and h.state
     if h and not same_policy(h.policy, p) then
       part.carried = algo.rescale(h.state, h.policy, p, now)
