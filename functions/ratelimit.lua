@@ -38,7 +38,10 @@ reply's reset_after_ms nor than 1 s, as the module):
   fixed window    string "f L W start_ms count"
   sliding log     list   "s L W total newest_ms entries", then "at_ms count" per instant, oldest first
 Every write is an ordinary command (SET … PXAT, RPUSH, LSET, LTRIM, PEXPIREAT), which Redis 7+
-replicates as effects: a replica or the AOF never runs the decision again.
+replicates as effects: a replica or the AOF never runs the decision again. Any client can write
+these keys: a value is checked against its own header and the bounds before any loop or product
+uses it (VALID, held_log, stored_log), else answered WRONGTYPE, so a call's work is bounded by its
+policy's L, never by what a value claims.
 ]]
 
 local MAX_AMOUNT = 10000000
@@ -552,7 +555,8 @@ local function entry_parse(e, total)
   return at, count
 end
 
-local function stored_log(key, total, newest, len, bad)
+-- `first`: the list's first elements as read with the header (entry i is first[i + 1]).
+local function stored_log(key, total, newest, len, bad, first)
   local cache = {}
   local s = { key = key, total = total, newest = newest, len = len, drop = 0, bad = bad }
   function s.entry(i)
@@ -561,21 +565,37 @@ local function stored_log(key, total, newest, len, bad)
       if i < 1 or i > len then
         bad()
       end
-      local got = redis.call('LRANGE', key, i, math.min(i + CHUNK - 1, len))
-      local before = cache[i - 1]
+      -- The chunk around i the way the caller reads: forwards, or backwards from the newest.
+      local lo, hi = i, math.min(i + CHUNK - 1, len)
+      if cache[i + 1] or i == len then
+        lo, hi = math.max(i - CHUNK + 1, 1), i
+      end
+      local got
+      if first and hi + 1 <= #first then
+        got = { unpack(first, lo + 1, hi + 1) }
+      else
+        got = redis.call('LRANGE', key, lo, hi)
+      end
+      if #got ~= hi - lo + 1 then
+        bad()
+      end
+      local before = cache[lo - 1]
       for j, text in ipairs(got) do
         local at, count = entry_parse(text, total)
         -- Oldest first, none after the header's newest, the last one at it.
-        if not at or at > newest or (before and at < before[1]) or (i + j - 1 == len and at ~= newest) then
+        if not at or at > newest or (before and at < before[1]) or (lo + j - 1 == len and at ~= newest) then
           bad()
         end
         before = { at, count }
-        cache[i + j - 1] = before
+        if not cache[lo + j - 1] then
+          cache[lo + j - 1] = before
+        end
       end
-      e = cache[i]
-      if not e then
+      local after = cache[hi + 1]
+      if after and after[1] < before[1] then
         bad()
       end
+      e = cache[i]
     end
     return e[1], e[2]
   end
@@ -700,30 +720,45 @@ function log.rescale(s, from, to, now)
   return v
 end
 
-local function all_entries(s, w, now)
-  local out = {}
-  for i = 1, s.len do
-    local at, count = s.entry(i)
-    if at + w > now then
-      out[#out + 1] = { at, count }
-    end
-  end
-  return out
-end
-
--- Gives back n of the newest live entries' count.
+-- Gives back n of the newest live entries' count: the entries that left the window go from the
+-- front, the refunded ones from the back; a view over `s` again, reading only those (s itself
+-- when nothing changes).
 function log.refund(s, p, now, n)
-  local entries = all_entries(s, p.w, now)
-  while n > 0 and #entries > 0 do
-    local last = entries[#entries]
-    local taken = math.min(last[2], n)
-    last[2] = last[2] - taken
-    n = n - taken
-    if last[2] == 0 then
-      entries[#entries] = nil
+  local v = log.rescale(s, p, p, now)
+  local len, total, tail = v.len, v.total, nil
+  while n > 0 and len > 0 do
+    local at, count = v.entry(len)
+    local taken = math.min(count, n)
+    n, total = n - taken, total - taken
+    if taken == count then
+      len = len - 1
+    else
+      tail = { at, count - taken }
     end
   end
-  return memory_log(entries)
+  local pop = v.len - len
+  if (v.drop or 0) == (s.drop or 0) and pop == 0 and not tail and not v.head then
+    return s
+  end
+  local r = {
+    key = v.key, total = total, len = len, drop = v.drop, head = v.head, pop = pop, tail = tail,
+    bad = v.bad, newest = len > 0 and (v.entry(len)) or 0,
+  }
+  function r.entry(i)
+    if i == len and tail then
+      return tail[1], tail[2]
+    end
+    return v.entry(i)
+  end
+  if not v.key then
+    local entries = {}
+    for i = 1, len do
+      local at, count = r.entry(i)
+      entries[i] = { at, count }
+    end
+    return memory_log(entries)
+  end
+  return r
 end
 
 ------------------------------------------------------------------------------------------------
@@ -845,7 +880,7 @@ local function held_log(key, got, bad)
   if length ~= len + 1 then
     return nil
   end
-  return { algo = log, policy = p, state = stored_log(key, total, newest, len, bad) }
+  return { algo = log, policy = p, state = stored_log(key, total, newest, len, bad, got) }
 end
 
 -- What `key` holds at `now`: nil, or { algo, policy, state }; another value raises WRONGTYPE
@@ -994,13 +1029,18 @@ local function log_write(key, p, s, change, now, d)
       redis.call('RPUSH', key, header(p, h))
     end
   else
-    if drop > 0 then
-      -- Keeps elements drop .. end: the first of them is overwritten by the header.
-      redis.call('LTRIM', key, drop, -1)
+    local pop = s.pop or 0
+    if drop > 0 or pop > 0 then
+      -- Keeps elements drop .. end, less the `pop` last: the first of them is overwritten by
+      -- the header.
+      redis.call('LTRIM', key, drop, -1 - pop)
     end
     redis.call('LSET', key, 0, header(p, h))
     if head then
       redis.call('LSET', key, 1, entry_text(head[1], head[2]))
+    end
+    if s.tail then
+      redis.call('LSET', key, -1, entry_text(s.tail[1], s.tail[2]))
     end
     if change.merged then
       redis.call('LSET', key, -1, entry_text(change.at, change.merged))
@@ -1157,17 +1197,10 @@ local function refund(keys, args)
   local after = algo.check(next, p, now, 0)
   if next ~= h.state then
     if algo == log then
-      -- A log that lost nothing is unchanged: compare the entries.
-      local same = next.len == h.state.len
-      for i = 1, next.len do
-        if not same then
-          break
-        end
-        local a1, c1 = next.entry(i)
-        local a2, c2 = h.state.entry(i)
-        same = a1 == a2 and c1 == c2
-      end
-      if not same then
+      -- A log that lost something: a view over the stored list, written in place.
+      if next.key then
+        log_write(keys[1], p, next, nil, now, after)
+      else
         store(keys[1], algo, p, next, now, after)
       end
     else
