@@ -59,12 +59,14 @@ local MIN_TTL_MS = 1000
 
 -- The clock: whole milliseconds of the server's TIME. tests/functions.rs replaces the next line
 -- in the copy it loads (and only there) with a clock it sets; nothing else reads the time.
-local function now_ms() local t = redis.call('TIME') return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end
+local function now_ms() local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000) end
 
 -- floor(a / b) for integers below 2^53 in magnitude, b > 0: the quotient of doubles is
 -- corrected by its remainder, so it is exact.
 local function idiv(a, b)
-  local q = math.floor(a / b)
+  -- x - x % 1 is floor(x), exactly, without looking up math.floor on every call.
+  local x = a / b
+  local q = x - x % 1
   local r = a - q * b
   if r < 0 then
     q = q - 1
@@ -173,7 +175,7 @@ end
 
 -- GCRA (src/algo/gcra.rs). State { tm, tr, tf }: the theoretical arrival time, (tm·L + tr)·10^6
 -- + tf units of a nanosecond.
-local gcra = { tag = 'g', name = 'GCRA', burst = true, max_w = MAX_RATE_WINDOW, fields = 6 }
+local gcra = { tag = 'g', name = 'GCRA', burst = true, max_w = MAX_RATE_WINDOW, fields = 6, short = 2 }
 
 -- The debt at now, (u, f): how far the arrival time is ahead of now.
 local function gcra_debt(s, p, now)
@@ -235,7 +237,12 @@ function gcra.refund(s, p, now, n)
   return gcra_at(p, now, d, f)
 end
 
+-- The short form "g L W B tat_ms" when the remainders are 0 (most policies, always between
+-- policy changes where W is a multiple of L's unit): one number less to write and read.
 function gcra.encode(s, p)
+  if s.tr == 0 and s.tf == 0 then
+    return string.format('g %d %d %d %d', p.l, p.w, p.b, s.tm)
+  end
   return string.format('g %d %d %d %d %d %d', p.l, p.w, p.b, s.tm, s.tr, s.tf)
 end
 
@@ -249,7 +256,7 @@ end
 -- in between, and may be below empty (t < 0): the bucket is a function of absolute time, as
 -- GCRA's arrival time is. The module stores a debt as a refill that starts later, to the
 -- nanosecond; here it is the negative balance itself, the same at every instant.
-local bucket = { tag = 't', name = 'token bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 6 }
+local bucket = { tag = 't', name = 'token bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 6, short = 1 }
 
 -- (u, f) capped at the capacity `cap` (whole units).
 local function capped(u, f, cap)
@@ -336,7 +343,11 @@ function bucket.lease(s, p, now, want)
   return d, next
 end
 
+-- The short form "t L W B tokens last_ms" when tokens_ns is 0 (all but after a policy change).
 function bucket.encode(s, p)
+  if s.tf == 0 then
+    return string.format('t %d %d %d %d %d', p.l, p.w, p.b, s.t, s.last)
+  end
   return string.format('t %d %d %d %d %d %d', p.l, p.w, p.b, s.t, s.tf, s.last)
 end
 
@@ -781,40 +792,36 @@ local function policy_of(l, w, b)
   return { l = l, w = w, b = b }
 end
 
--- The numbers of a stored value, "n n n …" (single spaces), each below 10^15 in magnitude;
+-- The numbers of a stored value, "tag n n n …" (single spaces), each below 10^15 in magnitude;
 -- nil for anything else. Only the field at `signed` (a token bucket's balance) may be negative.
 -- Stored values are read, never trusted: a key another client wrote is not a limiter.
--- (`-?%d+` between single spaces cannot backtrack far: a digit run ends only at a space.)
+-- (`%d+` between single spaces cannot backtrack far: a digit run ends only at a space; a run of
+-- 16 digits or more reads as 10^15 or above, 400 digits as infinity: both refused.)
 local PATTERNS = {}
-local function numbers(text, count, signed)
-  if #text > 17 * count then
+local function numbers(text, tag, count, signed)
+  if #text > 17 * count + 2 then
     return nil
   end
-  local pattern = PATTERNS[count]
+  local key = tag .. count .. (signed or '')
+  local pattern = PATTERNS[key]
   if not pattern then
-    pattern = '^(%-?%d+)'
-    for _ = 2, count do
-      pattern = pattern .. ' (%-?%d+)'
+    pattern = '^' .. tag
+    for i = 1, count do
+      pattern = pattern .. (i == signed and ' (%-?%d+)' or ' (%d+)')
     end
     pattern = pattern .. '$'
-    PATTERNS[count] = pattern
+    PATTERNS[key] = pattern
   end
   local f = { string.match(text, pattern) }
   if #f ~= count then
     return nil
   end
   for i = 1, count do
-    local digits = f[i]
-    if string.sub(digits, 1, 1) == '-' then
-      if i ~= signed then
-        return nil
-      end
-      digits = string.sub(digits, 2)
-    end
-    if #digits > 15 then
+    local n = tonumber(f[i])
+    if n >= 1e15 or n <= -1e15 then
       return nil
     end
-    f[i] = tonumber(f[i])
+    f[i] = n
   end
   return f
 end
@@ -864,7 +871,7 @@ local VALID = {
 -- most the library's largest L, and the list exactly that long.
 local function held_log(key, got, bad)
   local first = got[1]
-  local f = type(first) == 'string' and string.sub(first, 1, 2) == 's ' and numbers(string.sub(first, 3), 5)
+  local f = type(first) == 'string' and numbers(first, 's', 5)
   if not f then
     return nil
   end
@@ -912,9 +919,18 @@ local function held(key, wanted, named, now)
   end
   local holds = 'a string'
   if type(v) == 'string' then
-    local tag, rest = string.match(v, '^(%l) (.*)$')
-    local algo = ALGORITHMS[tag or '']
-    local f = algo and algo ~= log and numbers(rest, algo.fields, algo == bucket and 4 or nil)
+    local algo = ALGORITHMS[string.sub(v, 1, 1)]
+    local signed = algo == bucket and 4 or nil
+    local f = algo and algo ~= log and numbers(v, algo.tag, algo.fields, signed)
+    if not f and algo and algo.short then
+      -- The short form: the nanosecond remainders (and GCRA's ms remainder) are 0.
+      f = numbers(v, algo.tag, algo.fields - algo.short, signed)
+      if f then
+        for _ = 1, algo.short do
+          table.insert(f, algo == gcra and #f + 1 or 5, 0)
+        end
+      end
+    end
     if f then
       local p = policy_of(f[1], f[2], algo.burst and f[3] or f[1])
       if valid_policy(algo, p) then
@@ -1148,13 +1164,14 @@ end
 -- configuration): a new policy carries over what the stored one spent, and is stored whether or
 -- not the request is admitted (a peek stores nothing). The module now also remembers up to four
 -- configurations per key and charges each; the library does not yet (docs/functions.md).
-local function request(fname, algo, keys, args, want)
+-- `now`: the instant, when the caller already read it.
+local function request(fname, algo, keys, args, want, now)
   if #keys ~= 1 or #args < (want and 4 or 2) then
     arity(fname)
   end
   local p, amount = parse_limiter(fname, algo, args, 1, want)
   accepts(algo, p)
-  local now = now_ms()
+  now = now or now_ms()
   local key = keys[1]
   local h = held_as(key, algo, false, now)
   local start, carried
@@ -1174,9 +1191,142 @@ local function request(fname, algo, keys, args, want)
   return reply(d)
 end
 
+-- The hot path of rl_gcra and rl_tokenbucket, for `L W` or `L W COST n` written plainly (digits,
+-- no leading zero, COST in capitals) on a key that holds nothing or that same policy: the
+-- general path's arithmetic (gcra.check, bucket.check, the stored formats, VALID) inlined, without
+-- the tables and parsing the general path builds, which cost more than the decision itself
+-- (docs/functions.md, cost). Returns nil, now when the call is anything else; the general path
+-- then decides from the same instant.
+-- Library functions as upvalues: a global and a field lookup less each, on every call. Taken
+-- at the first call: while a library loads, only `redis` is reachable.
+local find, match, format, max, call, byte, number
+-- How far ahead an arrival time may lie under any L: 2·MAX_UNITS / MAX_AMOUNT ms.
+local ANY_AHEAD = 400000000
+
+-- 1 to 8 digits, the first not 0: an argument the general path reads as the same number.
+local function plain(s)
+  local n = #s
+  return n > 0 and n <= 8 and byte(s) ~= 48 and not find(s, '%D')
+end
+
+local function fast(algo, keys, args)
+  if not find then
+    find, match, format, max, call = string.find, string.match, string.format, math.max, redis.call
+    byte, number = string.byte, tonumber
+  end
+  local ls, ws, cost = args[1], args[2], 1
+  if #keys ~= 1 or ls == nil or ws == nil or not plain(ls) or not plain(ws) then
+    return nil
+  end
+  if args[3] ~= nil then
+    local cs = args[4]
+    if args[3] ~= 'COST' or cs == nil or args[5] ~= nil or not (cs == '0' or plain(cs)) then
+      return nil
+    end
+    cost = number(cs)
+  end
+  local l, w = number(ls), number(ws)
+  if l > MAX_AMOUNT or w > MAX_RATE_WINDOW or cost > l then
+    return nil
+  end
+  local now = now_ms()
+  local key = keys[1]
+  local v = redis.pcall('GET', key)
+  local cap, asked = l * w, max(cost, 1) * w
+  local prefix = algo.tag .. ' ' .. ls .. ' ' .. ws .. ' ' .. ls .. ' '
+  local x, y, z
+  if v ~= false then
+    if type(v) ~= 'string' or find(v, prefix, 1, true) ~= 1 then
+      return nil, now
+    end
+    -- The short form first: (tat_ms) or (tokens, last_ms), the remainders 0.
+    local init = #prefix + 1
+    if algo == gcra then
+      x, y, z = match(v, '^(%d+)$', init), 0, 0
+      if not x then
+        x, y, z = match(v, '^(%d+) (%d+) (%d+)$', init)
+      end
+    else
+      x, z = match(v, '^(%-?%d+) (%d+)$', init)
+      y = 0
+      if not x then
+        x, y, z = match(v, '^(%-?%d+) (%d+) (%d+)$', init)
+      end
+    end
+    x, y, z = number(x), number(y), number(z)
+    if not z or x >= 1e15 or x <= -1e15 or y >= 1e15 or z >= 1e15 then
+      return nil, now
+    end
+  end
+  local admitted, retry, reset, remaining, state
+  if algo == gcra then
+    -- x, y, z: tat_ms, tat_rem, tat_ns. The debt (d, f) at now.
+    local d, f = 0, 0
+    if x then
+      if y >= l or z >= NS or (x - now > ANY_AHEAD and x - now > idiv(2 * MAX_UNITS, l)) then
+        return nil, now
+      end
+      if x >= now then
+        d, f = (x - now) * l + y, z
+      end
+    end
+    local needed = d + asked
+    admitted = needed < cap or (needed == cap and f == 0)
+    local after = (admitted and cost > 0) and needed or d
+    local room = cap - after
+    remaining = 0
+    if room > 0 then
+      remaining = idiv(f > 0 and room - 1 or room, w)
+    end
+    retry = (not admitted) and ms_up(needed - cap, f, l) or -1
+    reset = ms_up(after, f, l)
+    if admitted and cost > 0 then
+      local whole = idiv(after, l)
+      local tm, tr = now + whole, after - whole * l
+      if tr == 0 and f == 0 and tm < 1e14 then
+        -- Concatenation writes a number as %.14g: exact below 10^14.
+        state = prefix .. tm
+      else
+        state = format(tr == 0 and f == 0 and '%s%d' or '%s%d %d %d', prefix, tm, tr, f)
+      end
+    end
+  else
+    -- x, y, z: tokens, tokens_ns, last_ms. The balance (u, f) at now, as `balance`.
+    local u, f = cap, 0
+    if x then
+      if x > cap or x < -MAX_UNITS or y >= NS or (x == cap and y > 0) or (z - now > ANY_AHEAD / 2 and z - now > idiv(MAX_UNITS, l)) then
+        return nil, now
+      end
+      local elapsed = now - z
+      if elapsed < 0 then
+        u, f = x + elapsed * l, y
+      elseif elapsed < cdiv(cap - x, l) then
+        u, f = capped(x + elapsed * l, y, cap)
+      end
+    end
+    admitted = u >= asked
+    local after = (admitted and cost > 0) and u - asked or u
+    remaining = after >= 0 and idiv(after, w) or 0
+    retry = (not admitted) and cdiv(asked - u, l) or -1
+    reset = cdiv(cap - after, l)
+    if admitted and cost > 0 then
+      if f == 0 and after < 1e14 and after > -1e14 and now < 1e14 then
+        state = prefix .. after .. ' ' .. now
+      else
+        state = format(f == 0 and '%s%d %d' or '%s%d %d %d', prefix, after, f == 0 and now or f, now)
+      end
+    end
+  end
+  if state then
+    -- A number argument reaches Redis as "%.17g": exact digits below 2^53.
+    call('SET', key, state, 'PXAT', now + max(reset, MIN_TTL_MS))
+  end
+  return { admitted and 1 or 0, l, remaining, retry, reset }, now
+end
+
 local function limiter(fname, algo)
-  return function(keys, args)
-    return request(fname, algo, keys, args, false)
+  return function(keys, args, now)
+    return request(fname, algo, keys, args, false, now)
   end
 end
 
@@ -1410,8 +1560,8 @@ end
 -- Runs a function, turning the errors it raises with `fail` (and those of redis.call) into
 -- plain error replies, without the script trace Redis appends to a raised error.
 local function guarded(body)
-  return function(keys, args)
-    local ok, result = pcall(body, keys, args)
+  return function(keys, args, now)
+    local ok, result = pcall(body, keys, args, now)
     if ok then
       return result
     elseif type(result) == 'table' and result.err then
@@ -1428,8 +1578,19 @@ local function lease(keys, args)
   return request('rl_lease', bucket, keys, args, true)
 end
 
-redis.register_function('rl_gcra', guarded(limiter('rl_gcra', gcra)))
-redis.register_function('rl_tokenbucket', guarded(limiter('rl_tokenbucket', bucket)))
+-- The hot path first, outside the guard: it raises nothing of its own.
+local function fast_first(algo, general)
+  return function(keys, args)
+    local out, now = fast(algo, keys, args)
+    if out then
+      return out
+    end
+    return general(keys, args, now)
+  end
+end
+
+redis.register_function('rl_gcra', fast_first(gcra, guarded(limiter('rl_gcra', gcra))))
+redis.register_function('rl_tokenbucket', fast_first(bucket, guarded(limiter('rl_tokenbucket', bucket))))
 redis.register_function('rl_slidinglog', guarded(limiter('rl_slidinglog', log)))
 redis.register_function('rl_slidingcounter', guarded(limiter('rl_slidingcounter', counter)))
 redis.register_function('rl_fixedwindow', guarded(limiter('rl_fixedwindow', fixed)))
