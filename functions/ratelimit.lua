@@ -59,7 +59,7 @@ local MIN_TTL_MS = 1000
 
 -- The clock: whole milliseconds of the server's TIME. tests/functions.rs replaces the next line
 -- in the copy it loads (and only there) with a clock it sets; nothing else reads the time.
-local function now_ms() local t = redis.call('TIME') return t[1] * 1000 + math.floor(t[2] / 1000) end
+local function now_ms() local t = redis.call('TIME') local ms = t[2] / 1000 return t[1] * 1000 + ms - ms % 1 end
 
 -- floor(a / b) for integers below 2^53 in magnitude, b > 0: the quotient of doubles is
 -- corrected by its remainder, so it is exact.
@@ -1191,15 +1191,9 @@ local function request(fname, algo, keys, args, want, now)
   return reply(d)
 end
 
--- The hot path of rl_gcra and rl_tokenbucket, for `L W` or `L W COST n` written plainly (digits,
--- no leading zero, COST in capitals) on a key that holds nothing or that same policy: the
--- general path's arithmetic (gcra.check, bucket.check, the stored formats, VALID) inlined, without
--- the tables and parsing the general path builds, which cost more than the decision itself
--- (docs/functions.md, cost). Returns nil, now when the call is anything else; the general path
--- then decides from the same instant.
 -- Library functions as upvalues: a global and a field lookup less each, on every call. Taken
 -- at the first call: while a library loads, only `redis` is reachable.
-local find, match, format, max, call, byte, number
+local find, match, format, call, byte, number, pcall_redis
 -- How far ahead an arrival time may lie under any L: 2·MAX_UNITS / MAX_AMOUNT ms.
 local ANY_AHEAD = 400000000
 
@@ -1209,13 +1203,37 @@ local function plain(s)
   return n > 0 and n <= 8 and byte(s) ~= 48 and not find(s, '%D')
 end
 
+-- Policies the hot path has read, per algorithm: { L, W, prefix } by the L and W strings, so a
+-- repeated policy is neither parsed nor formatted again. At most 256 per algorithm (then the
+-- table starts afresh): arguments cannot grow it without bound.
+local POLICIES, POLICY_COUNT = { [gcra] = {}, [bucket] = {} }, { [gcra] = 0, [bucket] = 0 }
+
+local function remember(algo, ls, ws, known)
+  if POLICY_COUNT[algo] >= 256 then
+    POLICIES[algo], POLICY_COUNT[algo] = {}, 0
+  end
+  local by_w = POLICIES[algo][ls]
+  if not by_w then
+    by_w = {}
+    POLICIES[algo][ls] = by_w
+  end
+  by_w[ws] = known
+  POLICY_COUNT[algo] = POLICY_COUNT[algo] + 1
+end
+
+-- The hot path of rl_gcra and rl_tokenbucket, for `L W` or `L W COST n` written plainly (digits,
+-- no leading zero, COST in capitals) on a key that holds nothing or that same policy: the
+-- general path's arithmetic (gcra.check, bucket.check, the stored formats, VALID) inlined, without
+-- the tables and parsing the general path builds, which cost more than the decision itself
+-- (docs/functions.md, cost). Returns nil, now when the call is anything else; the general path
+-- then decides from the same instant.
 local function fast(algo, keys, args)
   if not find then
-    find, match, format, max, call = string.find, string.match, string.format, math.max, redis.call
-    byte, number = string.byte, tonumber
+    find, match, format, call = string.find, string.match, string.format, redis.call
+    byte, number, pcall_redis = string.byte, tonumber, redis.pcall
   end
   local ls, ws, cost = args[1], args[2], 1
-  if #keys ~= 1 or ls == nil or ws == nil or not plain(ls) or not plain(ws) then
+  if #keys ~= 1 or ls == nil or ws == nil then
     return nil
   end
   if args[3] ~= nil then
@@ -1225,15 +1243,28 @@ local function fast(algo, keys, args)
     end
     cost = number(cs)
   end
-  local l, w = number(ls), number(ws)
-  if l > MAX_AMOUNT or w > MAX_RATE_WINDOW or cost > l then
+  -- The policy as parsed before (L, W and the stored value's prefix), else parsed now.
+  local known = POLICIES[algo][ls]
+  known = known and known[ws]
+  if not known then
+    if not plain(ls) or not plain(ws) then
+      return nil
+    end
+    local l, w = number(ls), number(ws)
+    if l > MAX_AMOUNT or w > MAX_RATE_WINDOW then
+      return nil
+    end
+    known = { l, w, algo.tag .. ' ' .. ls .. ' ' .. ws .. ' ' .. ls .. ' ' }
+    remember(algo, ls, ws, known)
+  end
+  local l, w, prefix = known[1], known[2], known[3]
+  if cost > l then
     return nil
   end
   local now = now_ms()
   local key = keys[1]
-  local v = redis.pcall('GET', key)
-  local cap, asked = l * w, max(cost, 1) * w
-  local prefix = algo.tag .. ' ' .. ls .. ' ' .. ws .. ' ' .. ls .. ' '
+  local v = pcall_redis('GET', key)
+  local cap, asked = l * w, (cost > 0 and cost or 1) * w
   local x, y, z
   if v ~= false then
     if type(v) ~= 'string' or find(v, prefix, 1, true) ~= 1 then
@@ -1279,16 +1310,13 @@ local function fast(algo, keys, args)
       remaining = idiv(f > 0 and room - 1 or room, w)
     end
     retry = (not admitted) and ms_up(needed - cap, f, l) or -1
-    reset = ms_up(after, f, l)
+    -- ms_up(after, f, l), from the one division the stored state needs too.
+    local whole = idiv(after, l)
+    local tr = after - whole * l
+    reset = (tr > 0 or f > 0) and whole + 1 or whole
     if admitted and cost > 0 then
-      local whole = idiv(after, l)
-      local tm, tr = now + whole, after - whole * l
-      if tr == 0 and f == 0 and tm < 1e14 then
-        -- Concatenation writes a number as %.14g: exact below 10^14.
-        state = prefix .. tm
-      else
-        state = format(tr == 0 and f == 0 and '%s%d' or '%s%d %d %d', prefix, tm, tr, f)
-      end
+      local tm = now + whole
+      state = format(tr == 0 and f == 0 and '%s%d' or '%s%d %d %d', prefix, tm, tr, f)
     end
   else
     -- x, y, z: tokens, tokens_ns, last_ms. The balance (u, f) at now, as `balance`.
@@ -1297,29 +1325,29 @@ local function fast(algo, keys, args)
       if x > cap or x < -MAX_UNITS or y >= NS or (x == cap and y > 0) or (z - now > ANY_AHEAD / 2 and z - now > idiv(MAX_UNITS, l)) then
         return nil, now
       end
+      -- elapsed < cdiv(cap - x, l), as balance() asks, is elapsed·l < cap - x: a product
+      -- above 2^53, inexact, is above cap - x all the same; below it the bucket is not full.
       local elapsed = now - z
-      if elapsed < 0 then
+      if elapsed < 0 or elapsed * l < cap - x then
         u, f = x + elapsed * l, y
-      elseif elapsed < cdiv(cap - x, l) then
-        u, f = capped(x + elapsed * l, y, cap)
       end
     end
     admitted = u >= asked
     local after = (admitted and cost > 0) and u - asked or u
     remaining = after >= 0 and idiv(after, w) or 0
     retry = (not admitted) and cdiv(asked - u, l) or -1
-    reset = cdiv(cap - after, l)
+    local empty = cap - after
+    reset = idiv(empty, l)
+    if reset * l < empty then
+      reset = reset + 1
+    end
     if admitted and cost > 0 then
-      if f == 0 and after < 1e14 and after > -1e14 and now < 1e14 then
-        state = prefix .. after .. ' ' .. now
-      else
-        state = format(f == 0 and '%s%d %d' or '%s%d %d %d', prefix, after, f == 0 and now or f, now)
-      end
+      state = format(f == 0 and '%s%d %d' or '%s%d %d %d', prefix, after, f == 0 and now or f, now)
     end
   end
   if state then
     -- A number argument reaches Redis as "%.17g": exact digits below 2^53.
-    call('SET', key, state, 'PXAT', now + max(reset, MIN_TTL_MS))
+    call('SET', key, state, 'PXAT', now + (reset > MIN_TTL_MS and reset or MIN_TTL_MS))
   end
   return { admitted and 1 or 0, l, remaining, retry, reset }, now
 end

@@ -233,7 +233,9 @@ fn random_call(rng: &mut Rng, limiters: &[Limiter]) -> Call {
             let mut args = p.args(burst);
             let c = cost(rng, p.b);
             if c != 1 || rng.below(2) == 0 {
-                args.extend(["COST".to_string(), c.to_string()]);
+                // In capitals the library's hot path takes it, else its general path.
+                let option = if rng.below(4) == 0 { "cost" } else { "COST" };
+                args.extend([option.to_string(), c.to_string()]);
             }
             let mut module = words(&[command, &format!("m:{key}")]);
             module.extend(args.clone());
