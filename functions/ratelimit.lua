@@ -30,9 +30,11 @@ Integer division goes through `idiv`, exact for operands below 2^53.
 
 Stored state (one key per limiter, plain Redis types, the key's TTL never shorter than the
 reply's reset_after_ms nor than 1 s, as the module):
-  GCRA            string "g L W B tat_ms tat_rem tat_ns"  (tat = (tat_ms·L + tat_rem)·10^6 + tat_ns)
+  GCRA            string "g L W B tat_ms tat_rem tat_ns"  (tat = (tat_ms·L + tat_rem)·10^6 + tat_ns),
+                  or "g L W B tat_ms" when both remainders are 0
   token bucket    string "t L W B tokens tokens_ns last_ms" (tokens·10^6 + tokens_ns, at most B·W·10^6;
-                  negative: a debt, after a clock stepped back)
+                  negative: a debt, after a clock stepped back), or "t L W B tokens last_ms" when
+                  tokens_ns is 0
   leaky bucket    string "h L W B tat_ms tat_rem tat_ns d"  (RL.SHAPE: B = QUEUE + 1, d undelayed)
   sliding counter string "c L W start_ms prev curr"
   fixed window    string "f L W start_ms count"
@@ -552,6 +554,8 @@ end
 local log = { tag = 's', name = 'sliding log', burst = false, max_w = MAX_WINDOW }
 
 local CHUNK = 32
+-- The entries read with the header: a decision usually needs the oldest one or two.
+local FIRST = 4
 
 -- "at_ms count": at below 10^15, count from 1 to total; nil for anything else.
 local function entry_parse(e, total)
@@ -566,49 +570,47 @@ local function entry_parse(e, total)
   return at, count
 end
 
--- `first`: the list's first elements as read with the header (entry i is first[i + 1]).
+-- `first`: the list's first elements as read with the header (entry i is first[i + 1]). Entries
+-- are fetched 32 at a time (forwards, or backwards from the newest) and parsed one by one as
+-- the caller reads them, each checked against the header and the neighbours already parsed.
 local function stored_log(key, total, newest, len, bad, first)
-  local cache = {}
+  local raw, cache = {}, {}
+  for i = 2, #first do
+    raw[i - 1] = first[i]
+  end
   local s = { key = key, total = total, newest = newest, len = len, drop = 0, bad = bad }
   function s.entry(i)
     local e = cache[i]
-    if not e then
-      if i < 1 or i > len then
-        bad()
-      end
-      -- The chunk around i the way the caller reads: forwards, or backwards from the newest.
+    if e then
+      return e[1], e[2]
+    end
+    if i < 1 or i > len then
+      bad()
+    end
+    local text = raw[i]
+    if not text then
       local lo, hi = i, math.min(i + CHUNK - 1, len)
-      if cache[i + 1] or i == len then
+      if raw[i + 1] or i == len then
         lo, hi = math.max(i - CHUNK + 1, 1), i
       end
-      local got
-      if first and hi + 1 <= #first then
-        got = { unpack(first, lo + 1, hi + 1) }
-      else
-        got = redis.call('LRANGE', key, lo, hi)
-      end
+      local got = redis.call('LRANGE', key, lo, hi)
       if #got ~= hi - lo + 1 then
         bad()
       end
-      local before = cache[lo - 1]
-      for j, text in ipairs(got) do
-        local at, count = entry_parse(text, total)
-        -- Oldest first, none after the header's newest, the last one at it.
-        if not at or at > newest or (before and at < before[1]) or (lo + j - 1 == len and at ~= newest) then
-          bad()
-        end
-        before = { at, count }
-        if not cache[lo + j - 1] then
-          cache[lo + j - 1] = before
-        end
+      for j, t in ipairs(got) do
+        raw[lo + j - 1] = raw[lo + j - 1] or t
       end
-      local after = cache[hi + 1]
-      if after and after[1] < before[1] then
-        bad()
-      end
-      e = cache[i]
+      text = raw[i]
     end
-    return e[1], e[2]
+    local at, count = entry_parse(text, total)
+    -- Oldest first, none after the header's newest, the last one at it.
+    local before, after = cache[i - 1], cache[i + 1]
+    if not at or at > newest or (i == len and at ~= newest) or (before and at < before[1])
+        or (after and at > after[1]) then
+      bad()
+    end
+    cache[i] = { at, count }
+    return at, count
   end
   return s
 end
@@ -866,7 +868,7 @@ local VALID = {
   end,
 }
 
--- A sliding log from the first elements of its list (`got`, LRANGE 0 CHUNK), the header
+-- A sliding log from the first elements of its list (`got`, LRANGE 0 FIRST), the header
 -- "s L W total newest_ms entries": at most L entries, each counting at least 1, the total at
 -- most the library's largest L, and the list exactly that long.
 local function held_log(key, got, bad)
@@ -881,7 +883,7 @@ local function held_log(key, got, bad)
     return nil
   end
   local length = #got
-  if length > CHUNK then
+  if length > FIRST then
     length = redis.call('LLEN', key)
   end
   if length ~= len + 1 then
@@ -901,7 +903,7 @@ local function held(key, wanted, named, now)
   if wanted == log then
     -- A sliding log's own call reads the header and the oldest entries first: one call when
     -- the key holds a log.
-    local got = redis.pcall('LRANGE', key, 0, CHUNK)
+    local got = redis.pcall('LRANGE', key, 0, FIRST)
     if type(got) == 'table' and not got.err then
       if #got == 0 then
         return nil
@@ -944,7 +946,7 @@ local function held(key, wanted, named, now)
     local t = redis.call('TYPE', key)['ok']
     holds = TYPE_NAMES[t] or "another module's value"
     if t == 'list' then
-      local h = held_log(key, redis.call('LRANGE', key, 0, CHUNK), bad(holds))
+      local h = held_log(key, redis.call('LRANGE', key, 0, FIRST), bad(holds))
       if h then
         return h
       end

@@ -1564,11 +1564,6 @@ fn planted_headers_are_refused_at_once() {
             "x y".into(),
             "1 99999999999999999999".into(),
         ],
-        vec![
-            format!("s 10 1000 3 {now} 2"),
-            format!("{now} 2"),
-            format!("{} 1", T0_MS - 5),
-        ],
     ];
     for list in &lists {
         let mut push = vec!["RPUSH", "f:plog"];
