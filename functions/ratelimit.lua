@@ -1197,7 +1197,7 @@ end
 -- at the first call: while a library loads, only `redis` is reachable.
 local find, match, format, call, byte, number, pcall_redis
 -- How far ahead an arrival time may lie under any L: 2·MAX_UNITS / MAX_AMOUNT ms.
-local ANY_AHEAD = 400000000
+local ANY_AHEAD, ANY_AHEAD_HALF = 400000000, 200000000
 
 -- 1 to 8 digits, the first not 0: an argument the general path reads as the same number.
 local function plain(s)
@@ -1227,131 +1227,150 @@ end
 -- no leading zero, COST in capitals) on a key that holds nothing or that same policy: the
 -- general path's arithmetic (gcra.check, bucket.check, the stored formats, VALID) inlined, without
 -- the tables and parsing the general path builds, which cost more than the decision itself
--- (docs/functions.md, cost). Returns nil, now when the call is anything else; the general path
--- then decides from the same instant.
-local function fast(algo, keys, args)
-  if not find then
-    find, match, format, call = string.find, string.match, string.format, redis.call
-    byte, number, pcall_redis = string.byte, tonumber, redis.pcall
-  end
-  local ls, ws, cost = args[1], args[2], 1
-  if #keys ~= 1 or ls == nil or ws == nil then
-    return nil
-  end
-  if args[3] ~= nil then
-    local cs = args[4]
-    if args[3] ~= 'COST' or cs == nil or args[5] ~= nil or not (cs == '0' or plain(cs)) then
-      return nil
+-- (docs/functions.md, cost). Any other call goes to `general`, which decides from the same
+-- instant when the hot path already read it.
+local function fast(algo, general)
+  return function(keys, args)
+    if not find then
+      find, match, format, call = string.find, string.match, string.format, redis.call
+      byte, number, pcall_redis = string.byte, tonumber, redis.pcall
     end
-    cost = number(cs)
-  end
-  -- The policy as parsed before (L, W and the stored value's prefix), else parsed now.
-  local known = POLICIES[algo][ls]
-  known = known and known[ws]
-  if not known then
-    if not plain(ls) or not plain(ws) then
-      return nil
+    local ls, ws, cost = args[1], args[2], 1
+    if #keys ~= 1 or ls == nil or ws == nil then
+      return general(keys, args)
     end
-    local l, w = number(ls), number(ws)
-    if l > MAX_AMOUNT or w > MAX_RATE_WINDOW then
-      return nil
+    if args[3] ~= nil then
+      local cs = args[4]
+      if args[3] ~= 'COST' or cs == nil or args[5] ~= nil or not (cs == '0' or plain(cs)) then
+        return general(keys, args)
+      end
+      cost = number(cs)
     end
-    known = { l, w, algo.tag .. ' ' .. ls .. ' ' .. ws .. ' ' .. ls .. ' ' }
-    remember(algo, ls, ws, known)
-  end
-  local l, w, prefix = known[1], known[2], known[3]
-  if cost > l then
-    return nil
-  end
-  local now = now_ms()
-  local key = keys[1]
-  local v = pcall_redis('GET', key)
-  local cap, asked = l * w, (cost > 0 and cost or 1) * w
-  local x, y, z
-  if v ~= false then
-    if type(v) ~= 'string' or find(v, prefix, 1, true) ~= 1 then
-      return nil, now
+    -- The policy as parsed before (L, W and the stored value's prefix), else parsed now.
+    local known = POLICIES[algo][ls]
+    known = known and known[ws]
+    if not known then
+      if not plain(ls) or not plain(ws) then
+        return general(keys, args)
+      end
+      local l, w = number(ls), number(ws)
+      if l > MAX_AMOUNT or w > MAX_RATE_WINDOW then
+        return general(keys, args)
+      end
+      known = { l, w, algo.tag .. ' ' .. ls .. ' ' .. ws .. ' ' .. ls .. ' ' }
+      remember(algo, ls, ws, known)
     end
-    -- The short form first: (tat_ms) or (tokens, last_ms), the remainders 0.
-    local init = #prefix + 1
+    local l, w, prefix = known[1], known[2], known[3]
+    if cost > l then
+      return general(keys, args)
+    end
+    local now = now_ms()
+    local key = keys[1]
+    local v = pcall_redis('GET', key)
+    local cap, asked = l * w, (cost > 0 and cost or 1) * w
+    local x, y, z
+    if v ~= false then
+      if type(v) ~= 'string' or find(v, prefix, 1, true) ~= 1 then
+        return general(keys, args, now)
+      end
+      -- The short form first: (tat_ms) or (tokens, last_ms), the remainders 0.
+      local init = #prefix + 1
+      if algo == gcra then
+        x, y, z = match(v, '^(%d+)$', init), 0, 0
+        if not x then
+          x, y, z = match(v, '^(%d+) (%d+) (%d+)$', init)
+        end
+      else
+        x, z = match(v, '^(%-?%d+) (%d+)$', init)
+        y = 0
+        if not x then
+          x, y, z = match(v, '^(%-?%d+) (%d+) (%d+)$', init)
+        end
+      end
+      x, y, z = number(x), number(y), number(z)
+      if not z or x >= 1e15 or x <= -1e15 or y >= 1e15 or z >= 1e15 then
+        return general(keys, args, now)
+      end
+    end
+    local admitted, retry, reset, remaining, state
     if algo == gcra then
-      x, y, z = match(v, '^(%d+)$', init), 0, 0
-      if not x then
-        x, y, z = match(v, '^(%d+) (%d+) (%d+)$', init)
+      -- x, y, z: tat_ms, tat_rem, tat_ns. The debt (d, f) at now.
+      local d, f = 0, 0
+      if x then
+        if y >= l or z >= NS or (x - now > ANY_AHEAD and x - now > idiv(2 * MAX_UNITS, l)) then
+          return general(keys, args, now)
+        end
+        if x >= now then
+          d, f = (x - now) * l + y, z
+        end
+      end
+      local needed = d + asked
+      admitted = needed < cap or (needed == cap and f == 0)
+      local after = (admitted and cost > 0) and needed or d
+      local room = cap - after
+      remaining = 0
+      if room > 0 then
+        remaining = idiv(f > 0 and room - 1 or room, w)
+      end
+      retry = (not admitted) and ms_up(needed - cap, f, l) or -1
+      -- ms_up(after, f, l), from the one division the stored state needs too.
+      local whole = idiv(after, l)
+      local tr = after - whole * l
+      reset = (tr > 0 or f > 0) and whole + 1 or whole
+      if admitted and cost > 0 then
+        local tm = now + whole
+        state = format(tr == 0 and f == 0 and '%s%d' or '%s%d %d %d', prefix, tm, tr, f)
       end
     else
-      x, z = match(v, '^(%-?%d+) (%d+)$', init)
-      y = 0
-      if not x then
-        x, y, z = match(v, '^(%-?%d+) (%d+) (%d+)$', init)
+      -- x, y, z: tokens, tokens_ns, last_ms. The balance (u, f) at now, as `balance`.
+      local u, f = cap, 0
+      if x then
+        if x > cap or x < -MAX_UNITS or y >= NS or (x == cap and y > 0) or (z - now > ANY_AHEAD_HALF and z - now > idiv(MAX_UNITS, l)) then
+          return general(keys, args, now)
+        end
+        -- elapsed < cdiv(cap - x, l), as balance() asks, is elapsed·l < cap - x: a product
+        -- above 2^53, inexact, is above cap - x all the same; below it the bucket is not full.
+        local elapsed = now - z
+        if elapsed < 0 or elapsed * l < cap - x then
+          u, f = x + elapsed * l, y
+        end
+      end
+      admitted = u >= asked
+      local after = (admitted and cost > 0) and u - asked or u
+      retry = (not admitted) and cdiv(asked - u, l) or -1
+      -- idiv(after, w) and cdiv(cap - after, l), written out: two calls less on every request.
+      remaining = 0
+      if after >= 0 then
+        local q = after / w
+        q = q - q % 1
+        local r = after - q * w
+        if r < 0 then
+          q = q - 1
+        elseif r >= w then
+          q = q + 1
+        end
+        remaining = q
+      end
+      local empty = cap - after
+      local q = empty / l
+      q = q - q % 1
+      local r = empty - q * l
+      if r < 0 then
+        q, r = q - 1, r + l
+      elseif r >= l then
+        q, r = q + 1, r - l
+      end
+      reset = r > 0 and q + 1 or q
+      if admitted and cost > 0 then
+        state = format(f == 0 and '%s%d %d' or '%s%d %d %d', prefix, after, f == 0 and now or f, now)
       end
     end
-    x, y, z = number(x), number(y), number(z)
-    if not z or x >= 1e15 or x <= -1e15 or y >= 1e15 or z >= 1e15 then
-      return nil, now
+    if state then
+      -- A number argument reaches Redis as "%.17g": exact digits below 2^53.
+      call('SET', key, state, 'PXAT', now + (reset > MIN_TTL_MS and reset or MIN_TTL_MS))
     end
+    return { admitted and 1 or 0, l, remaining, retry, reset }
   end
-  local admitted, retry, reset, remaining, state
-  if algo == gcra then
-    -- x, y, z: tat_ms, tat_rem, tat_ns. The debt (d, f) at now.
-    local d, f = 0, 0
-    if x then
-      if y >= l or z >= NS or (x - now > ANY_AHEAD and x - now > idiv(2 * MAX_UNITS, l)) then
-        return nil, now
-      end
-      if x >= now then
-        d, f = (x - now) * l + y, z
-      end
-    end
-    local needed = d + asked
-    admitted = needed < cap or (needed == cap and f == 0)
-    local after = (admitted and cost > 0) and needed or d
-    local room = cap - after
-    remaining = 0
-    if room > 0 then
-      remaining = idiv(f > 0 and room - 1 or room, w)
-    end
-    retry = (not admitted) and ms_up(needed - cap, f, l) or -1
-    -- ms_up(after, f, l), from the one division the stored state needs too.
-    local whole = idiv(after, l)
-    local tr = after - whole * l
-    reset = (tr > 0 or f > 0) and whole + 1 or whole
-    if admitted and cost > 0 then
-      local tm = now + whole
-      state = format(tr == 0 and f == 0 and '%s%d' or '%s%d %d %d', prefix, tm, tr, f)
-    end
-  else
-    -- x, y, z: tokens, tokens_ns, last_ms. The balance (u, f) at now, as `balance`.
-    local u, f = cap, 0
-    if x then
-      if x > cap or x < -MAX_UNITS or y >= NS or (x == cap and y > 0) or (z - now > ANY_AHEAD / 2 and z - now > idiv(MAX_UNITS, l)) then
-        return nil, now
-      end
-      -- elapsed < cdiv(cap - x, l), as balance() asks, is elapsed·l < cap - x: a product
-      -- above 2^53, inexact, is above cap - x all the same; below it the bucket is not full.
-      local elapsed = now - z
-      if elapsed < 0 or elapsed * l < cap - x then
-        u, f = x + elapsed * l, y
-      end
-    end
-    admitted = u >= asked
-    local after = (admitted and cost > 0) and u - asked or u
-    remaining = after >= 0 and idiv(after, w) or 0
-    retry = (not admitted) and cdiv(asked - u, l) or -1
-    local empty = cap - after
-    reset = idiv(empty, l)
-    if reset * l < empty then
-      reset = reset + 1
-    end
-    if admitted and cost > 0 then
-      state = format(f == 0 and '%s%d %d' or '%s%d %d %d', prefix, after, f == 0 and now or f, now)
-    end
-  end
-  if state then
-    -- A number argument reaches Redis as "%.17g": exact digits below 2^53.
-    call('SET', key, state, 'PXAT', now + (reset > MIN_TTL_MS and reset or MIN_TTL_MS))
-  end
-  return { admitted and 1 or 0, l, remaining, retry, reset }, now
 end
 
 local function limiter(fname, algo)
@@ -1609,18 +1628,8 @@ local function lease(keys, args)
 end
 
 -- The hot path first, outside the guard: it raises nothing of its own.
-local function fast_first(algo, general)
-  return function(keys, args)
-    local out, now = fast(algo, keys, args)
-    if out then
-      return out
-    end
-    return general(keys, args, now)
-  end
-end
-
-redis.register_function('rl_gcra', fast_first(gcra, guarded(limiter('rl_gcra', gcra))))
-redis.register_function('rl_tokenbucket', fast_first(bucket, guarded(limiter('rl_tokenbucket', bucket))))
+redis.register_function('rl_gcra', fast(gcra, guarded(limiter('rl_gcra', gcra))))
+redis.register_function('rl_tokenbucket', fast(bucket, guarded(limiter('rl_tokenbucket', bucket))))
 redis.register_function('rl_slidinglog', guarded(limiter('rl_slidinglog', log)))
 redis.register_function('rl_slidingcounter', guarded(limiter('rl_slidingcounter', counter)))
 redis.register_function('rl_fixedwindow', guarded(limiter('rl_fixedwindow', fixed)))
