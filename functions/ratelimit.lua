@@ -1257,7 +1257,15 @@ local function fast(algo, general)
       if l > MAX_AMOUNT or w > MAX_RATE_WINDOW then
         return general(keys, args)
       end
-      known = { l, w, algo.tag .. ' ' .. ls .. ' ' .. ws .. ' ' .. ls .. ' ' }
+      -- The stored value's prefix, and its short and long forms as patterns (the prefix holds
+      -- only letters, digits and spaces).
+      local prefix = algo.tag .. ' ' .. ls .. ' ' .. ws .. ' ' .. ls .. ' '
+      local sign = algo == bucket and '(%-?%d+)' or '(%d+)'
+      known = {
+        l, w, prefix,
+        '^' .. prefix .. (algo == gcra and '(%d+)$' or sign .. ' (%d+)$'),
+        '^' .. prefix .. sign .. ' (%d+) (%d+)$',
+      }
       remember(algo, ls, ws, known)
     end
     local l, w, prefix = known[1], known[2], known[3]
@@ -1270,24 +1278,28 @@ local function fast(algo, general)
     local cap, asked = l * w, (cost > 0 and cost or 1) * w
     local x, y, z
     if v ~= false then
-      if type(v) ~= 'string' or find(v, prefix, 1, true) ~= 1 then
+      if type(v) ~= 'string' then
         return general(keys, args, now)
       end
-      -- The short form first: (tat_ms) or (tokens, last_ms), the remainders 0.
-      local init = #prefix + 1
+      -- The policy's own patterns (known[4], known[5]), the short form first: (tat_ms) or
+      -- (tokens, last_ms), the remainders 0.
       if algo == gcra then
-        x, y, z = match(v, '^(%d+)$', init), 0, 0
-        if not x then
-          x, y, z = match(v, '^(%d+) (%d+) (%d+)$', init)
+        x = match(v, known[4])
+        if x then
+          x, y, z = number(x), 0, 0
+        else
+          x, y, z = match(v, known[5])
+          x, y, z = number(x), number(y), number(z)
         end
       else
-        x, z = match(v, '^(%-?%d+) (%d+)$', init)
-        y = 0
-        if not x then
-          x, y, z = match(v, '^(%-?%d+) (%d+) (%d+)$', init)
+        x, z = match(v, known[4])
+        if x then
+          x, y, z = number(x), 0, number(z)
+        else
+          x, y, z = match(v, known[5])
+          x, y, z = number(x), number(y), number(z)
         end
       end
-      x, y, z = number(x), number(y), number(z)
       if not z or x >= 1e15 or x <= -1e15 or y >= 1e15 or z >= 1e15 then
         return general(keys, args, now)
       end
