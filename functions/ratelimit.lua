@@ -58,6 +58,9 @@ local MAX_UNITS = 2000000000000000
 local MAX_COUNT = 4 * MAX_AMOUNT
 local MAX_LIMITERS = 32
 local MIN_TTL_MS = 1000
+-- The most configurations a GCRA or token-bucket key remembers, the current one included
+-- (src/algo/step.rs on main: the rule before issue 26).
+local MAX_CONFIGURATIONS = 4
 
 -- The clock: whole milliseconds of the server's TIME. tests/functions.rs replaces the next line
 -- in the copy it loads (and only there) with a clock it sets; nothing else reads the time.
@@ -177,7 +180,7 @@ end
 
 -- GCRA (src/algo/gcra.rs). State { tm, tr, tf }: the theoretical arrival time, (tm·L + tr)·10^6
 -- + tf units of a nanosecond.
-local gcra = { tag = 'g', name = 'GCRA', burst = true, max_w = MAX_RATE_WINDOW, fields = 6, short = 2 }
+local gcra = { tag = 'g', name = 'GCRA', burst = true, max_w = MAX_RATE_WINDOW, fields = 6, short = 2, remembers = true }
 
 -- The debt at now, (u, f): how far the arrival time is ahead of now.
 local function gcra_debt(s, p, now)
@@ -241,6 +244,17 @@ end
 
 -- The short form "g L W B tat_ms" when the remainders are 0 (most policies, always between
 -- policy changes where W is a multiple of L's unit): one number less to write and read.
+-- Spends n tokens at now whatever the debt (another configuration of the key admitted them):
+-- the debt grows past the capacity, saturated at MAX_UNITS.
+function gcra.charge(s, p, now, n)
+  local d, f = gcra_debt(s, p, now)
+  d = d + n * p.w
+  if d >= MAX_UNITS then
+    d, f = MAX_UNITS, 0
+  end
+  return gcra_at(p, now, d, f)
+end
+
 function gcra.encode(s, p)
   if s.tr == 0 and s.tf == 0 then
     return string.format('g %d %d %d %d', p.l, p.w, p.b, s.tm)
@@ -258,7 +272,7 @@ end
 -- in between, and may be below empty (t < 0): the bucket is a function of absolute time, as
 -- GCRA's arrival time is. The module stores a debt as a refill that starts later, to the
 -- nanosecond; here it is the negative balance itself, the same at every instant.
-local bucket = { tag = 't', name = 'token bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 6, short = 1 }
+local bucket = { tag = 't', name = 'token bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 6, short = 1, remembers = true }
 
 -- (u, f) capped at the capacity `cap` (whole units).
 local function capped(u, f, cap)
@@ -298,28 +312,50 @@ function bucket.check(s, p, now, cost)
   return dec, (admitted and cost > 0) and { t = after, tf = f, last = now } or nil
 end
 
--- A policy change (the rule of the module before remembered configurations): the balance now
--- under the old policy, the same number of tokens under the new one, rounded down, at most its
--- capacity; a debt (a balance below empty) carried rounded up.
+-- (a, af) − (b, bf) for balances u·10^6 + f, 0 <= f < 10^6.
+local function minus(a, af, b, bf)
+  local d, df = a - b, af - bf
+  if df < 0 then
+    return d - 1, df + NS
+  end
+  return d, df
+end
+
+-- A policy change (src/algo/token_bucket.rs `rescale`): the balance now under the old policy as
+-- tokens of the new one, rounded down (a debt rounded up), but never more than the new capacity
+-- less what the old one owed, rounded up: what was spent stays spent either way.
 function bucket.rescale(s, from, to, now)
   local u, f = balance(s, from, now)
+  local cap_to = to.b * to.w
+  local owed, owed_f = minus(from.b * from.w, 0, u, f)
+  local after, after_f = minus(cap_to, 0, carried_debt(owed, owed_f, from, to))
   local t, tf
   if u >= 0 then
     t, tf = rescale_units(u, f, from, to, false)
   else
-    -- -(u·10^6 + f) units owed: (−u − 1, 10^6 − f) when f > 0.
-    local owed, owed_f = -u, 0
-    if f > 0 then
-      owed, owed_f = -u - 1, NS - f
-    end
-    local o, of = carried_debt(owed, owed_f, from, to)
-    t, tf = -o, 0
-    if of > 0 then
-      t, tf = -o - 1, NS - of
-    end
+    local mu, mf = minus(0, 0, u, f)
+    local o, of = carried_debt(mu, mf, from, to)
+    t, tf = minus(0, 0, o, of)
   end
-  t, tf = capped(t, tf, to.b * to.w)
+  if after < t or (after == t and after_f < tf) then
+    t, tf = after, after_f
+  end
+  t, tf = capped(t, tf, cap_to)
+  if t < -MAX_UNITS then
+    t, tf = -MAX_UNITS, 0
+  end
   return { t = t, tf = tf, last = now }
+end
+
+-- Spends n tokens at now whatever the balance (another configuration admitted them): below
+-- empty it is a debt, saturated at MAX_UNITS.
+function bucket.charge(s, p, now, n)
+  local u, f = balance(s, p, now)
+  u = u - n * p.w
+  if u < -MAX_UNITS then
+    u, f = -MAX_UNITS, 0
+  end
+  return { t = u, tf = f, last = now }
 end
 
 function bucket.refund(s, p, now, n)
@@ -892,7 +928,36 @@ local function held_log(key, got, bad)
   return { algo = log, policy = p, state = stored_log(key, total, newest, len, bad, got) }
 end
 
--- What `key` holds at `now`: nil, or { algo, policy, state }; another value raises WRONGTYPE
+-- One stored configuration "tag L W [B] fields…", as { algo, policy, state }, or nil.
+local function limiter_value(v, now)
+  local algo = ALGORITHMS[string.sub(v, 1, 1)]
+  if not algo or algo == log then
+    return nil
+  end
+  local signed = algo == bucket and 4 or nil
+  local f = numbers(v, algo.tag, algo.fields, signed)
+  if not f and algo.short then
+    -- The short form: the nanosecond remainders (and GCRA's ms remainder) are 0.
+    f = numbers(v, algo.tag, algo.fields - algo.short, signed)
+    if f then
+      for _ = 1, algo.short do
+        table.insert(f, algo == gcra and #f + 1 or 5, 0)
+      end
+    end
+  end
+  if f then
+    local p = policy_of(f[1], f[2], algo.burst and f[3] or f[1])
+    if valid_policy(algo, p) then
+      local s = algo.decode(unpack(f, algo.burst and 4 or 3))
+      if VALID[algo](s, p, now) then
+        return { algo = algo, policy = p, state = s }
+      end
+    end
+  end
+  return nil
+end
+
+-- What `key` holds at `now`: nil, or { algo, policy, state, others }; another value raises WRONGTYPE
 -- naming `wanted` (the algorithm the caller needs; nil: any limiter) and, when `named`, the key.
 local function held(key, wanted, named, now)
   local function bad(holds)
@@ -921,25 +986,32 @@ local function held(key, wanted, named, now)
   end
   local holds = 'a string'
   if type(v) == 'string' then
-    local algo = ALGORITHMS[string.sub(v, 1, 1)]
-    local signed = algo == bucket and 4 or nil
-    local f = algo and algo ~= log and numbers(v, algo.tag, algo.fields, signed)
-    if not f and algo and algo.short then
-      -- The short form: the nanosecond remainders (and GCRA's ms remainder) are 0.
-      f = numbers(v, algo.tag, algo.fields - algo.short, signed)
-      if f then
-        for _ = 1, algo.short do
-          table.insert(f, algo == gcra and #f + 1 or 5, 0)
+    if not string.find(v, ' ; ', 1, true) then
+      local h = limiter_value(v, now)
+      if h then
+        h.others = {}
+        return h
+      end
+    elseif #v <= 512 then
+      -- The current configuration, then the others it remembers (GCRA and token bucket).
+      local h, others, seen = nil, {}, {}
+      for part in string.gmatch(v .. ' ; ', '(.-) ; ') do
+        local c = limiter_value(part, now)
+        local id = c and (c.policy.l .. ' ' .. c.policy.w .. ' ' .. c.policy.b)
+        if not c or seen[id] or (h and c.algo ~= h.algo) or not c.algo.remembers then
+          h = nil
+          break
+        end
+        seen[id] = true
+        if h then
+          others[#others + 1] = c
+        else
+          h = c
         end
       end
-    end
-    if f then
-      local p = policy_of(f[1], f[2], algo.burst and f[3] or f[1])
-      if valid_policy(algo, p) then
-        local s = algo.decode(unpack(f, algo.burst and 4 or 3))
-        if VALID[algo](s, p, now) then
-          return { algo = algo, policy = p, state = s }
-        end
+      if h and #others < MAX_CONFIGURATIONS then
+        h.others = others
+        return h
       end
     end
   else
@@ -977,10 +1049,23 @@ local function entry_text(at, count)
 end
 
 -- Stores a whole state (a first request, a refund, any state not read from the key).
-local function store(key, algo, p, s, now, d)
+-- `others`: the other configurations a GCRA or token-bucket key remembers, stored after the
+-- current one (" ; "-separated); the key lives until every one of them is full again.
+local function store(key, algo, p, s, now, d, others)
   local at = expire_at(now, d)
   if algo ~= log then
-    redis.call('SET', key, algo.encode(s, p), 'PXAT', num(at))
+    local text = algo.encode(s, p)
+    if others and #others > 0 then
+      local keep = d.reset
+      local parts = { text }
+      for _, o in ipairs(others) do
+        parts[#parts + 1] = algo.encode(o.state, o.policy)
+        keep = math.max(keep, algo.check(o.state, o.policy, now, 0).reset)
+      end
+      text = table.concat(parts, ' ; ')
+      at = now + math.max(keep, MIN_TTL_MS)
+    end
+    redis.call('SET', key, text, 'PXAT', num(at))
     return
   end
   redis.call('DEL', key)
@@ -1070,7 +1155,7 @@ local function log_write(key, p, s, change, now, d)
 end
 
 -- Stores the state a request leaves: `next` (admitted), else the carried one (a policy change).
-local function settle(key, algo, p, start, carried, next, now, d)
+local function settle(key, algo, p, start, carried, next, now, d, others)
   if algo == log then
     if not (next or carried) then
       return
@@ -1080,9 +1165,9 @@ local function settle(key, algo, p, start, carried, next, now, d)
       store(key, log, p, next and log_applied(start or memory_log({}), next) or start, now, d)
     end
   elseif next then
-    store(key, algo, p, next, now, d)
+    store(key, algo, p, next, now, d, others)
   elseif carried then
-    store(key, algo, p, carried, now, d)
+    store(key, algo, p, carried, now, d, others)
   end
 end
 
@@ -1091,6 +1176,49 @@ end
 
 local function same_policy(a, b)
   return a.l == b.l and a.w == b.w and a.b == b.b
+end
+
+-- Where a request under `p` starts (src/algo/step.rs `start`, main's rule): the key's state
+-- under p (current, remembered, or carried over from the current one), the other
+-- configurations as they will be kept (the previous current first, at most 3), and whether the
+-- current configuration changes. Algorithms that do not remember configurations keep none.
+local function configurations(algo, h, p, now)
+  if not h then
+    return nil, {}, false
+  end
+  local others = h.others or {}
+  if same_policy(h.policy, p) then
+    return h.state, others, false
+  end
+  if not algo.remembers then
+    return algo.rescale(h.state, h.policy, p, now), {}, true
+  end
+  local found
+  for i, o in ipairs(others) do
+    if same_policy(o.policy, p) then
+      found = i
+    end
+  end
+  local state = found and others[found].state or algo.rescale(h.state, h.policy, p, now)
+  local kept = { { policy = h.policy, state = h.state } }
+  for i, o in ipairs(others) do
+    if i ~= found and #kept < MAX_CONFIGURATIONS - 1 then
+      kept[#kept + 1] = o
+    end
+  end
+  return state, kept, true
+end
+
+-- The other configurations, each charged n at now by its own rule.
+local function charged(algo, others, now, n)
+  if n == 0 or #others == 0 then
+    return others
+  end
+  local out = {}
+  for i, o in ipairs(others) do
+    out[i] = { policy = o.policy, state = algo.charge(o.state, o.policy, now, n) }
+  end
+  return out
 end
 
 -- Reads L, W and the options of one limiter from args[i], args[i+1], …; `stop` tells where its
@@ -1176,20 +1304,19 @@ local function request(fname, algo, keys, args, want, now)
   now = now or now_ms()
   local key = keys[1]
   local h = held_as(key, algo, false, now)
-  local start, carried
-  if h and not same_policy(h.policy, p) then
-    carried = algo.rescale(h.state, h.policy, p, now)
-    start = carried
-  elseif h then
-    start = h.state
-  end
+  local start, others, switched = configurations(algo, h, p, now)
+  local carried = switched and start or nil
   local d, next
   if want then
     d, next = bucket.lease(start, p, now, amount)
   else
     d, next = algo.check(start, p, now, amount)
   end
-  settle(key, algo, p, start, amount > 0 and carried or nil, next, now, d)
+  if next then
+    -- What the request spent (a lease: what it granted), charged to every other configuration.
+    others = charged(algo, others, now, want and d.allowed or amount)
+  end
+  settle(key, algo, p, start, amount > 0 and carried or nil, next, now, d, others)
   return reply(d)
 end
 
@@ -1391,6 +1518,16 @@ local function limiter(fname, algo)
   end
 end
 
+-- Whether two states of one algorithm differ in a field.
+local function differs(a, b)
+  for k, v in pairs(a) do
+    if b[k] ~= v then
+      return true
+    end
+  end
+  return false
+end
+
 -- FCALL rl_refund 1 key n: gives back n unspent tokens under the stored policy.
 local function refund(keys, args)
   if #keys ~= 1 or #args ~= 1 then
@@ -1414,16 +1551,20 @@ local function refund(keys, args)
       else
         store(keys[1], algo, p, next, now, after)
       end
-    else
-      local changed = false
-      for k, v in pairs(next) do
-        if h.state[k] ~= v then
-          changed = true
-        end
-      end
-      if changed then
-        store(keys[1], algo, p, next, now, after)
-      end
+    end
+  end
+  if algo ~= log then
+    -- Every configuration the key remembers was charged what is given back: each takes it back
+    -- by its own rule (src/command/refund.rs).
+    local changed = differs(next, h.state)
+    local others = {}
+    for i, o in ipairs(h.others or {}) do
+      local back = algo.refund(o.state, o.policy, now, n)
+      changed = changed or differs(back, o.state)
+      others[i] = { policy = o.policy, state = back }
+    end
+    if changed then
+      store(keys[1], algo, p, next, now, after, others)
     end
   end
   after.allowed = math.min(math.max(after.remaining - before, 0), n)
@@ -1574,11 +1715,9 @@ local function all(keys, args)
     local algo, p = part.algo, part.policy
     accepts(algo, p)
     local h = held_as(part.key, algo, true, now)
-    local start = h and h.state
-    if h and not same_policy(h.policy, p) then
-      part.carried = algo.rescale(h.state, h.policy, p, now)
-      start = part.carried
-    end
+    local start, others, switched = configurations(algo, h, p, now)
+    part.carried = switched and start or nil
+    part.others = others
     part.start = start
     part.decision, part.charged = algo.check(start, p, now, part.cost)
     part.uncharged = part.charged and algo.check(start, p, now, 0) or part.decision
@@ -1594,7 +1733,11 @@ local function all(keys, args)
     local algo, p = part.algo, part.policy
     local carried = part.cost > 0 and part.carried or nil
     local d = admitted and part.decision or part.uncharged
-    settle(part.key, algo, p, part.start, carried, admitted and part.charged or nil, now, d)
+    local others = part.others
+    if admitted and part.charged then
+      others = charged(algo, others, now, part.cost)
+    end
+    settle(part.key, algo, p, part.start, carried, admitted and part.charged or nil, now, d, others)
     each[#each + 1] = d
   end
   local tightest

@@ -386,7 +386,6 @@ fn alternating_limits_admit_nothing_more() {
 /// has a fraction of a millisecond unit (it rounds to the nanosecond unit): the library carries
 /// that fraction too, and every reply stays equal. Each call picks one of two policies.
 #[test]
-#[ignore = "the library carries a policy change by the one-configuration rule; main's module remembers configurations (issue 18): docs/functions.md"]
 fn window_changes_on_buckets() {
     let (_s, mut c) = both();
     for seed in 1..=60u64 {
