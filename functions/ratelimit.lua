@@ -53,8 +53,12 @@ local MAX_REFILL_MS = 1000000000000
 local MAX_LOG = 10000
 -- The largest debt a GCRA or token-bucket key stores (units: L per ms, W per token), and the
 -- largest count a window holds: beyond any capacity (B·W <= 9·10^14, L <= 10^7), so a state
--- saturated there still denies, and every product taken from it stays below 2^53.
-local MAX_UNITS = 2000000000000000
+-- saturated there still denies, and every product taken from it stays below 2^53. CLOCK_SLACK:
+-- how much more a stored state may owe at a read, for a clock that stepped back since.
+local MAX_UNITS = 4000000000000000
+local CLOCK_SLACK = 1000000000000000
+-- The largest magnitude of a stored number: 16 digits, exact in a double.
+local MAX_STORED = 9000000000000000
 local MAX_COUNT = 4 * MAX_AMOUNT
 local MAX_LIMITERS = 32
 local MIN_TTL_MS = 1000
@@ -448,7 +452,7 @@ function shape.decode(a, b, c, d)
 end
 
 -- Fixed window (src/algo/fixed_window.rs). State { start, count }.
-local fixed = { tag = 'f', name = 'fixed window', burst = false, max_w = MAX_WINDOW, fields = 4 }
+local fixed = { tag = 'f', name = 'fixed window', burst = false, max_w = MAX_WINDOW, fields = 4, remembers = true }
 
 local function fixed_current(s, p, now)
   local start = window_start(p, now)
@@ -478,6 +482,13 @@ function fixed.refund(s, p, now, n)
   return { start = win.start, count = math.max(win.count - n, 0) }
 end
 
+-- Counts n in the current window whatever it holds (another configuration admitted them), up
+-- to MAX_COUNT, which fills a window under any policy.
+function fixed.charge(s, p, now, n)
+  local win = fixed_current(s, p, now)
+  return { start = win.start, count = math.min(win.count + n, MAX_COUNT) }
+end
+
 function fixed.encode(s, p)
   return string.format('f %d %d %d %d', p.l, p.w, s.start, s.count)
 end
@@ -487,7 +498,7 @@ function fixed.decode(a, b)
 end
 
 -- Sliding counter (src/algo/sliding_counter.rs). State { start, prev, curr }.
-local counter = { tag = 'c', name = 'sliding counter', burst = false, max_w = MAX_RATE_WINDOW, fields = 5 }
+local counter = { tag = 'c', name = 'sliding counter', burst = false, max_w = MAX_RATE_WINDOW, fields = 5, remembers = true }
 
 local function counter_current(s, p, now)
   local start = window_start(p, now)
@@ -570,6 +581,12 @@ end
 function counter.refund(s, p, now, n)
   local c = counter_current(s, p, now)
   return { start = c.start, prev = c.prev, curr = math.max(c.curr - n, 0) }
+end
+
+-- Counts n in the current window whatever it holds, up to MAX_COUNT (see fixed.charge).
+function counter.charge(s, p, now, n)
+  local c = counter_current(s, p, now)
+  return { start = c.start, prev = c.prev, curr = math.min(c.curr + n, MAX_COUNT) }
 end
 
 function counter.encode(s, p)
@@ -830,14 +847,14 @@ local function policy_of(l, w, b)
   return { l = l, w = w, b = b }
 end
 
--- The numbers of a stored value, "tag n n n …" (single spaces), each below 10^15 in magnitude;
--- nil for anything else. Only the field at `signed` (a token bucket's balance) may be negative.
+-- The numbers of a stored value, "tag n n n …" (single spaces), each at most 9·10^15 in
+-- magnitude (exact: below 2^53); nil for anything else. Only the field at `signed` (a token bucket's balance) may be negative.
 -- Stored values are read, never trusted: a key another client wrote is not a limiter.
 -- (`%d+` between single spaces cannot backtrack far: a digit run ends only at a space; a run of
--- 16 digits or more reads as 10^15 or above, 400 digits as infinity: both refused.)
+-- 17 digits or more reads above 9·10^15, 400 digits as infinity: both refused.)
 local PATTERNS = {}
 local function numbers(text, tag, count, signed)
-  if #text > 17 * count + 2 then
+  if #text > 18 * count + 2 then
     return nil
   end
   local key = tag .. count .. (signed or '')
@@ -856,7 +873,7 @@ local function numbers(text, tag, count, signed)
   end
   for i = 1, count do
     local n = tonumber(f[i])
-    if n >= 1e15 or n <= -1e15 then
+    if n > MAX_STORED or n < -MAX_STORED then
       return nil
     end
     f[i] = n
@@ -871,11 +888,11 @@ local function valid_policy(algo, p)
     and p.b <= MAX_AMOUNT and p.b * p.w <= MAX_REFILL_MS * p.l
 end
 
--- How far ahead of now (ms) a stored arrival time may lie: twice the largest debt the library
--- stores (the rest for a clock that stepped back since; a bucket's last refill, half that).
--- Within it, every product the algorithms take stays below 2^53.
+-- How far ahead of now (ms) a stored arrival time may lie: the largest debt the library stores
+-- and the clock's slack (a bucket's last refill: the slack). Within it, every product the
+-- algorithms take stays below 2^53.
 local function max_ahead(p)
-  return idiv(2 * MAX_UNITS, p.l)
+  return idiv(MAX_UNITS + CLOCK_SLACK, p.l)
 end
 
 local function aligned(start, p)
@@ -894,7 +911,7 @@ local VALID = {
   end,
   [bucket] = function(s, p, now)
     return s.t <= p.b * p.w and s.t >= -MAX_UNITS and s.tf < NS
-      and (s.t < p.b * p.w or s.tf == 0) and s.last - now <= idiv(MAX_UNITS, p.l)
+      and (s.t < p.b * p.w or s.tf == 0) and s.last - now <= idiv(CLOCK_SLACK, p.l)
   end,
   [fixed] = function(s, p)
     return aligned(s.start, p) and s.count <= MAX_COUNT
@@ -1323,8 +1340,9 @@ end
 -- Library functions as upvalues: a global and a field lookup less each, on every call. Taken
 -- at the first call: while a library loads, only `redis` is reachable.
 local find, match, format, call, byte, number, pcall_redis
--- How far ahead an arrival time may lie under any L: 2·MAX_UNITS / MAX_AMOUNT ms.
-local ANY_AHEAD, ANY_AHEAD_HALF = 400000000, 200000000
+-- How far ahead an arrival time (a last refill) may lie under any L: (MAX_UNITS + CLOCK_SLACK)
+-- / MAX_AMOUNT ms (CLOCK_SLACK / MAX_AMOUNT ms).
+local ANY_AHEAD, ANY_BACK = 500000000, 100000000
 
 -- 1 to 8 digits, the first not 0: an argument the general path reads as the same number.
 local function plain(s)
@@ -1427,7 +1445,7 @@ local function fast(algo, general)
           x, y, z = number(x), number(y), number(z)
         end
       end
-      if not z or x >= 1e15 or x <= -1e15 or y >= 1e15 or z >= 1e15 then
+      if not z or x > MAX_STORED or x < -MAX_STORED or y > MAX_STORED or z > MAX_STORED then
         return general(keys, args, now)
       end
     end
@@ -1436,7 +1454,7 @@ local function fast(algo, general)
       -- x, y, z: tat_ms, tat_rem, tat_ns. The debt (d, f) at now.
       local d, f = 0, 0
       if x then
-        if y >= l or z >= NS or (x - now > ANY_AHEAD and x - now > idiv(2 * MAX_UNITS, l)) then
+        if y >= l or z >= NS or (x - now > ANY_AHEAD and x - now > idiv(MAX_UNITS + CLOCK_SLACK, l)) then
           return general(keys, args, now)
         end
         if x >= now then
@@ -1464,7 +1482,7 @@ local function fast(algo, general)
       -- x, y, z: tokens, tokens_ns, last_ms. The balance (u, f) at now, as `balance`.
       local u, f = cap, 0
       if x then
-        if x > cap or x < -MAX_UNITS or y >= NS or (x == cap and y > 0) or (z - now > ANY_AHEAD_HALF and z - now > idiv(MAX_UNITS, l)) then
+        if x > cap or x < -MAX_UNITS or y >= NS or (x == cap and y > 0) or (z - now > ANY_BACK and z - now > idiv(CLOCK_SLACK, l)) then
           return general(keys, args, now)
         end
         -- elapsed < cdiv(cap - x, l), as balance() asks, is elapsed·l < cap - x: a product

@@ -407,7 +407,6 @@ fn window_changes_on_buckets() {
 /// Policies near the library's bounds, switching between two per key: W² near 8.1·10^15 when W
 /// changes stays exact.
 #[test]
-#[ignore = "the library carries a policy change by the one-configuration rule; main's module remembers configurations (issue 18): docs/functions.md"]
 fn large_policy_changes_agree() {
     large_policies(2);
 }
