@@ -399,7 +399,7 @@ end
 
 -- The leaky bucket as a queue, RL.SHAPE (src/algo/shape.rs): GCRA with capacity q + 1, and d,
 -- how many beyond the rate go undelayed. State { tm, tr, tf, d }.
-local shape = { tag = 'h', name = 'leaky bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 7 }
+local shape = { tag = 'h', name = 'leaky bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 7, remembers = true }
 
 -- The five-field decision, as RL.PEEK and RL.REFUND answer for a shaper; d is kept.
 function shape.check(s, p, now, cost)
@@ -440,6 +440,13 @@ function shape.refund(s, p, now, n)
   if g ~= s then
     g.d = s.d
   end
+  return g
+end
+
+-- Queues n whatever the queue holds (another configuration admitted them), as GCRA's debt; d stays.
+function shape.charge(s, p, now, n)
+  local g = gcra.charge(s, p, now, n)
+  g.d = s.d
   return g
 end
 
@@ -1657,10 +1664,7 @@ local function shaped(keys, args)
   local now = now_ms()
   local key = keys[1]
   local h = held_as(key, shape, false, now)
-  local start, carried = h and h.state, false
-  if h and not same_policy(h.policy, p) then
-    start, carried = shape.rescale(h.state, h.policy, p, now), true
-  end
+  local start, others, carried = configurations(shape, h, p, now)
   -- The request decides with its own d; a new d, like a new policy, is stored even when the
   -- request is denied (a peek stores nothing).
   local configured = { tm = 0, tr = 0, tf = 0, d = undelayed }
@@ -1671,11 +1675,12 @@ local function shaped(keys, args)
   local delay = shape_delay(configured, p, now, d, next)
   if next then
     next.d = undelayed
+    others = charged(shape, others, now, cost)
   elseif cost > 0 and start and (carried or start.d ~= undelayed) then
     next = configured
   end
   if next then
-    store(key, shape, p, next, now, d)
+    store(key, shape, p, next, now, d, others)
   end
   local out = reply(d)
   out[6] = delay

@@ -413,7 +413,6 @@ fn large_policy_changes_agree() {
 
 /// `rl_shape` switching between two shapers (a new DELAY is stored like a new policy).
 #[test]
-#[ignore = "the library carries a policy change by the one-configuration rule; main's module remembers configurations (issue 18): docs/functions.md"]
 fn shaping_policy_changes_agree() {
     shaping(2);
 }
