@@ -39,6 +39,8 @@ reply's reset_after_ms nor than 1 s, as the module):
   sliding counter string "c L W start_ms prev curr"
   fixed window    string "f L W start_ms count"
   sliding log     list   "s L W total newest_ms entries", then "at_ms count" per instant, oldest first
+A GCRA, token-bucket, fixed-window, sliding-counter or leaky-bucket key that remembers other
+configurations stores them after the current one, each in the same form: "… ; g L W B …".
 Every write is an ordinary command (SET … PXAT, RPUSH, LSET, LTRIM, PEXPIREAT), which Redis 7+
 replicates as effects: a replica or the AOF never runs the decision again. Any client can write
 these keys: a value is checked against its own header and the bounds before any loop or product
@@ -1314,10 +1316,10 @@ end
 ------------------------------------------------------------------------------------------------
 -- The functions.
 
--- One request to one limiter (src/algo/step.rs before issue 18: a key holds one
--- configuration): a new policy carries over what the stored one spent, and is stored whether or
--- not the request is admitted (a peek stores nothing). The module now also remembers up to four
--- configurations per key and charges each; the library does not yet (docs/functions.md).
+-- One request to one limiter (src/algo/step.rs `step`, main's rule): it decides on the state of
+-- its configuration (current, remembered, or carried over), which is stored as the current one
+-- whether or not the request is admitted (a peek stores nothing); what it spends is charged to
+-- every other configuration. A sliding log keeps one configuration (docs/functions.md).
 -- `now`: the instant, when the caller already read it.
 local function request(fname, algo, keys, args, want, now)
   if #keys ~= 1 or #args < (want and 4 or 2) then
