@@ -8,7 +8,7 @@ modules (managed Redis and Valkey 7+). Load it with
 and call `FCALL rl_gcra 1 key L W [BURST B] [COST n]` where the module has `RL.GCRA key L W ...`:
 the same arguments after the key, the same five-integer reply, the same errors (within the
 bounds below). Functions: rl_gcra rl_tokenbucket rl_slidinglog rl_slidingcounter rl_fixedwindow
-rl_shape rl_lease rl_refund rl_all rl_peek (read-only: `no-writes`, FCALL_RO and replicas).
+rl_shape rl_lease rl_refund rl_charge rl_all rl_peek (read-only: `no-writes`, FCALL_RO and replicas).
 docs/functions.md is the long form: bounds, stored formats, what differs.
 
 Exactness. Lua numbers are doubles, exact for integers below 2^53. Time is whole milliseconds
@@ -53,6 +53,8 @@ local MAX_RATE_WINDOW = 90000000
 local MAX_WINDOW = 1000000000000
 local MAX_REFILL_MS = 1000000000000
 local MAX_LOG = 10000
+-- The most a sliding log's window counts (the module's bound), reached only through rl_charge.
+local MAX_LOG_TOTAL = 1000000
 -- The largest debt a GCRA or token-bucket key stores (units: L per ms, W per token), and the
 -- largest count a window holds: beyond any capacity (B·W <= 9·10^14, L <= 10^7), so a state
 -- saturated there still denies, and every product taken from it stays below 2^53. CLOCK_SLACK:
@@ -252,7 +254,7 @@ end
 -- policy changes where W is a multiple of L's unit): one number less to write and read.
 -- Spends n tokens at now whatever the debt (another configuration of the key admitted them):
 -- the debt grows past the capacity, saturated at MAX_UNITS.
-function gcra.charge(s, p, now, n)
+function gcra.bill(s, p, now, n)
   local d, f = gcra_debt(s, p, now)
   d = d + n * p.w
   if d >= MAX_UNITS then
@@ -355,7 +357,7 @@ end
 
 -- Spends n tokens at now whatever the balance (another configuration admitted them): below
 -- empty it is a debt, saturated at MAX_UNITS.
-function bucket.charge(s, p, now, n)
+function bucket.bill(s, p, now, n)
   local u, f = balance(s, p, now)
   u = u - n * p.w
   if u < -MAX_UNITS then
@@ -446,8 +448,8 @@ function shape.refund(s, p, now, n)
 end
 
 -- Queues n whatever the queue holds (another configuration admitted them), as GCRA's debt; d stays.
-function shape.charge(s, p, now, n)
-  local g = gcra.charge(s, p, now, n)
+function shape.bill(s, p, now, n)
+  local g = gcra.bill(s, p, now, n)
   g.d = s.d
   return g
 end
@@ -493,7 +495,7 @@ end
 
 -- Counts n in the current window whatever it holds (another configuration admitted them), up
 -- to MAX_COUNT, which fills a window under any policy.
-function fixed.charge(s, p, now, n)
+function fixed.bill(s, p, now, n)
   local win = fixed_current(s, p, now)
   return { start = win.start, count = math.min(win.count + n, MAX_COUNT) }
 end
@@ -593,7 +595,7 @@ function counter.refund(s, p, now, n)
 end
 
 -- Counts n in the current window whatever it holds, up to MAX_COUNT (see fixed.charge).
-function counter.charge(s, p, now, n)
+function counter.bill(s, p, now, n)
   local c = counter_current(s, p, now)
   return { start = c.start, prev = c.prev, curr = math.min(c.curr + n, MAX_COUNT) }
 end
@@ -795,6 +797,18 @@ function log.rescale(s, from, to, now)
   return v
 end
 
+-- The entries of `s` inside a window of w at now, in memory.
+local function all_entries(s, w, now)
+  local out = {}
+  for i = 1, s.len do
+    local at, count = s.entry(i)
+    if at + w > now then
+      out[#out + 1] = { at, count }
+    end
+  end
+  return out
+end
+
 -- Gives back n of the newest live entries' count: the entries that left the window go from the
 -- front, the refunded ones from the back; a view over `s` again, reading only those (s itself
 -- when nothing changes).
@@ -941,7 +955,7 @@ local function held_log(key, got, bad)
   end
   local p = policy_of(f[1], f[2], f[1])
   local total, newest, len = f[3], f[4], f[5]
-  if not valid_policy(log, p) or len > p.l or total > MAX_LOG or total < len or (len == 0) ~= (total == 0) then
+  if not valid_policy(log, p) or len > p.l or total > MAX_LOG_TOTAL or total < len or (len == 0) ~= (total == 0) then
     return nil
   end
   local length = #got
@@ -1242,7 +1256,7 @@ local function charged(algo, others, now, n)
   end
   local out = {}
   for i, o in ipairs(others) do
-    out[i] = { policy = o.policy, state = algo.charge(o.state, o.policy, now, n) }
+    out[i] = { policy = o.policy, state = algo.bill(o.state, o.policy, now, n) }
   end
   return out
 end
@@ -1555,6 +1569,156 @@ local function differs(a, b)
   return false
 end
 
+------------------------------------------------------------------------------------------------
+-- Charges (src/algo/settle.rs, src/command/charge.rs): n spent whatever the state holds, so the
+-- key goes into debt that the next requests pay. Each returns the state and the tokens it
+-- counted: n, or less where the debt reaches the library's bound, which keeps every number
+-- below 2^53 (the module's bounds are wider, docs/functions.md): the bucket algorithms owe at
+-- most MAX_AMOUNT tokens beyond empty, a fixed or sliding counter's window counts at most
+-- L + MAX_AMOUNT, a sliding log's window at most MAX_LOG_TOTAL (the module's bound).
+
+
+-- What `s` counts against `p` at `now`, in whole units (W per token): what a charge adds to and
+-- a refund takes from (the module's `Algorithm::counted`).
+local function counted(algo, s, p, now)
+  if algo == gcra or algo == shape then
+    return (gcra_debt(s, p, now))
+  elseif algo == bucket then
+    return p.b * p.w - balance(s, p, now)
+  elseif algo == fixed then
+    return fixed_current(s, p, now).count * p.w
+  elseif algo == counter then
+    return counter_current(s, p, now).curr * p.w
+  end
+  -- The live entries are those after the ones that left the window: the total less those,
+  -- reading only them.
+  s = s or memory_log({})
+  local gone, i = 0, 1
+  while i <= s.len do
+    local at, count = s.entry(i)
+    if at + p.w > now then
+      break
+    end
+    gone, i = gone + count, i + 1
+  end
+  return (s.total - gone) * p.w
+end
+
+-- n, or as much of it as fits below `bound` from `at` (units of W per token).
+local function fits(n, at, bound, w)
+  if at >= bound then
+    return 0
+  end
+  return math.min(n, idiv(bound - at, w))
+end
+
+function gcra.charge(s, p, now, n)
+  local d, f = gcra_debt(s, p, now)
+  local take = fits(n, d, (p.b + MAX_AMOUNT) * p.w, p.w)
+  return gcra_at(p, now, d + take * p.w, f), take
+end
+
+function shape.charge(s, p, now, n)
+  local g, take = gcra.charge(s, p, now, n)
+  g.d = s and s.d or 0
+  return g, take
+end
+
+function bucket.charge(s, p, now, n)
+  local u, f = balance(s, p, now)
+  local take = fits(n, -u, MAX_AMOUNT * p.w, p.w)
+  return { t = u - take * p.w, tf = f, last = now }, take
+end
+
+function fixed.charge(s, p, now, n)
+  local win = fixed_current(s, p, now)
+  local take = fits(n, win.count, p.l + MAX_AMOUNT, 1)
+  return { start = win.start, count = win.count + take }, take
+end
+
+function counter.charge(s, p, now, n)
+  local c = counter_current(s, p, now)
+  local take = fits(n, c.curr, p.l + MAX_AMOUNT, 1)
+  return { start = c.start, prev = c.prev, curr = c.curr + take }, take
+end
+
+-- The charge joins the newest entry, or follows it at now; beyond L entries the oldest merge
+-- into one at the latest of their instants, as after a policy change.
+function log.charge(s, p, now, n)
+  s = s or memory_log({})
+  local entries = all_entries(s, p.w, now)
+  local total = 0
+  for _, e in ipairs(entries) do
+    total = total + e[2]
+  end
+  local take = fits(n, total, MAX_LOG_TOTAL, 1)
+  if take > 0 then
+    local at = math.max(now, s.newest or 0)
+    local last = entries[#entries]
+    if last and last[1] == at then
+      last[2] = last[2] + take
+    else
+      entries[#entries + 1] = { at, take }
+    end
+  end
+  return log.rescale(memory_log(entries), p, p, now), take
+end
+
+-- FCALL rl_charge 1 key n [POLICY algorithm L W [BURST B]]: charges n under the stored policy
+-- (a response that cost more than its estimate); a missing key is created under POLICY, else
+-- the reply is nil. Field 1: the tokens charged.
+local CHARGE_POLICIES = {
+  GCRA = gcra, TOKENBUCKET = bucket, SLIDINGLOG = log, SLIDINGCOUNTER = counter, FIXEDWINDOW = fixed,
+}
+
+local function charge(keys, args)
+  if #keys ~= 1 or #args < 1 then
+    arity('rl_charge')
+  end
+  local n = parse_int('n', args[1], 1, MAX_AMOUNT)
+  local given, gp
+  if args[2] ~= nil then
+    if string.upper(args[2]) ~= 'POLICY' then
+      fail("ERR unknown option '" .. echo(args[2]) .. "'; expected POLICY")
+    elseif args[3] == nil then
+      fail('ERR option POLICY needs a value')
+    end
+    given = CHARGE_POLICIES[string.upper(args[3])]
+    if not given then
+      fail("ERR unknown algorithm '" .. echo(args[3]) .. "'; expected one of GCRA, TOKENBUCKET, SLIDINGLOG, SLIDINGCOUNTER, FIXEDWINDOW")
+    end
+    local policy, _, i = parse_limiter('rl_charge', given, args, 4, false, function(w)
+      return not (given.burst and string.upper(w) == 'BURST')
+    end)
+    gp = policy
+    if args[i] ~= nil then
+      local expected = given.burst and 'expected BURST (the cost is n)' or 'the policy ends at W (the cost is n)'
+      fail("ERR unknown option '" .. echo(args[i]) .. "'; " .. expected)
+    end
+    accepts(given, gp)
+  end
+  local now = now_ms()
+  local h = held(keys[1], given, false, now)
+  if h and given and h.algo ~= given then
+    wrong_type('a ' .. h.algo.name .. ' limiter', given.name, false)
+  end
+  if not h and not given then
+    return false
+  end
+  local algo, p, state = given, gp, nil
+  if h then
+    algo, p, state = h.algo, h.policy, h.state
+  end
+  local next, take = algo.charge(state, p, now, n)
+  local after = algo.check(next, p, now, 0)
+  if take > 0 then
+    -- The configurations the key remembers count what it charged too.
+    store(keys[1], algo, p, next, now, after, charged(algo, h and h.others or {}, now, take))
+  end
+  after.allowed = take
+  return reply(after)
+end
+
 -- FCALL rl_refund 1 key n: gives back n unspent tokens under the stored policy.
 local function refund(keys, args)
   if #keys ~= 1 or #args ~= 1 then
@@ -1594,7 +1758,9 @@ local function refund(keys, args)
       store(keys[1], algo, p, next, now, after, others)
     end
   end
-  after.allowed = math.min(math.max(after.remaining - before, 0), n)
+  -- A debt (after rl_charge) shrinks while `remaining` stays 0: what it shrank counts.
+  local shrank = idiv(math.max(counted(algo, h.state, p, now) - counted(algo, next, p, now), 0), p.w)
+  after.allowed = math.min(math.max(after.remaining - before, shrank), n)
   return reply(after)
 end
 
@@ -1816,5 +1982,6 @@ redis.register_function('rl_fixedwindow', guarded(limiter('rl_fixedwindow', fixe
 redis.register_function('rl_lease', guarded(lease))
 redis.register_function('rl_shape', guarded(shaped))
 redis.register_function('rl_refund', guarded(refund))
+redis.register_function('rl_charge', guarded(charge))
 redis.register_function('rl_all', guarded(all))
 redis.register_function({ function_name = 'rl_peek', callback = guarded(peek), flags = { 'no-writes' } })

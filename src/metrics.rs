@@ -48,7 +48,7 @@ pub enum Outcome {
     Denied,
     /// A peek: `COST 0`, `RL.PEEK`, `RL.INSPECT`.
     Peek,
-    /// Any other successful call (`RL.REFUND`, `RL.SETSTATE`, `RL.DEBUG`, `RL.ALL`).
+    /// Any other successful call (`RL.REFUND`, `RL.CHARGE`, `RL.SETSTATE`, `RL.DEBUG`, `RL.ALL`).
     Call,
     /// An error reply.
     Error,
@@ -100,6 +100,7 @@ static COUNTERS: [CommandCounters; MAX_COMMANDS] = [const { CommandCounters::new
 static LEASE_REQUESTED: AtomicU64 = AtomicU64::new(0);
 static LEASE_GRANTED: AtomicU64 = AtomicU64::new(0);
 static REFUNDED: AtomicU64 = AtomicU64::new(0);
+static CHARGED: AtomicU64 = AtomicU64::new(0);
 
 /// Counts one call of the command at `index` in the command table (out of range: ignored).
 fn count(index: usize, outcome: Outcome) {
@@ -143,12 +144,17 @@ pub fn refunded(given: u64) {
     REFUNDED.fetch_add(given, Relaxed);
 }
 
+/// A charge (`RL.CHARGE`) counted `n` tokens.
+pub fn charged(n: u64) {
+    CHARGED.fetch_add(n, Relaxed);
+}
+
 /// `CONFIG RESETSTAT`: the counters start again from 0; the gauges are facts, not statistics.
 pub fn reset_counters() {
     for c in &COUNTERS {
         c.reset();
     }
-    for c in [&LEASE_REQUESTED, &LEASE_GRANTED, &REFUNDED] {
+    for c in [&LEASE_REQUESTED, &LEASE_GRANTED, &REFUNDED, &CHARGED] {
         c.store(0, Relaxed);
     }
 }
@@ -233,6 +239,9 @@ pub fn info_fields() -> Vec<(String, i64)> {
         if name.eq_ignore_ascii_case("RL.REFUND") {
             fields.push((format!("{prefix}_tokens"), int(REFUNDED.load(Relaxed))));
         }
+        if name.eq_ignore_ascii_case("RL.CHARGE") {
+            fields.push((format!("{prefix}_tokens"), int(CHARGED.load(Relaxed))));
+        }
     }
     fields
 }
@@ -242,7 +251,9 @@ pub fn info_fields() -> Vec<(String, i64)> {
 fn shows(name: &str, what: &str) -> bool {
     let kinds: &[&str] = match name {
         "RL.PEEK" | "RL.INSPECT" => &["peeks", "errors"],
-        "RL.REFUND" | "RL.SETSTATE" | "RL.DEBUG" => &["calls", "errors"],
+        "RL.REFUND" | "RL.CHARGE" | "RL.SETTLE" | "RL.SETSTATE" | "RL.DEBUG" => {
+            &["calls", "errors"]
+        }
         // The limiter commands, and any command added later.
         _ => &["admitted", "denied", "peeks", "errors"],
     };

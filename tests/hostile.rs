@@ -61,6 +61,8 @@ const GOOD: &[&str] = &[
 const OTHER_COMMANDS: &[&str] = &[
     "RL.LEASE",
     "RL.REFUND",
+    "RL.CHARGE",
+    "RL.SETTLE",
     "RL.SETSTATE",
     "RL.THROTTLE",
     "RL.ALL",
@@ -131,7 +133,7 @@ fn well_formed(call: &mut redis::Cmd, command: &str, in_all: &[&str], rng: &mut 
     };
     match command {
         "RL.PEEK" | "RL.INSPECT" => {}
-        "RL.ALL" => {
+        "RL.ALL" | "RL.SETTLE" => {
             // A second key (numkeys 2 wants it), then one limiter per key, now and then one more.
             if rng.next().is_multiple_of(2) {
                 call.arg("RL.ALL:other");
@@ -142,13 +144,31 @@ fn well_formed(call: &mut redis::Cmd, command: &str, in_all: &[&str], rng: &mut 
                 if rng.next().is_multiple_of(3) {
                     call.arg("BURST").arg(value(rng));
                 }
-                if rng.next().is_multiple_of(2) {
+                if command == "RL.SETTLE" {
+                    let by = value(rng);
+                    let sign = if rng.next().is_multiple_of(2) {
+                        "-"
+                    } else {
+                        ""
+                    };
+                    call.arg("BY").arg(format!("{sign}{by}"));
+                } else if rng.next().is_multiple_of(2) {
                     call.arg("COST").arg(value(rng));
                 }
             }
         }
         "RL.REFUND" => {
             call.arg(value(rng));
+        }
+        "RL.CHARGE" => {
+            call.arg(value(rng));
+            if rng.next().is_multiple_of(2) {
+                call.arg("POLICY").arg(rng.pick(in_all));
+                call.arg(value(rng)).arg(value(rng));
+                if rng.next().is_multiple_of(3) {
+                    call.arg("BURST").arg(value(rng));
+                }
+            }
         }
         "RL.SETSTATE" => {
             if rng.next().is_multiple_of(2) {
@@ -241,7 +261,7 @@ fn random_arguments_never_panic_or_crash() {
             Ok(Value::Array(fields)) => {
                 match command {
                     // The combined decision, then one per limiter.
-                    "RL.ALL" => assert!(fields.len() >= 2, "{command}: {fields:?}"),
+                    "RL.ALL" | "RL.SETTLE" => assert!(fields.len() >= 2, "{command}: {fields:?}"),
                     // Field names and values.
                     "RL.INSPECT" => assert!(fields.len() > 10, "{command}: {fields:?}"),
                     _ if shaper(command) => assert_eq!(fields.len(), 6, "{command}: {fields:?}"),
@@ -250,7 +270,7 @@ fn random_arguments_never_panic_or_crash() {
                 decisions += 1;
             }
             Ok(Value::Nil) => assert!(
-                ["RL.REFUND", "RL.PEEK", "RL.INSPECT"].contains(&command),
+                ["RL.REFUND", "RL.CHARGE", "RL.PEEK", "RL.INSPECT"].contains(&command),
                 "{command}: nil"
             ),
             Ok(Value::Okay) | Ok(Value::SimpleString(_)) => assert_eq!(command, "RL.SETSTATE"),

@@ -264,7 +264,7 @@ fn the_diff_marks_what_drifted() {
     );
 }
 
-/// The ACL recipes of README.md and docs/operating.md, pasted as they are, grant what the text
+/// The ACL recipe of README.md, pasted as it is, grants what the text
 /// says: `gateway` calls the limiters (refunds included) on `rl:*` and nothing operator-only;
 /// `guard` spends and reads the security limits (`login:*`, `otp:*`) but cannot give tokens
 /// back (one `RL.REFUND` would reopen an exhausted `login:bob`); `dashboard` only reads.
@@ -275,7 +275,7 @@ fn the_acl_recipes_grant_what_they_say() {
         .filter(|s| s.steps.iter().any(|(c, _)| c.starts_with("ACL SETUSER")))
         .collect();
     assert!(
-        sessions.len() >= 3,
+        !sessions.is_empty(),
         "the ACL recipes are not console sessions"
     );
     for session in &sessions {

@@ -473,6 +473,8 @@ const GATEWAY_CALLS: &[&[&str]] = &[
     &["RL.TOKENBUCKET", "t", "10", "1000"],
     &["RL.LEASE", "t", "10", "1000", "WANT", "2"],
     &["RL.REFUND", "t", "1"],
+    &["RL.CHARGE", "t", "1"],
+    &["RL.SETTLE", "1", "a", "GCRA", "10", "1000", "BY", "-1"],
     &["RL.SLIDINGLOG", "l", "10", "1000"],
     &["RL.SLIDINGCOUNTER", "c", "10", "1000"],
     &["RL.FIXEDWINDOW", "f", "10", "1000"],

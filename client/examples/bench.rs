@@ -1,6 +1,8 @@
 //! What the client adds to a request, beside a raw `redis` crate call of the same command:
-//! p50/p99 with the store healthy, with leases (most requests never leave the process), and while
-//! the store is stalled (SIGSTOP: p99 bounded by the deadline, the circuit skips the stall).
+//! p50/p99 with the store healthy, with leases (most requests never leave the process), while
+//! the store is stalled (SIGSTOP: p99 bounded by the deadline, the circuit skips the stall), with
+//! 1, 16 and 256 requests in flight when it freezes, while it answers `OOM`, and what the billing
+//! journal costs per request admitted without the store (and its fsync, the journal's window).
 //!
 //! `make bench-client` (or `cargo run --release -p redis-ratelimit-client --example bench --
 //! [REQUESTS]`) starts its own redis-server on 127.0.0.1 with `target/release/libredis_ratelimit.so`
@@ -10,7 +12,7 @@ use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ratelimit_client::{Class, Config, Limit, Limiter, Policy, Store};
+use ratelimit_client::{Class, Config, Limit, Limiter, Policy, Source, Store};
 
 fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration, Duration) {
     samples.sort();
@@ -165,7 +167,172 @@ async fn run(url: &str, pid: u32, n: usize) -> Result<(), Box<dyn std::error::Er
     println!(
         "{:<44} {stalled_calls} store calls (timeouts and probes), deadline {:?}",
         "  store calls",
-        ratelimit_client::store::DEFAULT_DEADLINE
+        limiter.deadline()
     );
+
+    for in_flight in [1usize, 16, 256] {
+        frozen_in_flight(url, pid, in_flight).await?;
+    }
+    out_of_memory(url, &mut raw, n).await?;
+    journal_cost(url, &mut raw, n).await?;
+    Ok(())
+}
+
+fn signal(pid: u32, sig: &str) -> std::io::Result<()> {
+    Command::new("kill")
+        .arg(sig)
+        .arg(pid.to_string())
+        .status()
+        .map(|_| ())
+}
+
+/// `k` requests in flight (each on its own task, one connection) when the store freezes: how
+/// long each waited, and how many waited a whole deadline.
+async fn frozen_in_flight(url: &str, pid: u32, k: usize) -> Result<(), Box<dyn std::error::Error>> {
+    let limiter = Limiter::new(Store::connect(url).await?, Config::default());
+    let api = Limit::new("api", Policy::gcra(1_000_000_000, 1000), Class::Contract);
+    for _ in 0..1000 {
+        limiter.check(&api, "bench:frozen").await?;
+    }
+    let deadline = limiter.deadline();
+    signal(pid, "-STOP")?;
+    let tasks: Vec<_> = (0..k)
+        .map(|_| {
+            let (l, api) = (limiter.clone(), api.clone());
+            tokio::spawn(async move {
+                let t = Instant::now();
+                let d = l.check(&api, "bench:frozen").await;
+                (t.elapsed(), d.map(|d| d.source))
+            })
+        })
+        .collect();
+    let mut samples = Vec::new();
+    let mut fallbacks = 0;
+    for t in tasks {
+        let (took, source) = t.await?;
+        samples.push(took);
+        fallbacks += usize::from(matches!(source, Ok(Source::Fallback(_))));
+    }
+    signal(pid, "-CONT")?;
+    let waited = samples.iter().filter(|d| **d >= deadline).count();
+    print(&format!("{k} in flight when the store freezes"), samples);
+    println!(
+        "{:<44} deadline {deadline:?}: {waited} of {k} waited it, {fallbacks} fell back, {} store calls",
+        "",
+        limiter.stats().store_calls - 1000
+    );
+    // The store answers again before the next case.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Ok(())
+}
+
+async fn config_set(
+    raw: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    value: &str,
+) -> redis::RedisResult<()> {
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(key)
+        .arg(value)
+        .query_async(raw)
+        .await
+}
+
+/// The store answers `OOM` (maxmemory 1): every class falls back at once, counted; after three
+/// the circuit stops calling.
+async fn out_of_memory(
+    url: &str,
+    raw: &mut redis::aio::MultiplexedConnection,
+    n: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let limiter = Limiter::new(Store::connect(url).await?, Config::default());
+    let api = Limit::new("api", Policy::gcra(1_000_000_000, 1000), Class::Contract);
+    limiter.check(&api, "bench:oom").await?;
+    config_set(raw, "maxmemory", "1").await?;
+    let before = limiter.stats();
+    let mut samples = Vec::with_capacity(n);
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until && samples.len() < n {
+        let t = Instant::now();
+        limiter.check(&api, "bench:oom").await?;
+        samples.push(t.elapsed());
+    }
+    config_set(raw, "maxmemory", "0").await?;
+    let after = limiter.stats();
+    let count = samples.len();
+    print("client check, store answers OOM", samples);
+    println!(
+        "{:<44} {} fallbacks counted of {count}, {} store calls",
+        "",
+        after.fallbacks - before.fallbacks,
+        after.store_calls - before.store_calls
+    );
+    Ok(())
+}
+
+/// A billing request admitted without the store (OOM), without and with the journal; and the
+/// fsync the journal's thread runs, on the same file system.
+async fn journal_cost(
+    url: &str,
+    raw: &mut redis::aio::MultiplexedConnection,
+    n: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let quota = Limit::new(
+        "quota",
+        Policy::fixed_window(1_000_000_000, 86_400_000),
+        Class::Billing,
+    );
+    let path = std::env::temp_dir().join(format!("rl-bench-journal-{}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let mut rows = Vec::new();
+    for journal in [None, Some(path.clone())] {
+        let config = Config {
+            billing_journal: journal.clone(),
+            ..Config::default()
+        };
+        let limiter = Limiter::new(Store::connect(url).await?, config);
+        config_set(raw, "maxmemory", "1").await?;
+        let mut samples = Vec::with_capacity(n);
+        for i in 0..n + 1000 {
+            let t = Instant::now();
+            limiter.check(&quota, "bench:billing").await?;
+            if i >= 1000 {
+                samples.push(t.elapsed());
+            }
+        }
+        config_set(raw, "maxmemory", "0").await?;
+        let case = if journal.is_some() {
+            "billing fallback, with the journal"
+        } else {
+            "billing fallback, no journal"
+        };
+        rows.push(print(case, samples));
+        // Charged now: the next case starts owing nothing.
+        limiter.reconcile().await;
+        limiter.shutdown().await;
+    }
+    println!(
+        "{:<44} p50 {:+.1} µs  p99 {:+.1} µs",
+        "  journal per admitted request",
+        (rows[1].0.as_secs_f64() - rows[0].0.as_secs_f64()) * 1e6,
+        (rows[1].1.as_secs_f64() - rows[0].1.as_secs_f64()) * 1e6
+    );
+    // The fsync window: one append and fsync at a time, as the journal's thread does.
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)?;
+    let mut samples = Vec::new();
+    for _ in 0..200 {
+        file.write_all(b"owe 1 FIXEDWINDOW 1000000000 86400000 - 62656e63683a62696c6c696e67\n")?;
+        let t = Instant::now();
+        file.sync_data()?;
+        samples.push(t.elapsed());
+    }
+    drop(file);
+    let _ = std::fs::remove_file(&path);
+    print("journal fsync (temp dir)", samples);
     Ok(())
 }

@@ -100,29 +100,43 @@ impl Circuit {
         was_open
     }
 
-    pub(crate) fn failure(&self, now_ns: u64) {
+    /// A call made with `permit` failed. Returns true when this failure opened the circuit.
+    /// Only calls made under the current state count: a call let through while the circuit was
+    /// closed and failing after it opened (one of many in flight when the store froze) does
+    /// not push the next probe further away; a probe's failure doubles the wait.
+    pub(crate) fn failure(&self, now_ns: u64, permit: Permit) -> bool {
         let mut s = self.state();
         let first = ns(self.config.backoff).max(1);
-        *s = match *s {
-            State::Closed { failures } if failures + 1 < self.config.failures.max(1) => {
+        let (next, opened) = match (*s, permit) {
+            (State::Closed { failures }, _) if failures + 1 < self.config.failures.max(1) => (
                 State::Closed {
                     failures: failures + 1,
-                }
-            }
-            State::Closed { .. } => State::Open {
-                until_ns: now_ns.saturating_add(first),
-                backoff_ns: first,
-            },
-            State::Probing { backoff_ns, .. } | State::Open { backoff_ns, .. } => {
+                },
+                false,
+            ),
+            (State::Closed { .. }, _) => (
+                State::Open {
+                    until_ns: now_ns.saturating_add(first),
+                    backoff_ns: first,
+                },
+                true,
+            ),
+            (State::Probing { backoff_ns, .. } | State::Open { backoff_ns, .. }, Permit::Probe) => {
                 let next = backoff_ns
                     .saturating_mul(2)
                     .min(ns(self.config.max_backoff).max(first));
-                State::Open {
-                    until_ns: now_ns.saturating_add(next),
-                    backoff_ns: next,
-                }
+                (
+                    State::Open {
+                        until_ns: now_ns.saturating_add(next),
+                        backoff_ns: next,
+                    },
+                    false,
+                )
             }
+            (open, _) => (open, false),
         };
+        *s = next;
+        opened
     }
 
     pub(crate) fn is_open(&self) -> bool {
@@ -142,16 +156,18 @@ mod tests {
             max_backoff: Duration::from_millis(30),
         });
         let ms = 1_000_000;
-        c.failure(0);
+        assert!(!c.failure(0, Permit::Call));
         assert_eq!(c.permit(0), Permit::Call);
-        c.failure(0);
+        assert!(c.failure(0, Permit::Call), "opened");
+        // Calls let through before it opened and failing after do not move the probe.
+        assert!(!c.failure(5 * ms, Permit::Call));
         assert_eq!(c.permit(9 * ms), Permit::Skip);
         assert_eq!(c.permit(10 * ms), Permit::Probe);
         assert_eq!(c.permit(10 * ms), Permit::Skip, "one probe at a time");
-        c.failure(10 * ms);
+        c.failure(10 * ms, Permit::Probe);
         assert_eq!(c.permit(29 * ms), Permit::Skip);
         assert_eq!(c.permit(30 * ms), Permit::Probe);
-        c.failure(30 * ms);
+        c.failure(30 * ms, Permit::Probe);
         assert_eq!(c.permit(59 * ms), Permit::Skip, "capped at 30 ms");
         assert_eq!(c.permit(60 * ms), Permit::Probe);
         // A probe whose caller went away: another one after the backoff.

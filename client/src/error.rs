@@ -12,9 +12,15 @@ pub enum Error {
     WrongType(String),
     /// The store did not answer within the deadline.
     Timeout,
-    /// The store could not be reached: connection refused or dropped, cluster down, a replica
-    /// that refuses writes (`READONLY`) or a server still loading.
+    /// The store could not be reached: connection refused or dropped, or the Cluster client
+    /// found no connection for the slot.
     Unreachable(String),
+    /// The store answered but cannot decide now: an error reply that says so about the server,
+    /// not about the call (`OOM`, `BUSY`, `MISCONF`, `NOREPLICAS`, `LOADING`, `TRYAGAIN`,
+    /// `MASTERDOWN`, `CLUSTERDOWN`, `READONLY`, `ERR max number of clients reached`; the list is
+    /// [`UNAVAILABLE_CODES`]). For the limit's class the store is down: its fallback decides
+    /// and the circuit counts a failure.
+    Unavailable(String),
     /// The circuit is open: the store kept failing and is not called until the next probe.
     CircuitOpen,
     /// The server has neither the module nor the Functions library, or lacks the command.
@@ -28,7 +34,7 @@ impl Error {
     pub fn store_down(&self) -> bool {
         matches!(
             self,
-            Error::Timeout | Error::Unreachable(_) | Error::CircuitOpen
+            Error::Timeout | Error::Unreachable(_) | Error::Unavailable(_) | Error::CircuitOpen
         )
     }
 
@@ -39,6 +45,7 @@ impl Error {
             Error::WrongType(_) => "wrongtype",
             Error::Timeout => "timeout",
             Error::Unreachable(_) => "unreachable",
+            Error::Unavailable(_) => "unavailable",
             Error::CircuitOpen => "circuit_open",
             Error::Unsupported(_) => "unsupported",
             Error::Reply(_) => "reply",
@@ -53,6 +60,7 @@ impl fmt::Display for Error {
             Error::WrongType(m) => write!(f, "wrong type: {m}"),
             Error::Timeout => write!(f, "the store did not answer within the deadline"),
             Error::Unreachable(m) => write!(f, "the store is unreachable: {m}"),
+            Error::Unavailable(m) => write!(f, "the store cannot decide now: {m}"),
             Error::CircuitOpen => write!(f, "the circuit to the store is open"),
             Error::Unsupported(m) => write!(f, "unsupported: {m}"),
             Error::Reply(m) => write!(f, "unexpected reply: {m}"),
@@ -68,9 +76,24 @@ impl From<redis::RedisError> for Error {
     }
 }
 
+/// The error codes with which a server says it cannot decide now, whatever the call: out of
+/// memory under `noeviction`, a script or function past `busy-reply-threshold`, a failed RDB
+/// save with `stop-writes-on-bgsave-error`, `min-replicas-to-write` unmet, loading the dataset,
+/// a Cluster slot moving or down, a replica that lost its primary or refuses writes.
+pub const UNAVAILABLE_CODES: [&str; 9] = [
+    "OOM",
+    "BUSY",
+    "MISCONF",
+    "NOREPLICAS",
+    "LOADING",
+    "TRYAGAIN",
+    "MASTERDOWN",
+    "CLUSTERDOWN",
+    "READONLY",
+];
+
 impl Error {
     pub(crate) fn classify(e: &redis::RedisError) -> Error {
-        use redis::ErrorKind as K;
         let text = match (e.code(), e.detail()) {
             (Some(code), Some(detail)) => format!("{code} {detail}"),
             _ => e.to_string(),
@@ -81,26 +104,98 @@ impl Error {
         if e.is_io_error() || e.is_connection_refusal() || e.is_connection_dropped() {
             return Error::Unreachable(text);
         }
+        let detail = e.detail().unwrap_or("").to_ascii_lowercase();
+        match e.code() {
+            Some(code) if UNAVAILABLE_CODES.contains(&code) => return Error::Unavailable(text),
+            Some("ERR") if detail.starts_with("max number of clients") => {
+                return Error::Unavailable(text)
+            }
+            Some("WRONGTYPE") => return Error::WrongType(text),
+            Some("NOSCRIPT") => return Error::Unsupported(text),
+            Some("ERR") if unsupported(&detail) => return Error::Unsupported(text),
+            Some("ERR") => return Error::Argument(text),
+            _ => {}
+        }
         match e.kind() {
-            K::IoError
-            | K::ClusterDown
-            | K::MasterDown
-            | K::BusyLoadingError
-            | K::TryAgain
-            | K::ReadOnly
-            | K::ClusterConnectionNotFound => Error::Unreachable(text),
-            K::NoScriptError => Error::Unsupported(text),
-            _ => match e.code() {
-                Some("WRONGTYPE") => Error::WrongType(text),
-                Some("ERR") if unsupported(e.detail().unwrap_or("")) => Error::Unsupported(text),
-                Some("ERR") => Error::Argument(text),
-                _ => Error::Reply(text),
-            },
+            redis::ErrorKind::IoError | redis::ErrorKind::ClusterConnectionNotFound => {
+                Error::Unreachable(text)
+            }
+            _ => Error::Reply(text),
         }
     }
 }
 
 fn unsupported(detail: &str) -> bool {
-    let d = detail.to_ascii_lowercase();
-    d.starts_with("unknown command") || d.starts_with("function not found")
+    detail.starts_with("unknown command") || detail.starts_with("function not found")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error as the client sees it for a raw RESP error reply.
+    fn reply(line: &str) -> Error {
+        let value = redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).unwrap();
+        match value.extract_error() {
+            Err(e) => Error::classify(&e),
+            Ok(v) => panic!("not an error: {v:?}"),
+        }
+    }
+
+    #[test]
+    fn replies_that_mean_the_store_cannot_decide_now_fall_back() {
+        let unavailable = [
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+            "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.",
+            "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk.",
+            "NOREPLICAS Not enough good replicas to write.",
+            "LOADING Redis is loading the dataset in memory",
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+            "CLUSTERDOWN The cluster is down",
+            "READONLY You can't write against a read only replica.",
+            "ERR max number of clients reached",
+        ];
+        for line in unavailable {
+            let e = reply(line);
+            assert!(matches!(e, Error::Unavailable(_)), "{line}: {e:?}");
+            assert!(e.store_down(), "{line}");
+            assert_eq!(e.kind(), "unavailable");
+        }
+        for code in UNAVAILABLE_CODES {
+            assert!(reply(&format!("{code} x")).store_down(), "{code}");
+        }
+    }
+
+    #[test]
+    fn errors_about_the_call_stay_errors() {
+        let cases = [
+            ("ERR invalid L '0': must be a positive integer", "argument"),
+            (
+                "ERR wrong number of arguments for 'rl.gcra' command",
+                "argument",
+            ),
+            (
+                "WRONGTYPE Operation against a key holding the wrong kind of value",
+                "wrongtype",
+            ),
+            ("ERR unknown command 'RL.GCRA'", "unsupported"),
+            ("ERR Function not found", "unsupported"),
+            ("NOSCRIPT No matching script.", "unsupported"),
+            (
+                "NOPERM this user has no permissions to run the 'rl.gcra' command",
+                "reply",
+            ),
+            (
+                "CROSSSLOT Keys in request don't hash to the same slot",
+                "reply",
+            ),
+        ];
+        for (line, kind) in cases {
+            let e = reply(line);
+            assert_eq!(e.kind(), kind, "{line}: {e:?}");
+            assert!(!e.store_down(), "{line}");
+        }
+    }
 }

@@ -14,16 +14,25 @@
 //! # Ok(()) }
 //! ```
 
+pub mod bounded;
+mod call;
 mod circuit;
+pub mod client_ip;
 mod clock;
 pub mod command;
+mod deadline;
 mod error;
+mod fallback;
 pub mod http;
+mod journal;
 pub mod layer;
+mod lease;
+mod ledger;
 mod limit;
 mod limiter;
 mod local;
 pub mod observe;
+mod reservation;
 pub mod store;
 
 pub use circuit::CircuitConfig;
@@ -31,7 +40,14 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use command::{
     Algorithm, AllDecision, Backend, Class, Decision, Policy, Shape, ShapeDelay, Shaped, Source,
 };
-pub use error::Error;
+pub use error::{Error, UNAVAILABLE_CODES};
+pub use ledger::CHARGE_TOKEN_TTL;
 pub use limit::{key_slot, sub_keys, Limit};
-pub use limiter::{Config, Limiter, ShutdownReport, Stats};
+pub use limiter::{Config, Limiter, ShutdownReport, Stats, DEFAULT_MAX_DEADLINE};
+pub use reservation::{Reservation, Settlement, DEFAULT_GRACE};
 pub use store::Store;
+
+/// docs/client.md, whose Rust snippets are compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/client.md")]
+pub struct ClientGuide;

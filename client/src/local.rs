@@ -36,6 +36,18 @@ impl LocalBucket {
         .nonzero()
     }
 
+    /// The same bucket with `remaining` tokens at `at_ns` (none beyond its capacity), refilling
+    /// at its rate from then: a fallback that starts from what the store last said.
+    pub(crate) fn starting_at(mut self, remaining: u64, at_ns: u64) -> LocalBucket {
+        let missing = self.capacity.saturating_sub(remaining);
+        self.tat = u128::from(at_ns).saturating_add(u128::from(missing) * self.interval);
+        self
+    }
+
+    pub(crate) fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
     fn nonzero(mut self) -> LocalBucket {
         self.interval = self.interval.max(1);
         self
@@ -102,6 +114,21 @@ mod tests {
         assert_eq!(d.retry_after_ms, Some(40));
         assert!(!b.take(t0 + 39_999_999, 1, src).allowed);
         assert!(b.take(t0 + 40_000_000, 1, src).allowed);
+    }
+
+    #[test]
+    fn a_bucket_started_from_a_decision_has_its_remaining_then_refills() {
+        // 90 per minute over 3 gateways: 30 here, one per 2 s; the store said 6 left.
+        let src = Source::Fallback(Class::Security);
+        let t0 = 5_000_000_000;
+        let mut b = LocalBucket::share_of(&Policy::gcra(90, 60_000), 3).starting_at(6, t0);
+        for _ in 0..6 {
+            assert!(b.take(t0, 1, src).allowed);
+        }
+        assert!(!b.take(t0, 1, src).allowed);
+        assert!(b.take(t0 + 2_000_000_000, 1, src).allowed);
+        let mut empty = LocalBucket::share_of(&Policy::gcra(90, 60_000), 3).starting_at(0, t0);
+        assert_eq!(empty.take(t0, 1, src).retry_after_ms, Some(2000));
     }
 
     #[test]

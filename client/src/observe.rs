@@ -5,7 +5,7 @@
 //! |---|---|---|
 //! | `ratelimit_client_decisions_total` | counter | `limit`, `class`, `source` (store, lease, fallback), `allowed` |
 //! | `ratelimit_client_decision_seconds` | histogram | `class`, `source`: the time the check added |
-//! | `ratelimit_client_fallback_total` | counter | `limit`, `class`, `reason` (timeout, unreachable, circuit_open) |
+//! | `ratelimit_client_fallback_total` | counter | `limit`, `class`, `reason` (timeout, unreachable, unavailable, circuit_open) |
 //! | `ratelimit_client_store_seconds` | histogram | — : one store call's round trip |
 //! | `ratelimit_client_store_errors_total` | counter | `kind` (timeout, unreachable, …) |
 

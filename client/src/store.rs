@@ -3,9 +3,13 @@
 
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use std::sync::Arc;
+
+use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Value};
+use redis::{Cmd, IntoConnectionInfo, Value};
+
+use crate::bounded::{BoundedConnection, Reconnecting};
 
 use crate::command::{ints, AllDecision, Backend, Decision, Policy, Shape, ShapeDelay, Shaped};
 use crate::Error;
@@ -16,8 +20,8 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(5);
 
 #[derive(Clone)]
 enum Conn {
-    Standalone(Box<ConnectionManager>),
-    Cluster(ClusterConnection),
+    Standalone(Arc<Reconnecting>),
+    Cluster(ClusterConnection<BoundedConnection>),
 }
 
 /// The store: a connection (multiplexed, reconnecting), the backend found on the server, and the
@@ -31,16 +35,16 @@ pub struct Store {
 
 impl Store {
     /// Connects to a standalone server (`redis://127.0.0.1:6379/`) and detects its backend.
-    /// The connection reconnects by itself after the server is restarted.
+    /// The connection is opened again by the next call after it broke (the server restarted),
+    /// and closed when a reply is larger than any rate-limit reply (`bounded::MAX_REPLY_BYTES`).
     pub async fn connect(url: &str) -> Result<Store, Error> {
-        let client = redis::Client::open(url).map_err(|e| Error::Unreachable(e.to_string()))?;
-        // One connection attempt per reconnect, no backoff of its own: the limiter's circuit
-        // decides when the store is tried again.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Duration::from_millis(500))
-            .set_number_of_retries(0);
-        let manager = ConnectionManager::new_with_config(client, config).await?;
-        Store::with_connection(Conn::Standalone(Box::new(manager))).await
+        let info = url
+            .into_connection_info()
+            .map_err(|e| Error::Unreachable(e.to_string()))?;
+        // One connection attempt per call, no backoff of its own: the limiter's circuit decides
+        // when the store is tried again.
+        let conn = Reconnecting::open(info, Duration::from_millis(500)).await?;
+        Store::with_connection(Conn::Standalone(Arc::new(conn))).await
     }
 
     /// Connects to a Redis Cluster through any of its nodes and detects the backend.
@@ -50,7 +54,9 @@ impl Store {
             .retries(1)
             .build()
             .map_err(|e| Error::Unreachable(e.to_string()))?;
-        let conn = client.get_async_connection().await?;
+        let conn = client
+            .get_async_generic_connection::<BoundedConnection>()
+            .await?;
         Store::with_connection(Conn::Cluster(conn)).await
     }
 
@@ -103,6 +109,10 @@ impl Store {
         self
     }
 
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
+    }
+
     pub fn backend(&self) -> Backend {
         self.backend
     }
@@ -116,9 +126,9 @@ impl Store {
         let send = async {
             let mut retried = false;
             loop {
-                let reply = match self.conn.clone() {
-                    Conn::Standalone(mut c) => c.req_packed_command(cmd).await,
-                    Conn::Cluster(mut c) => c.req_packed_command(cmd).await,
+                let reply = match &self.conn {
+                    Conn::Standalone(c) => c.req(cmd).await,
+                    Conn::Cluster(c) => c.clone().req_packed_command(cmd).await,
                 };
                 match reply {
                     // A connection found broken (the server restarted, a proxy dropped it) has

@@ -371,3 +371,111 @@ async fn concurrent_requests_on_a_stalled_store_each_wait_at_most_the_deadline()
     }
     s.resume();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_security_fallback_starts_from_what_the_store_last_said() {
+    // 30 per minute, 3 gateways with `gateways: Some(3)`.
+    let s = Server::start();
+    let clock = support::manual_clock();
+    let mut gateways = Vec::new();
+    for _ in 0..3 {
+        gateways.push(limiter(&s.url(), &clock, Some(3)).await);
+    }
+    let login = Limit::new("login", Policy::gcra(30, 60_000), Class::Security);
+    // Half the budget through the store, round robin: each gateway last saw 17, 16, 15 left.
+    for i in 0..15 {
+        let d = timed(&gateways[i % 3], &login, "login:half").await;
+        assert_eq!(d.source, Source::Store);
+    }
+    // All of it: the last answers were 2, 1, 0 left.
+    for i in 0..30 {
+        timed(&gateways[i % 3], &login, "login:all").await;
+    }
+    s.stop();
+    let outage = |key: &'static str| {
+        let gateways = gateways.clone();
+        let login = login.clone();
+        async move {
+            let mut admitted = 0;
+            for g in &gateways {
+                for _ in 0..30 {
+                    let d = timed(g, &login, key).await;
+                    assert_eq!(d.source, Source::Fallback(Class::Security));
+                    admitted += u64::from(d.allowed);
+                }
+            }
+            admitted
+        }
+    };
+    // Each gateway its third of what it last saw: 17/3 + 16/3 + 15/3 = 5 + 5 + 5.
+    assert_eq!(
+        outage("login:half").await,
+        15,
+        "store 15 + outage 15 = the budget"
+    );
+    assert_eq!(outage("login:all").await, 0, "2/3 + 1/3 + 0/3");
+    // A key the store never answered for starts at the share: 10 per gateway.
+    assert_eq!(outage("login:new").await, 30);
+    // Then each refills at its share of the rate: one per 6 s per gateway.
+    clock.advance(Duration::from_secs(6));
+    assert_eq!(outage("login:all").await, 3);
+    s.resume();
+}
+
+/// This process's resident memory, from /proc (Linux).
+fn rss_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_floods_a_reply_costs_a_connection_not_memory() {
+    let s = Server::start();
+    let proxy = Proxy::start(s.port).await;
+    let clock = support::manual_clock();
+    let l = limiter(&proxy.url(), &clock, Some(4)).await;
+    let (_, api, _, quota) = limits();
+    assert_eq!(timed(&l, &api, "f:a").await.source, Source::Store);
+    let before = rss_bytes();
+    proxy.set(Fault::Flood);
+    for _ in 0..5 {
+        // Each reply's header declares 512 MB: the connection is closed at the header.
+        let d = timed(&l, &api, "f:a").await;
+        assert_eq!(d.source, Source::Fallback(Class::Contract));
+        let d = timed(&l, &quota, "f:q").await;
+        assert_eq!(d.source, Source::Fallback(Class::Billing));
+        clock.advance(Duration::from_secs(2));
+    }
+    let grown = rss_bytes().saturating_sub(before);
+    assert!(grown < 64 << 20, "grew {} MB", grown >> 20);
+    proxy.set(Fault::None);
+    until_store(&l, &clock, &api, "f:a").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn billing_fallback_headers_continue_from_the_stores_last_answer() {
+    let s = Server::start();
+    let clock = support::manual_clock();
+    let l = limiter(&s.url(), &clock, Some(4)).await;
+    let (_, _, _, quota) = limits(); // 100 per day
+    for _ in 0..30 {
+        timed(&l, &quota, "h:q").await;
+    }
+    let last = timed(&l, &quota, "h:q").await;
+    assert_eq!((last.remaining, last.source), (69, Source::Store));
+    s.stop();
+    let d = timed(&l, &quota, "h:q").await;
+    assert_eq!(d.source, Source::Fallback(Class::Billing));
+    // 69 left at the last answer, 1 admitted since: 68, never the whole quota again.
+    assert_eq!(d.remaining, 68);
+    assert!(d.reset_after_ms > 0 && d.reset_after_ms <= last.reset_after_ms);
+    // A key the store never answered for: the quota less what is owed, full within a window.
+    let d = timed(&l, &quota, "h:new").await;
+    assert_eq!((d.remaining, d.reset_after_ms), (99, 86_400_000));
+    s.resume();
+}

@@ -156,3 +156,35 @@ async fn typed_calls_through_fcall() {
         close(&t.reply(), r, "rl_all limiter");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_charge_sent_twice_through_fcall_counts_once() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../functions/ratelimit.lua");
+    let Ok(library) = std::fs::read_to_string(path) else {
+        eprintln!("functions/ratelimit.lua is absent: the Functions backend is not tested");
+        return;
+    };
+    let s = Server::plain();
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(&library)
+        .query(&mut s.connect())
+        .unwrap();
+    // The charge's shape (RL.ALL over the key and a token key of 1 per day), sent twice
+    // through the library as the ledger sends it: the second is denied by its token.
+    let store = Store::connect(&s.url())
+        .await
+        .unwrap()
+        .with_deadline(Duration::from_secs(2));
+    let quota = Policy::fixed_window(100, 86_400_000);
+    let token = Policy::gcra(1, 86_400_000);
+    let charge = [("q:f", quota, 7), ("q:f:rl-charge:t1", token, 1)];
+    let first = store.all(&charge).await.unwrap();
+    assert!(first.combined.allowed);
+    let again = store.all(&charge).await.unwrap();
+    assert!(!again.combined.allowed);
+    assert!(!again.limiters[1].allowed, "denied by the token");
+    assert!(again.limiters[0].allowed, "the quota had room");
+    assert_eq!(store.peek("q:f").await.unwrap().unwrap().remaining, 93);
+}

@@ -108,6 +108,12 @@ pub fn charge(state: &FixedWindow, policy: &Policy, now_ns: u64, n: u64) -> Fixe
     }
 }
 
+/// The current window's count, in units (see `Algorithm::counted`).
+pub fn counted(state: &FixedWindow, policy: &Policy, now_ns: u64) -> u128 {
+    let window = FixedWindow::current(Some(state), policy, now_ns);
+    u128::from(window.count) * policy.units_per_token()
+}
+
 /// `RL.INSPECT`'s fields, as of now (a fresh window if the stored one ended):
 /// `window_start_ms`, the window's start relative to now, and `count`, the cost it holds.
 pub fn inspect(state: &FixedWindow, policy: &Policy, now_ns: u64) -> Vec<Field> {

@@ -95,6 +95,12 @@ pub fn charge(state: &Gcra, policy: &Policy, now_ns: u64, n: u64) -> Gcra {
     }
 }
 
+/// The debt at `now_ns` in units: how far the arrival time is ahead of now (see
+/// `Algorithm::counted`).
+pub fn counted(state: &Gcra, policy: &Policy, now_ns: u64) -> u128 {
+    { state.tat }.saturating_sub(policy.units_at(now_ns))
+}
+
 fn whole_tokens(units: u128, per_token: u128) -> u64 {
     u64::try_from(units / per_token).unwrap_or(u64::MAX)
 }

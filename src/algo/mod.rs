@@ -12,6 +12,7 @@ pub mod bytes;
 pub mod fixed_window;
 pub mod gcra;
 pub mod lease;
+pub mod settle;
 pub mod shape;
 pub mod sliding_counter;
 pub mod sliding_log;
@@ -244,6 +245,13 @@ pub trait Algorithm: Sized + Clone + PartialEq + std::fmt::Debug {
     /// saturates where a stored state must stop, at a point that denies under this policy.
     fn charge(&self, policy: &Policy, now_ns: u64, n: u64) -> Self;
 
+    /// What this state counts against `policy` at `now_ns`, in units (a token is
+    /// `policy.units_per_token()` units): for the bucket algorithms the debt (the capacity less
+    /// the balance, beyond the capacity when the key owes), for the window algorithms the cost
+    /// counted in the window a charge lands in. `RL.CHARGE` and `RL.REFUND` measure what they
+    /// moved by it (see `settle`), so a debt is seen where `remaining` is already 0.
+    fn counted(&self, policy: &Policy, now_ns: u64) -> u128;
+
     /// How many entries a state may hold under `policy`, when its memory grows with them (the
     /// sliding log: L); 0 for the fixed-size states.
     fn entries(_policy: &Policy) -> u64 {
@@ -297,7 +305,7 @@ pub trait Algorithm: Sized + Clone + PartialEq + std::fmt::Debug {
 }
 
 /// Implements [`Algorithm`] for a state type through its module's free functions `check`,
-/// `rescale`, `refund`, `charge`, `inspect`, `encode` and `decode` (the module's own tests call
+/// `rescale`, `refund`, `charge`, `counted`, `inspect`, `encode` and `decode` (the module's own tests call
 /// those directly). Extra items (overrides of the defaulted methods) follow the name, tag and
 /// burst.
 macro_rules! algorithm {
@@ -327,6 +335,10 @@ macro_rules! algorithm {
 
             fn charge(&self, policy: &$crate::algo::Policy, now_ns: u64, n: u64) -> Self {
                 charge(self, policy, now_ns, n)
+            }
+
+            fn counted(&self, policy: &$crate::algo::Policy, now_ns: u64) -> u128 {
+                counted(self, policy, now_ns)
             }
 
             fn inspect(&self, policy: &$crate::algo::Policy, now_ns: u64) -> Vec<$crate::algo::Field> {

@@ -136,6 +136,11 @@ impl Algorithm for Shape {
         charge(self, policy, now_ns, n)
     }
 
+    /// The queue's debt, as GCRA's.
+    fn counted(&self, policy: &Policy, now_ns: u64) -> u128 {
+        gcra::counted(&Gcra { tat: self.tat }, policy, now_ns)
+    }
+
     /// `tat u128` (units of the stored policy, bounded as GCRA's), `undelayed u64` (d, at most
     /// the queue: B − 1).
     fn encode(&self, out: &mut Vec<u8>) {

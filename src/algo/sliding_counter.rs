@@ -177,6 +177,12 @@ pub fn charge(state: &SlidingCounter, policy: &Policy, now_ns: u64, n: u64) -> S
     }
 }
 
+/// The current window's count, in units: where a charge lands (see `Algorithm::counted`).
+pub fn counted(state: &SlidingCounter, policy: &Policy, now_ns: u64) -> u128 {
+    let counter = SlidingCounter::current(Some(state), policy, now_ns);
+    u128::from(counter.curr) * policy.units_per_token()
+}
+
 /// Gives back `n` of the current window's count (a request that was not served), never below 0.
 pub fn refund(state: &SlidingCounter, policy: &Policy, now_ns: u64, n: u64) -> SlidingCounter {
     let counter = SlidingCounter::current(Some(state), policy, now_ns);

@@ -611,6 +611,15 @@ pub fn charge(state: &SlidingLog, policy: &Policy, now_ns: u64, n: u64) -> Slidi
     bounded(policy, entries)
 }
 
+/// The cost the window holds at `now_ns`, in units (see `Algorithm::counted`).
+pub fn counted(state: &SlidingLog, policy: &Policy, now_ns: u64) -> u128 {
+    let total: u64 = live_entries(state, policy, now_ns)
+        .iter()
+        .map(|&(_, count)| count)
+        .sum();
+    u128::from(total) * policy.units_per_token()
+}
+
 /// Gives back `n` of what the window holds (requests that were not served): the newest entries
 /// go first. Entries that already left the window are trimmed.
 pub fn refund(state: &SlidingLog, policy: &Policy, now_ns: u64, n: u64) -> SlidingLog {

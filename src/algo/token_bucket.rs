@@ -161,18 +161,20 @@ pub fn charge(state: &TokenBucket, policy: &Policy, now_ns: u64, n: u64) -> Toke
     )
 }
 
+/// The debt at `now_ns` in units: the capacity less the balance, more than the capacity when
+/// the bucket is below empty (see `Algorithm::counted`).
+pub fn counted(state: &TokenBucket, policy: &Policy, now_ns: u64) -> u128 {
+    (signed(capacity(policy)) - state.balance(policy, now_ns)).unsigned_abs()
+}
+
 /// `RL.INSPECT`'s fields: `millitokens`, the balance now (refilled up to now) in thousandths of
-/// a token, rounded down; `stored_millitokens`, the balance stored at the last refill; and
+/// a token, rounded down (negative when the bucket owes: a debt `RL.CHARGE` left); `stored_millitokens`, the balance stored at the last refill; and
 /// `last_refill_ms`, when that was, relative to now (negative: in the past).
 pub fn inspect(state: &TokenBucket, policy: &Policy, now_ns: u64) -> Vec<Field> {
     let own = vec![
         (
             "millitokens",
-            millitokens(
-                u128::try_from(state.balance(policy, now_ns)).unwrap_or(0),
-                policy,
-                false,
-            ),
+            signed_millitokens(state.balance(policy, now_ns), policy),
         ),
         (
             "stored_millitokens",
@@ -181,6 +183,14 @@ pub fn inspect(state: &TokenBucket, policy: &Policy, now_ns: u64) -> Vec<Field> 
         ("last_refill_ms", relative_ms(state.last_ns.into(), now_ns)),
     ];
     inspection(policy, own, &check(Some(state), policy, now_ns, 0).decision)
+}
+
+/// A balance in thousandths of a token, rounded down (a debt rounded up), saturating.
+fn signed_millitokens(balance: i128, policy: &Policy) -> i64 {
+    match u128::try_from(balance) {
+        Ok(tokens) => millitokens(tokens, policy, false),
+        Err(_) => millitokens(balance.unsigned_abs(), policy, true).saturating_neg(),
+    }
 }
 
 /// Stored fields: `tokens u128` (units, at most the capacity), `last_ns u64`.
@@ -247,11 +257,11 @@ mod tests {
             ]
         );
         // The clock read before the last refill: the balance 250 ms earlier, 2.5 tokens lower
-        // (owed, shown as none), as GCRA's debt would be.
+        // (owed: below empty), as GCRA's debt would be.
         assert_eq!(
             inspect(&s, &p, T0)[3..6],
             [
-                ("millitokens", 0),
+                ("millitokens", -2000),
                 ("stored_millitokens", 500),
                 ("last_refill_ms", 250)
             ]

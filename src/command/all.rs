@@ -14,14 +14,16 @@
 //! admit, -1 if admitted; reset_after_ms = the largest), then one five-field array per limiter in argument
 //! order, describing it after the call (field 1: whether it would admit this request).
 
-use super::args::{parse_limiter, Amount, Options, Request};
+use super::args::{parse_i64, parse_limiter, Amount, Options, Request};
+use super::charge::{self, Creator, Given};
 use super::effect;
 use super::ffi::Key;
 use super::ffi::{Args, Ctx, RString};
 use super::limit::{accepts, of};
 use super::reply::{fields, Reply};
+use super::settle;
 use crate::algo::step::{self, Held, Kept};
-use crate::algo::{sliding_log::Change, Algorithm, Decision, Policy};
+use crate::algo::{sliding_log::Change, Algorithm, Decision, Policy, MAX_LIMIT};
 use crate::clock;
 use crate::error::{echo, Error};
 use crate::metrics;
@@ -107,15 +109,38 @@ fn algorithm(word: &[u8]) -> Option<&'static Entry> {
         .find(|(command, ..)| command.as_bytes().eq_ignore_ascii_case(word))
 }
 
-/// One limiter of the call: its key, policy, cost and algorithm.
+/// One limiter of the call: its key, policy, cost and algorithm; in `RL.SETTLE` (see
+/// `settle`), the difference it is settled by, and its algorithm's creator.
 struct Part<'a> {
     request: Request<'a>,
     name: &'static str,
     plan: Planner,
+    settle: Option<(i64, &'static Creator)>,
+}
+
+/// `RL.SETTLE numkeys key [key ...] <limiter> [<limiter> ...]`, each `<limiter>` RL.ALL's with
+/// `BY d` in place of `COST n`: see `settle`. A command of its own, not a form of `RL.ALL`, so
+/// that an ACL can grant deciding without granting refunds.
+pub fn settle(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
+    let parts = parse(&mut args, true)?;
+    let limiters: Vec<_> = parts
+        .iter()
+        .filter_map(|p| {
+            p.settle.map(|(by, creator)| settle::Limiter {
+                key: p.request.key,
+                given: Given {
+                    creator,
+                    policy: p.request.policy,
+                },
+                by,
+            })
+        })
+        .collect();
+    settle::all(ctx, &limiters)
 }
 
 pub fn all(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
-    let parts = parse(&mut args)?;
+    let parts = parse(&mut args, false)?;
     let now_ns = clock::now_ns();
     let peek = parts.iter().all(|p| p.request.amount == 0);
     let mut keys: Vec<Key<'_>> = parts
@@ -236,8 +261,9 @@ pub fn key_positions(mut args: Args<'_>) -> std::ops::Range<usize> {
     2..2 + n.min(after)
 }
 
-/// `numkeys key… limiter…`: every key distinct, one limiter per key.
-fn parse<'a>(args: &mut Args<'a>) -> Result<Vec<Part<'a>>, Error> {
+/// `numkeys key… limiter…`: every key distinct, one limiter per key; when `settling`, each
+/// limiter ends with `BY d`.
+fn parse<'a>(args: &mut Args<'a>, settling: bool) -> Result<Vec<Part<'a>>, Error> {
     let n = args.next_u64("numkeys", 1, MAX_LIMITERS)?;
     let mut keys: Vec<RString<'a>> = Vec::new();
     for _ in 0..n {
@@ -256,8 +282,11 @@ fn parse<'a>(args: &mut Args<'a>) -> Result<Vec<Part<'a>>, Error> {
         // A limiter ends at the next algorithm word; before another limiter, at any word that
         // is not one of its options, so that a misspelt algorithm is named as one.
         let more = i + 1 < count;
+        let cost_given = std::cell::Cell::new(false);
         let is_algorithm = |word: &[u8]| {
+            cost_given.set(cost_given.get() || word.eq_ignore_ascii_case(b"COST"));
             algorithm(word).is_some()
+                || (settling && word.eq_ignore_ascii_case(b"BY"))
                 || (more
                     && !word.eq_ignore_ascii_case(b"BURST")
                     && !word.eq_ignore_ascii_case(b"COST"))
@@ -281,10 +310,35 @@ fn parse<'a>(args: &mut Args<'a>) -> Result<Vec<Part<'a>>, Error> {
             amount: Amount::Cost,
         };
         let request = parse_limiter(key, args, options, is_algorithm)?;
+        let settle = if settling {
+            if cost_given.get() {
+                return Err(Error::Syntax(
+                    "RL.SETTLE takes BY d, not COST: the request was already decided".into(),
+                ));
+            }
+            match args.peek_bytes() {
+                Some(w) if w.eq_ignore_ascii_case(b"BY") => args.next_bytes()?,
+                _ => {
+                    return Err(Error::Syntax(format!(
+                        "no BY d for key '{}': every limiter is settled by its own difference",
+                        echo(key.bytes())
+                    )))
+                }
+            };
+            let Some(by) = args.peek_bytes() else {
+                return Err(Error::MissingValue("BY"));
+            };
+            let by = parse_i64("BY", by, MAX_LIMIT)?;
+            args.next_bytes()?;
+            Some((by, charge::creator(word).ok_or(Error::Internal)?))
+        } else {
+            None
+        };
         parts.push(Part {
             request,
             name,
             plan,
+            settle,
         });
     }
     if args.remaining() > 0 {
@@ -349,7 +403,7 @@ fn plan<A: Stored>(
 }
 
 /// Names the key in a WRONGTYPE error: a call has several.
-fn at_key(e: Error, key: RString<'_>) -> Error {
+pub(super) fn at_key(e: Error, key: RString<'_>) -> Error {
     match e {
         Error::WrongType { holds, wanted, .. } => Error::WrongType {
             holds,

@@ -1,11 +1,12 @@
-//! Redis glue. A handler (`limit`, `all`, `shape`, `throttle`, `refund`, `peek`, `inspect`,
-//! `setstate`, `debug`) reads as STYLE.md's five steps: parse, load, decide, persist and propagate
-//! the effect, reply. Layers, each using only those below it: `ffi` (every call into Redis's C
+//! Redis glue. A handler (`limit`, `all`, `shape`, `throttle`, `refund`, `charge`, `peek`,
+//! `inspect`, `setstate`, `debug`) reads as STYLE.md's five steps: parse, load, decide, persist
+//! and propagate the effect, reply. Layers, each using only those below it: `ffi` (every call into Redis's C
 //! API, and nothing of the rest), then `args`, `reply` and `effect`, then the handlers, then
 //! `table` (the command table), then `dispatch` (the router and registration).
 
 pub mod all;
 pub mod args;
+pub mod charge;
 pub mod debug;
 pub mod dispatch;
 pub mod effect;
@@ -16,6 +17,7 @@ pub mod peek;
 pub mod refund;
 pub mod reply;
 pub mod setstate;
+pub mod settle;
 pub mod shape;
 pub mod table;
 pub mod throttle;

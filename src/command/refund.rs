@@ -10,7 +10,7 @@
 use super::effect;
 use super::ffi::{Args, Ctx};
 use super::reply::Reply;
-use crate::algo::{Decision, Policy, MAX_LIMIT};
+use crate::algo::{settle, Decision, Policy, MAX_LIMIT};
 use crate::clock;
 use crate::error::Error;
 use crate::metrics;
@@ -64,7 +64,8 @@ struct Refunded {
 }
 
 /// Applies the algorithm's pure `refund` to the stored state, judged by the algorithm's own
-/// peek before and after, so every algorithm reports "given back" the same way.
+/// peek before and after (and by what the debt shrank, `algo::settle`), so every algorithm
+/// reports "given back" the same way.
 struct Settle {
     policy: Policy,
     now_ns: u64,
@@ -77,14 +78,19 @@ impl Visit for Settle {
     fn visit<A: Stored>(self, state: &mut A) -> Refunded {
         let Settle { policy, now_ns, n } = self;
         let before = A::check(Some(state), &policy, now_ns, 0).decision.remaining;
-        let next = state.refund(&policy, now_ns, n);
-        let after = A::check(Some(&next), &policy, now_ns, 0).decision;
-        let changed = next != *state;
+        let next = settle::refund(state, &policy, now_ns, n);
+        let after = A::check(Some(&next.state), &policy, now_ns, 0).decision;
+        let changed = next.state != *state;
         if changed {
-            *state = next;
+            *state = next.state;
         }
+        // A debt (after `RL.CHARGE`) shrinks while `remaining` stays 0: what it moved counts.
         Refunded {
-            given: after.remaining.saturating_sub(before).min(n),
+            given: after
+                .remaining
+                .saturating_sub(before)
+                .max(next.moved)
+                .min(n),
             after,
             changed,
         }

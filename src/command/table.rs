@@ -7,7 +7,7 @@ use redis_module::commands::{BeginSearch, FindKeys, KeySpec, KeySpecFlags};
 
 use super::ffi::{Args, Ctx};
 use super::reply::Reply;
-use super::{all, debug, inspect, limit, peek, refund, setstate, shape, throttle};
+use super::{all, charge, debug, inspect, limit, peek, refund, setstate, shape, throttle};
 use crate::error::Error;
 
 /// Which arguments are keys, and how the command uses them: for key specs, `COMMAND GETKEYS`,
@@ -178,6 +178,18 @@ macro_rules! command_table {
         condition: None,
     },
     Spec {
+        name: "RL.CHARGE",
+        flags: WRITE,
+        arity: -3,
+        keys: Keys::ReadWrite,
+        summary: "Charges n tokens to the limiter at key whatever it holds (a response's overage): the key goes into debt",
+        event: c"rl.charge",
+        acl: GATEWAY,
+        handler: charge::charge,
+        key_positions: None,
+        condition: None,
+    },
+    Spec {
         name: "RL.ALL",
         flags: WRITE,
         arity: -6,
@@ -186,6 +198,18 @@ macro_rules! command_table {
         event: c"rl.all",
         acl: GATEWAY,
         handler: all::all,
+        key_positions: Some(all::key_positions),
+        condition: None,
+    },
+    Spec {
+        name: "RL.SETTLE",
+        flags: WRITE,
+        arity: -8,
+        keys: Keys::NumKeys,
+        summary: "Settles a served request over several limiters at once, each by its own difference: a charge into debt or a refund",
+        event: c"rl.settle",
+        acl: GATEWAY,
+        handler: all::settle,
         key_positions: Some(all::key_positions),
         condition: None,
     },

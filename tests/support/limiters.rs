@@ -93,6 +93,22 @@ pub const LIMITERS: &[Limiter] = &[
             &["RL.REFUND", KEY, "2"],
         ],
     },
+    Limiter {
+        command: "RL.CHARGE",
+        key_flags: &["RW", "access", "update"],
+        session: &[
+            &[
+                "RL.CHARGE",
+                KEY,
+                "30",
+                "POLICY",
+                "TOKENBUCKET",
+                "100",
+                "60000",
+            ],
+            &["RL.CHARGE", KEY, "5"],
+        ],
+    },
 ];
 
 /// `LIMITERS`, once checked to have a row for every algorithm of the registry.

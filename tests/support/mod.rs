@@ -650,6 +650,14 @@ pub const WORKLOAD: &[&[&str]] = &[
     &["RL.SHAPE", "sh:b", "1", "60000", "QUEUE", "2", "DELAY", "1"],
     &["RL.SHAPE", "sh:a", "20", "1000", "QUEUE", "8"],
     &["RL.REFUND", "sh:a", "2"],
+    // Settles: overages charged into debt, and one given back (tests/charge.rs creates keys).
+    &["RL.CHARGE", "gcra:a", "25"],
+    &["RL.CHARGE", "tb:a", "30"],
+    &["RL.CHARGE", "sl:a", "12"],
+    &["RL.CHARGE", "sc:a", "15"],
+    &["RL.CHARGE", "fw:a", "14"],
+    &["RL.CHARGE", "sh:a", "9"],
+    &["RL.REFUND", "gcra:a", "10"],
 ];
 
 /// Runs the workload `rounds` times, moving the debug clock 7 ms between commands.

@@ -17,6 +17,9 @@ pub enum Fault {
     Drop,
     /// Connections stay open, but nothing passes.
     HalfOpen,
+    /// A hostile or broken store: the next reply is replaced by a bulk header of 512 MB
+    /// (`$536870911`) and then up to 300 MB of zeros, as fast as the client reads them.
+    Flood,
 }
 
 pub struct Proxy {
@@ -95,6 +98,18 @@ async fn copy(
                     }
                 }
                 // The swallowed request is lost: the connection is out of step, close it.
+                return;
+            }
+            Fault::Flood if delayed => {
+                if to.write_all(b"$536870911\r\n").await.is_err() {
+                    return;
+                }
+                let zeros = vec![0u8; 64 * 1024];
+                for _ in 0..(300 << 20) / zeros.len() {
+                    if to.write_all(&zeros).await.is_err() {
+                        return;
+                    }
+                }
                 return;
             }
             Fault::Latency(d) if delayed => tokio::time::sleep(d).await,

@@ -1,0 +1,297 @@
+//! Reserve, then settle: a request whose cost is known only once it is served (model tokens)
+//! reserves an estimate on its limits in one atomic decision (`RL.ALL`), and settles the
+//! difference when it is done in one call (`RL.SETTLE`: the unused part given back, or the
+//! overage charged into debt). A reservation dropped without a settle gives its estimate back
+//! after a grace, so a crashed handler does not hold budget. While the store does not answer, a
+//! settle follows each limit's class: Billing owes its overage to the ledger (journaled, charged
+//! when the store answers again); the other classes' settles are not made (their local fallback
+//! decided without the store). docs/tokens.md is the guide.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use redis::Value;
+
+use crate::call::Mode;
+use crate::clock::ns;
+use crate::command::{AllDecision, Class, Decision, Policy, Source};
+use crate::limiter::lock;
+use crate::{Error, Limit, Limiter, Store};
+
+/// How long a reservation dropped without a settle holds its estimate, by default.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
+
+/// One limit of a reservation: the key as the store has it, and its policy and class.
+#[derive(Clone)]
+struct Part {
+    key: String,
+    policy: Policy,
+    class: Class,
+}
+
+/// An estimate reserved on one or several limits; settle it with [`Reservation::settle`].
+pub struct Reservation {
+    limiter: Limiter,
+    parts: Vec<Part>,
+    estimate: u64,
+    decision: AllDecision,
+    grace: Duration,
+    /// Admitted and not settled yet: what a drop gives back.
+    open: bool,
+}
+
+/// What a settle did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Settlement {
+    /// Nothing to settle: the reservation was denied, or the estimate was exact.
+    Nothing,
+    /// The store settled every limit; each decision's `granted` is the tokens it moved (charged
+    /// or given back), the rest its state after the settle.
+    Store(AllDecision),
+    /// The store did not answer (or the reservation was decided by the fallback): `journaled`
+    /// tokens of Billing overage are owed to the ledger and charged when the store answers;
+    /// `dropped` tokens (refunds, and the other classes' overage) are not settled.
+    Local { journaled: u64, dropped: u64 },
+}
+
+/// Reservations dropped without a settle, each with the client-clock instant its estimate
+/// goes back at.
+#[derive(Default)]
+pub(crate) struct Dropped(Mutex<Vec<(u64, Vec<Part>, u64)>>);
+
+impl Limiter {
+    /// Reserves `estimate` tokens on every `(limit, key)` at once (`RL.ALL`, keys used as given,
+    /// in one hash slot on a Cluster): admitted only if every limit admits. Settle the
+    /// reservation when the request is done; a denied one has nothing to settle.
+    pub async fn reserve(
+        &self,
+        limits: &[(&Limit, &str)],
+        estimate: u64,
+    ) -> Result<Reservation, Error> {
+        let checks: Vec<(&Limit, &str, u64)> =
+            limits.iter().map(|(l, k)| (*l, *k, estimate)).collect();
+        let decision = self.check_all(&checks).await?;
+        let parts = limits
+            .iter()
+            .map(|(l, k)| Part {
+                key: (*k).to_string(),
+                policy: *l.policy(),
+                class: l.class(),
+            })
+            .collect();
+        Ok(Reservation {
+            limiter: self.clone(),
+            parts,
+            estimate,
+            open: decision.combined.allowed,
+            decision,
+            grace: DEFAULT_GRACE,
+        })
+    }
+
+    /// Gives back the estimates of reservations dropped without a settle whose grace has run
+    /// out (on the client's clock); returns how many reservations went back. Dropping a
+    /// reservation schedules this after its grace; a test with a `ManualClock` calls it.
+    pub async fn give_back_dropped(&self) -> usize {
+        let now = self.inner.config.clock.now_ns();
+        let due: Vec<(u64, Vec<Part>, u64)> = {
+            let mut dropped = lock(&self.inner.dropped.0);
+            let (due, kept) = dropped.drain(..).partition(|(at, ..)| *at <= now);
+            *dropped = kept;
+            due
+        };
+        let mut given = 0;
+        for (at, parts, estimate) in due {
+            let by = -i64::try_from(estimate).unwrap_or(i64::MAX);
+            match self.settle_parts(&parts, by, Mode::Background).await {
+                Ok(_) => given += 1,
+                // Not answered: tried again at the next call.
+                Err(e) if e.store_down() => lock(&self.inner.dropped.0).push((at, parts, estimate)),
+                Err(_) => {}
+            }
+        }
+        given
+    }
+
+    async fn settle_parts(
+        &self,
+        parts: &[Part],
+        by: i64,
+        mode: Mode,
+    ) -> Result<AllDecision, Error> {
+        let limiters: Vec<(&str, Policy, i64)> = parts
+            .iter()
+            .map(|p| (p.key.as_str(), p.policy, by))
+            .collect();
+        let mut latency = None;
+        let store = &self.inner.store;
+        self.call(&mut latency, mode, store.settle(&limiters)).await
+    }
+}
+
+impl Reservation {
+    /// The decision on the reservation: `combined` for all the limits, then one per limit.
+    pub fn decision(&self) -> &AllDecision {
+        &self.decision
+    }
+
+    pub fn admitted(&self) -> bool {
+        self.decision.combined.allowed
+    }
+
+    /// How long a drop without a settle holds the estimate before giving it back.
+    pub fn with_grace(mut self, grace: Duration) -> Reservation {
+        self.grace = grace;
+        self
+    }
+
+    /// Settles at `actual` tokens in one call: `actual − estimate` charged (into debt if need
+    /// be) or given back, on every limit. See [`Settlement`] for a store that does not answer.
+    pub async fn settle(mut self, actual: u64) -> Result<Settlement, Error> {
+        if !self.open {
+            return Ok(Settlement::Nothing);
+        }
+        self.open = false;
+        let by = i128::from(actual) - i128::from(self.estimate);
+        let by = i64::try_from(by).map_err(|_| Error::Reply(format!("settle by {by}")))?;
+        if by == 0 {
+            return Ok(Settlement::Nothing);
+        }
+        if self.decision.combined.source != Source::Store {
+            return Ok(self.locally(by));
+        }
+        match self
+            .limiter
+            .settle_parts(&self.parts, by, Mode::Request)
+            .await
+        {
+            Ok(all) => Ok(Settlement::Store(all)),
+            Err(e) if e.store_down() => Ok(self.locally(by)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A settle without the store: Billing owes its overage (journaled); the rest is dropped.
+    fn locally(&self, by: i64) -> Settlement {
+        let n = by.unsigned_abs();
+        let (mut journaled, mut dropped) = (0, 0);
+        for p in &self.parts {
+            if by > 0 && p.class == Class::Billing {
+                let source = Source::Fallback(Class::Billing);
+                let ledger = &self.limiter.inner.ledger;
+                ledger.fail_open(&p.key, &p.policy, n, true, source, None);
+                journaled += n;
+            } else {
+                dropped += n;
+            }
+        }
+        Settlement::Local { journaled, dropped }
+    }
+}
+
+impl Drop for Reservation {
+    /// An admitted reservation never settled: its estimate goes back after the grace (only
+    /// where the store holds it).
+    fn drop(&mut self) {
+        if !self.open || self.decision.combined.source != Source::Store {
+            return;
+        }
+        let i = &self.limiter.inner;
+        let at = i.config.clock.now_ns().saturating_add(ns(self.grace));
+        lock(&i.dropped.0).push((at, self.parts.clone(), self.estimate));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (limiter, grace) = (self.limiter.clone(), self.grace);
+            runtime.spawn(async move {
+                tokio::time::sleep(grace).await;
+                limiter.give_back_dropped().await;
+            });
+        }
+    }
+}
+
+impl Store {
+    /// `RL.CHARGE key n [POLICY …]`: charges n tokens whatever the key holds (into debt);
+    /// `policy` creates a missing key, else a missing key is `None`. `granted` is the tokens
+    /// charged.
+    pub async fn charge(
+        &self,
+        key: &str,
+        n: u64,
+        policy: Option<&Policy>,
+    ) -> Result<Option<Decision>, Error> {
+        let mut cmd = self.backend().command("CHARGE", &[key]);
+        cmd.arg(n);
+        if let Some(p) = policy {
+            cmd.arg("POLICY").arg(p.algorithm.name());
+            p.args(&mut cmd);
+        }
+        match self.query(&cmd).await? {
+            Value::Nil => Ok(None),
+            v => Decision::from_value(&v).map(Some),
+        }
+    }
+
+    /// `RL.SETTLE numkeys key … ALGORITHM L W [BURST B] BY d …`: each limiter settled by its own
+    /// difference in one atomic call (one hash slot on a Cluster). The Functions library has no
+    /// `RL.SETTLE`: there, one `rl_charge` or `rl_refund` per limiter, not atomic.
+    pub async fn settle(&self, limiters: &[(&str, Policy, i64)]) -> Result<AllDecision, Error> {
+        if self.backend() == crate::Backend::Functions {
+            return self.settle_each(limiters).await;
+        }
+        let keys: Vec<&str> = limiters.iter().map(|(k, _, _)| *k).collect();
+        let mut cmd = redis::cmd("RL.SETTLE");
+        cmd.arg(keys.len()).arg(&keys);
+        for (_, policy, by) in limiters {
+            cmd.arg(policy.algorithm.name());
+            policy.args(&mut cmd);
+            cmd.arg("BY").arg(*by);
+        }
+        match self.query(&cmd).await? {
+            Value::Array(items) if items.len() == limiters.len() + 1 => {
+                let mut decisions = items.iter().map(Decision::from_value);
+                let combined = decisions
+                    .next()
+                    .ok_or_else(|| Error::Reply("empty RL.SETTLE reply".into()))??;
+                Ok(AllDecision {
+                    combined,
+                    limiters: decisions.collect::<Result<_, _>>()?,
+                })
+            }
+            other => Err(Error::Reply(format!("RL.SETTLE reply {other:?}"))),
+        }
+    }
+
+    async fn settle_each(&self, limiters: &[(&str, Policy, i64)]) -> Result<AllDecision, Error> {
+        let mut each = Vec::with_capacity(limiters.len());
+        for (key, policy, by) in limiters {
+            let n = by.unsigned_abs();
+            let settled = match by {
+                1.. => self.charge(key, n, Some(policy)).await?,
+                0 => self.peek(key).await?,
+                _ => self.refund(key, n).await?,
+            };
+            // A refund to a missing key gives nothing back: a full limiter's answer.
+            each.push(settled.unwrap_or(Decision {
+                allowed: false,
+                granted: 0,
+                limit: policy.capacity(),
+                remaining: policy.capacity(),
+                retry_after_ms: None,
+                reset_after_ms: 0,
+                source: Source::Store,
+            }));
+        }
+        let tightest = each.iter().min_by_key(|d| d.remaining).copied();
+        let combined = Decision {
+            allowed: true,
+            granted: 1,
+            retry_after_ms: each.iter().filter_map(|d| d.retry_after_ms).max(),
+            reset_after_ms: each.iter().map(|d| d.reset_after_ms).max().unwrap_or(0),
+            ..tightest.ok_or_else(|| Error::Reply("a settle of no limiter".into()))?
+        };
+        Ok(AllDecision {
+            combined,
+            limiters: each,
+        })
+    }
+}
