@@ -4,7 +4,9 @@
 //! Fields: `algorithm`, then the policy (`limit`, `window_ms`, `burst`), the algorithm's own
 //! state fields (see each algorithm's `inspect`), what a cost-1 request would be answered now
 //! (`remaining`, `retry_after_ms`, `reset_after_ms`), and `ttl_ms`, the key's expiry relative to
-//! now on the module's clock (-1: none). Instants are relative to now, in ms rounded up.
+//! now on the module's clock (-1: none); for a key holding a region's share, then `share`,
+//! `share_ttl_ms` (its expiry relative to now) and the demand counters `asked` and `admitted`.
+//! Instants are relative to now, in ms rounded up.
 
 use super::ffi::{Args, Ctx};
 use super::reply::Field;
@@ -26,6 +28,7 @@ pub fn inspect(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     };
     let (policy, tag) = (limiter.policy, limiter.state.tag());
     let explained = limiter.state.visit(Inspect { policy, now_ns });
+    let shared = limiter.shared().map(|s| (s.share, s.asked, s.admitted));
     let ttl_ms = key.expires_at_ms().map_or(-1, |at| {
         let at_ns = u128::from(at) * 1_000_000;
         algo::relative_ms(at_ns, now_ns)
@@ -34,6 +37,17 @@ pub fn inspect(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     fields.push(("algorithm", Field::Text(metrics::algorithm_name(tag))));
     fields.extend(explained.into_iter().map(|(k, v)| (k, Field::Int(v))));
     fields.push(("ttl_ms", Field::Int(ttl_ms)));
+    // A region's share (docs/regions.md): L under it, its expiry, and the demand counters.
+    if let Some((share, asked, admitted)) = shared {
+        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let at_ns = u128::from(share.expire_at_ms) * 1_000_000;
+        fields.extend([
+            ("share", Field::Int(int(share.limit))),
+            ("share_ttl_ms", Field::Int(algo::relative_ms(at_ns, now_ns))),
+            ("asked", Field::Int(int(asked))),
+            ("admitted", Field::Int(int(admitted))),
+        ]);
+    }
     Ok(Reply::Map(fields))
 }
 

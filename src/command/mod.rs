@@ -1,5 +1,5 @@
 //! Redis glue. A handler (`limit`, `all`, `shape`, `throttle`, `refund`, `peek`, `inspect`,
-//! `setstate`, `debug`) reads as STYLE.md's five steps: parse, load, decide, persist and propagate
+//! `setstate`, `debug`, `share`) reads as STYLE.md's five steps: parse, load, decide, persist and propagate
 //! the effect, reply. Layers, each using only those below it: `ffi` (every call into Redis's C
 //! API, and nothing of the rest), then `args`, `reply` and `effect`, then the handlers, then
 //! `table` (the command table), then `dispatch` (the router and registration).
@@ -17,5 +17,6 @@ pub mod refund;
 pub mod reply;
 pub mod setstate;
 pub mod shape;
+pub mod share;
 pub mod table;
 pub mod throttle;
