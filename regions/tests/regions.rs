@@ -132,10 +132,10 @@ fn partitions_drops_and_a_controller_restart_stay_safe_and_every_region_decides(
     // Every region with demand keeps deciding locally, controller or not.
     for (i, period) in run.seen.chunks(STEPS_PER_PERIOD).enumerate() {
         let demand = run.demand[i * STEPS_PER_PERIOD];
-        for r in 0..3 {
+        for (r, asked) in demand.iter().enumerate() {
             let admitted: u64 = period.iter().map(|s| s.admitted[r]).sum();
             assert!(
-                demand[r] == 0 || admitted > 0,
+                *asked == 0 || admitted > 0,
                 "period {i}: region {r} admitted nothing"
             );
         }
