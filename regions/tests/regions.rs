@@ -115,16 +115,22 @@ fn partitions_drops_and_a_controller_restart_stay_safe_and_every_region_decides(
             // C cut off from the controller while demand moves to B (its share expires, it
             // falls back to its safe share, B never gets what C might still use).
             7 => world.proxies[2].partition(true),
-            11 => world.proxies[2].partition(false),
-            // The controller dies, stays dead one period, and a new one starts.
-            13 => *controller = None,
-            14 => *controller = Some(world.controller()),
-            // Every link drops connections; then B answers too late (after the timeout: its
-            // writes may land after the controller gave up on them).
-            18 => world.proxies.iter().for_each(|p| p.drops(30)),
-            20 => world.proxies[1].drops(0),
-            21 => world.proxies[1].partition(true),
-            22 => world.proxies[1].partition(false),
+            12 => world.proxies[2].partition(false),
+            // Every link drops connections; then B is cut off for a period (writes it may have
+            // received are never confirmed).
+            15 => world.proxies.iter().for_each(|p| p.drops(30)),
+            17 => {
+                world.proxies.iter().for_each(|p| p.drops(0));
+                world.proxies[1].partition(true);
+            }
+            18 => world.proxies[1].partition(false),
+            // The controller dies in the flash crowd; a new one starts a period later while C
+            // (holding most of L) is cut off: it must not hand A and B what C may still use.
+            20 => *controller = None,
+            21 => {
+                world.proxies[2].partition(true);
+                *controller = Some(world.controller());
+            }
             _ => {}
         }
     });
