@@ -158,8 +158,11 @@ impl Controller {
             let p = &g.policy;
             let step = ((p.limit as f64 * self.config.hysteresis) as u64).max(1);
             for (k, slots) in g.slots.iter_mut().enumerate() {
-                for slot in slots.iter_mut() {
-                    slot.forget(now_ms);
+                for (slot, d) in slots.iter_mut().zip(&g.demand[k]) {
+                    match d {
+                        Some(_) => slot.forget(now_ms),
+                        None => slot.compact(now_ms),
+                    }
                 }
                 let asked: Vec<Option<u64>> =
                     g.demand[k].iter().map(|d| d.map(|d| d.asked)).collect();

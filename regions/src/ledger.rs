@@ -33,12 +33,9 @@ impl Slot {
     /// The region's use at `t`: see the module comment.
     pub fn use_at(&self, t: u64, safe: u64) -> u64 {
         let each = |c: &Claim| if t < c.until_ms { c.share } else { safe };
-        self.confirmed
-            .iter()
-            .chain(&self.pending)
-            .map(each)
-            .max()
-            .unwrap_or(safe)
+        // Without a confirmed share the region may still hold none: its safe share.
+        let confirmed = self.confirmed.as_ref().map_or(safe, each);
+        self.pending.iter().map(each).fold(confirmed, u64::max)
     }
 
     /// The share in force now, as the region confirmed it (its safe share when it holds none).
@@ -57,9 +54,19 @@ impl Slot {
             .unwrap_or(safe)
     }
 
-    /// Drops the pending claims that have ended by `now`.
+    /// After the region answered a read at `now`: the claims that ended by then are settled
+    /// (the store refuses a share whose expiry has passed, so such a write can no longer land;
+    /// one that landed shows in the read).
     pub fn forget(&mut self, now: u64) {
         self.pending.retain(|c| c.until_ms > now);
+    }
+
+    /// For a region that did not answer: the claims that ended still say it may be at its safe
+    /// share; one of them is enough to say so.
+    pub fn compact(&mut self, now: u64) {
+        let mut ended = false;
+        self.pending
+            .retain(|c| c.until_ms > now || !std::mem::replace(&mut ended, true));
     }
 }
 
@@ -154,5 +161,72 @@ mod tests {
         assert_eq!(largest(&slots, 0, 50, 1000, 0, 33, 100), Some(5));
         assert_eq!(slots[2].peak(0, 33), 100);
         assert_eq!(slots[2].peak(2000, 33), 33);
+    }
+
+    use proptest::prelude::*;
+
+    /// What a region really holds: the last write that landed (share, expiry), if any.
+    type Truth = Option<(u64, u64)>;
+
+    fn in_force(truth: Truth, t: u64, safe: u64) -> u64 {
+        match truth {
+            Some((share, until)) if t < until => share,
+            _ => safe,
+        }
+    }
+
+    proptest! {
+        /// Writes in any order, each landing or not, its answer arriving or not, time moving
+        /// on: the shares really in force never sum above L, now or at any later instant.
+        #[test]
+        fn shares_in_force_never_sum_above_l(
+            limit in 3u64..2000,
+            ops in prop::collection::vec(
+                (0usize..3, 0u64..2000, 1u64..50, 0u8..4, 0u64..20),
+                1..60,
+            ),
+        ) {
+            let safe = limit / 3;
+            let mut slots = vec![Slot::default(); 3];
+            let mut truth: Vec<Truth> = vec![None; 3];
+            let mut now = 100;
+            for (r, want, life, fate, gap) in ops {
+                now += gap;
+                for s in &mut slots {
+                    s.compact(now);
+                }
+                let until = now + life;
+                if fate == 3 {
+                    slots[r].confirmed = truth[r].map(|(share, until_ms)| Claim { share, until_ms });
+                    slots[r].forget(now);
+                    continue;
+                }
+                let Some(share) = largest(&slots, r, want.min(limit), until, now, safe, limit)
+                else {
+                    continue;
+                };
+                if share == 0 {
+                    continue;
+                }
+                let claim = Claim { share, until_ms: until };
+                // 0: lost before it landed; 1: landed, answer lost; 2: landed and confirmed;
+                // 3 (above): a read instead of a write.
+                slots[r].pending.push(claim);
+                if fate >= 1 {
+                    truth[r] = Some((share, until));
+                }
+                if fate == 2 {
+                    let i = slots[r].pending.iter().position(|c| *c == claim);
+                    if let Some(i) = i {
+                        slots[r].pending.swap_remove(i);
+                    }
+                    slots[r].confirmed = Some(claim);
+                }
+                for t in now..now + 60 {
+                    let sum: u64 = truth.iter().map(|&h| in_force(h, t, safe)).sum();
+                    prop_assert!(sum <= limit, "at {}: {:?} sum {} > {}", t, truth, sum, limit);
+                }
+            }
+        }
     }
 }

@@ -122,7 +122,9 @@ pub fn share(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     if args.remaining() / 3 > MAX_KEYS {
         return Err(Error::Syntax(format!("at most {MAX_KEYS} keys per call")));
     }
-    // Every number is read before any key changes.
+    // Every number is read before any key changes. A share whose expiry has passed is refused:
+    // a write the controller gave up on can never land after it stopped counting it.
+    let now_ns = clock::now_ns();
     let mut rows = Vec::with_capacity(args.remaining() / 3);
     while args.remaining() > 0 {
         let key = args.next_string()?;
@@ -135,14 +137,21 @@ pub fn share(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
                     "a share needs an expiry (unix time in ms)".into(),
                 ))
             }
-            (limit, expire_at_ms) => Some(Share {
-                limit,
-                expire_at_ms,
-            }),
+            (limit, expire_at_ms) => {
+                let share = Share {
+                    limit,
+                    expire_at_ms,
+                };
+                if !share.active(now_ns) {
+                    return Err(Error::Syntax(format!(
+                        "share expiry {expire_at_ms} has passed"
+                    )));
+                }
+                Some(share)
+            }
         };
         rows.push((key, share));
     }
-    let now_ns = clock::now_ns();
     let mut out = Vec::with_capacity(rows.len());
     for (key, share) in rows {
         out.push(set(ctx, key, &safe, share, now_ns)?.to_vec());
