@@ -1,5 +1,5 @@
 //! Redis glue. A handler (`limit`, `all`, `shape`, `throttle`, `refund`, `peek`, `inspect`,
-//! `setstate`, `debug`, `share`) reads as STYLE.md's five steps: parse, load, decide, persist and propagate
+//! `setstate`, `debug`, `share`, `demand`) reads as STYLE.md's five steps: parse, load, decide, persist and propagate
 //! the effect, reply. Layers, each using only those below it: `ffi` (every call into Redis's C
 //! API, and nothing of the rest), then `args`, `reply` and `effect`, then the handlers, then
 //! `table` (the command table), then `dispatch` (the router and registration).
@@ -7,6 +7,7 @@
 pub mod all;
 pub mod args;
 pub mod debug;
+pub mod demand;
 pub mod dispatch;
 pub mod effect;
 pub mod ffi;

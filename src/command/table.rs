@@ -7,7 +7,7 @@ use redis_module::commands::{BeginSearch, FindKeys, KeySpec, KeySpecFlags};
 
 use super::ffi::{Args, Ctx};
 use super::reply::Reply;
-use super::{all, debug, inspect, limit, peek, refund, setstate, shape, share, throttle};
+use super::{all, debug, demand, inspect, limit, peek, refund, setstate, shape, share, throttle};
 use crate::error::Error;
 
 /// Which arguments are keys, and how the command uses them: for key specs, `COMMAND GETKEYS`,
@@ -297,7 +297,7 @@ macro_rules! command_table {
         summary: "Budget controller: per key, asked and admitted since the last read (then reset), and the share held",
         event: c"rl.demand",
         acl: "write fast dangerous",
-        handler: share::demand,
+        handler: demand::demand,
         key_positions: None,
         condition: None,
     },
