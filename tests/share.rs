@@ -219,6 +219,20 @@ fn bad_arguments_are_refused_with_the_argument_named() {
         let e = err(&mut c, &words);
         assert!(e.contains(expected), "{words:?}: {e}");
     }
+    // A sliding log's share is held to the log bound like any L.
+    cmd(
+        &mut c,
+        &["CONFIG", "SET", "ratelimit.max-log-entries", "100"],
+    )
+    .unwrap();
+    let e = err(
+        &mut c,
+        &["RL.SHARE", "SLIDINGLOG", "10", "1000", "10", "k", "500", &t],
+    );
+    assert!(
+        e.contains("L 500 is above ratelimit.max-log-entries"),
+        "{e}"
+    );
     assert_eq!(cmd(&mut c, &["EXISTS", "k"]).unwrap(), redis::Value::Int(0));
     let keys: Vec<String> = redis::cmd("COMMAND")
         .arg("GETKEYS")

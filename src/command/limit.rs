@@ -87,6 +87,10 @@ pub fn decide<A: Stored>(
         Some(limiter) => share::prepare::<A>(limiter, &request.policy, now_ns, peek)?,
         None => (request.policy, false),
     };
+    if policy != request.policy {
+        // A share larger than the caller's L: the log bound holds for it too.
+        accepts::<A>(&policy)?;
+    }
     // A request under the policy the key already holds, with no other configuration: `step`
     // would start from this state and store its successor with the decision's reset_after as
     // the key's life, so the successor is written where the state is (no new value, no second

@@ -16,7 +16,7 @@
 use super::args::policy;
 use super::effect;
 use super::ffi::{Args, Ctx, RString};
-use super::limit::wrong_type;
+use super::limit::{accepts, wrong_type};
 use super::reply::Reply;
 use crate::algo::{Algorithm, Policy, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::clock;
@@ -168,6 +168,9 @@ fn set<A: Stored>(
     share: Option<Share>,
     now_ns: u64,
 ) -> Result<[i64; 4], Error> {
+    if let Some(share) = share {
+        accepts::<A>(&share.policy_for(safe, now_ns))?;
+    }
     let mut key = ctx.open(name, true);
     let expires_at_ms = key.expires_at_ms();
     let limiter = match (key.limiter(A::NAME)?, share) {
