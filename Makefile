@@ -38,7 +38,7 @@ bench-client: release
 	cargo run --release -p redis-ratelimit-client --example bench
 
 bench-regions: release
-	RL_MODULE=target/release/libredis_ratelimit.so cargo test --release -p redis-ratelimit-regions --test bench -- --ignored --nocapture
+	RL_MODULE=$(CURDIR)/target/release/libredis_ratelimit.so cargo test --release -p redis-ratelimit-regions --test bench -- --ignored --nocapture
 
 # Builds each server source once (cached in ~/.cache/redis-ratelimit/servers) and runs the
 # integration tests with it first on PATH; see scripts/test-servers.
