@@ -181,7 +181,7 @@ fn chart(seen: &[Seen], demand: &[[u64; 3]]) -> String {
             .collect()
     };
     let (w, h, left, top) = (900.0, 170.0, 60.0, 30.0);
-    let max = 1500.0;
+    let max = 1700.0;
     let mut svg = String::new();
     let height = top + 4.0 * (h + 40.0) + 20.0;
     let _ = write!(
