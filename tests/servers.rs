@@ -485,7 +485,16 @@ const GATEWAY_CALLS: &[&[&str]] = &[
 const SETSTATE: &[&str] = &["RL.SETSTATE", "k", "garbage"];
 const DEBUG: &[&str] = &["RL.DEBUG", "CLOCK", "GET"];
 /// The budget controller's commands (docs/regions.md): dangerous, never `ratelimit`.
-const SHARE: &[&str] = &["RL.SHARE", "GCRA", "10", "1000", "10", "k", "1", "9000000000000"];
+const SHARE: &[&str] = &[
+    "RL.SHARE",
+    "GCRA",
+    "10",
+    "1000",
+    "10",
+    "k",
+    "1",
+    "9000000000000",
+];
 const DEMAND: &[&str] = &["RL.DEMAND", "k"];
 
 /// `GATEWAY_CALLS` calls every command of the module but the operator and controller commands.
