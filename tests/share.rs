@@ -91,6 +91,18 @@ fn a_share_scales_the_callers_policy_and_the_spend_carries() {
     assert_eq!(demand(&mut c, &["missing"]), vec![vec![0; 5]]);
 }
 
+/// A lease takes from the share: at most its capacity, its WANT counted as asked.
+#[test]
+fn a_lease_takes_from_the_share() {
+    let (_s, mut c) = server();
+    at(&mut c, 0);
+    share(&mut c, "TOKENBUCKET", &[("k", 4)], 60_000);
+    let lease = |c: &mut Connection| rl(c, &["RL.LEASE", "k", "10", "1000", "WANT", "6"])[0];
+    assert_eq!(lease(&mut c), 4);
+    assert_eq!(lease(&mut c), 0);
+    assert_eq!(demand(&mut c, &["k"])[0][..2], [12, 4]);
+}
+
 #[test]
 fn after_its_expiry_the_safe_policy_holds_and_the_key_lives_until_then() {
     let (_s, mut c) = server();
