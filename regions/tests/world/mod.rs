@@ -171,7 +171,7 @@ impl World {
             })
             .collect();
         let text = format!(
-            "period_ms = {PERIOD_MS}\nlifetime_ms = 10000\nclock_margin_ms = 0\ntimeout_ms = 1000\n\
+            "period_ms = {PERIOD_MS}\nlifetime_ms = 10000\nclock_margin_ms = 0\ntimeout_ms = 10000\n\
              {regions}\n[[keys]]\nkeys = [{keys}]\nalgorithm = \"GCRA\"\nlimit = {L}\n\
              window_ms = {W_MS}\nburst = {B}\nfloor = 5\n"
         );
