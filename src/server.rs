@@ -165,7 +165,8 @@ mod tests {
             let words: Vec<&str> = spec.acl.split_whitespace().collect();
             let dangerous = words.contains(&"dangerous");
             assert_ne!(dangerous, words.contains(&ACL_CATEGORY), "{}", spec.name);
-            let operator_only = ["RL.SETSTATE", "RL.DEBUG"].contains(&spec.name);
+            let operator_only =
+                ["RL.SETSTATE", "RL.DEBUG", "RL.SHARE", "RL.DEMAND"].contains(&spec.name);
             assert_eq!(dangerous, operator_only, "{}", spec.name);
             assert!(
                 words.contains(&"fast") || words.contains(&"slow"),

@@ -106,6 +106,12 @@ fn send(ctx: &Ctx, reply: &Result<Reply, Error>) {
                 integers(fields);
             }
         }
+        Ok(Reply::Rows(rows)) => {
+            ctx.reply_array(rows.len());
+            for fields in rows {
+                integers(fields);
+            }
+        }
         Ok(Reply::Map(fields)) => map(ctx, fields),
         Ok(Reply::Integer(n)) => ctx.reply_int(*n),
         Ok(Reply::Ok) => ctx.reply_ok(),

@@ -12,6 +12,9 @@
 //! (policy, state, its own peek) and `drop_after_ms`: when it will be dropped at the latest (at
 //! the first write from then on): 0 if it already can be (it equals the current state carried
 //! over to its policy), else when its state is full again, its `reset_after_ms`.
+//!
+//! A key holding a region's share adds `share`, `share_ttl_ms` (its expiry relative to now) and
+//! the demand counters `asked` and `admitted`.
 
 use super::ffi::{Args, Ctx};
 use super::reply::Field;
@@ -43,6 +46,7 @@ pub fn inspect(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
         })
     };
     let explained = limiter.state.visit(Inspect { policy, now_ns });
+    let shared = limiter.shared().map(|s| (s.share, s.asked, s.admitted));
     let ttl_ms = key.expires_at_ms().map_or(-1, |at| {
         let at_ns = u128::from(at) * 1_000_000;
         algo::relative_ms(at_ns, now_ns)
@@ -59,6 +63,17 @@ pub fn inspect(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
             .map(|o| o.into_iter().map(|(k, v)| (k, Field::Int(v))).collect())
             .collect();
         fields.push(("others", Field::Maps(maps)));
+    }
+    // A region's share (docs/regions.md): L under it, its expiry, and the demand counters.
+    if let Some((share, asked, admitted)) = shared {
+        let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let at_ns = u128::from(share.expire_at_ms) * 1_000_000;
+        fields.extend([
+            ("share", Field::Int(int(share.limit))),
+            ("share_ttl_ms", Field::Int(algo::relative_ms(at_ns, now_ns))),
+            ("asked", Field::Int(int(asked))),
+            ("admitted", Field::Int(int(admitted))),
+        ]);
     }
     Ok(Reply::Map(fields))
 }

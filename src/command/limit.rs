@@ -10,6 +10,7 @@ use super::effect;
 use super::ffi::Key;
 use super::ffi::{Args, Ctx, RString};
 use super::reply::Reply;
+use super::share;
 use crate::algo::step::{step, Held, Step};
 use crate::algo::{
     lease, sliding_log::MAX_LOG_LIMIT, token_bucket::TokenBucket, Decision, Outcome, Policy,
@@ -26,12 +27,12 @@ pub fn request<A: Stored>(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
         amount: Amount::Cost,
     };
     let request = parse_request(args, options)?;
-    let (policy, cost) = (request.policy, request.amount);
+    let cost = request.amount;
     let decision = decide::<A>(
         ctx,
         &request,
         true,
-        |state, now_ns| A::check(state, &policy, now_ns, cost),
+        |state, policy, now_ns| A::check(state, policy, now_ns, cost),
         |d| admitted_cost(d, cost),
     )?;
     Ok(Reply::decision(&decision))
@@ -44,12 +45,12 @@ pub fn lease(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
         amount: Amount::Want,
     };
     let request = parse_request(args, options)?;
-    let (policy, want) = (request.policy, request.amount);
+    let want = request.amount;
     let decision = decide::<TokenBucket>(
         ctx,
         &request,
         false,
-        |state, now_ns| lease::lease(state, &policy, now_ns, want),
+        |state, policy, now_ns| lease::lease(state, policy, now_ns, want),
         |d| d.allowed,
     )?;
     metrics::leased(want, decision.allowed);
@@ -63,12 +64,15 @@ pub fn lease(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
 /// [`Stored::check_in_place`] may stand in for it. What a decision spent is charged to the
 /// other configurations the key remembers: its `allowed` for a lease (the tokens granted), the
 /// request's amount for an admitted request.
+///
+/// A key holding a region's share (`share::prepare`) is decided under the request's policy
+/// scaled to the share, its state carried over, and counts what it was asked and admitted.
 pub fn decide<A: Stored>(
     ctx: &Ctx,
     request: &Request<'_>,
     check: bool,
-    decision: impl FnOnce(Option<&A>, u64) -> Outcome<A>,
-    spent: impl FnOnce(&Decision) -> u64,
+    decision: impl FnOnce(Option<&A>, &Policy, u64) -> Outcome<A>,
+    spent: impl Fn(&Decision) -> u64,
 ) -> Result<Decision, Error> {
     accepts::<A>(&request.policy)?;
     let now_ns = clock::now_ns();
@@ -79,6 +83,14 @@ pub fn decide<A: Stored>(
     // A peek opens read-only: it can neither create nor change the key.
     let mut key = ctx.open(request.key, !peek);
     let mut stored = key.limiter(A::NAME)?;
+    let (policy, moved) = match stored.as_deref_mut() {
+        Some(limiter) => share::prepare::<A>(limiter, &request.policy, now_ns, peek)?,
+        None => (request.policy, false),
+    };
+    if policy != request.policy {
+        // A share larger than the caller's L: the log bound holds for it too.
+        accepts::<A>(&policy)?;
+    }
     // A request under the policy the key already holds, with no other configuration: `step`
     // would start from this state and store its successor with the decision's reset_after as
     // the key's life, so the successor is written where the state is (no new value, no second
@@ -87,30 +99,52 @@ pub fn decide<A: Stored>(
     // the others send their state whole. Everything else (a first write, a policy change, a
     // peek) takes the general path below.
     if let Some(limiter) = stored.as_deref_mut() {
-        if !peek && limiter.others().is_empty() && limiter.policy == request.policy {
-            let (policy, before) = (limiter.policy, metrics::Footprint::of(limiter));
+        if !peek && limiter.others().is_empty() && limiter.policy == policy {
+            let before = metrics::Footprint::of(limiter);
+            let share_ns = share::keep_ns(limiter, now_ns);
             let Some(state) = A::of_mut(&mut limiter.state) else {
                 return Err(wrong_type::<A>(limiter));
             };
-            if check {
-                if let Some((decision, delta)) =
-                    state.check_in_place(&policy, now_ns, request.amount)
-                {
-                    if let Some(delta) = delta {
+            // Only under a share: a cost above the share's capacity waits for the share to move.
+            let (decision, changed) = if check && request.amount > policy.capacity() {
+                let peeked = A::check(Some(state), &policy, now_ns, 0).decision;
+                let denied = Decision {
+                    allowed: 0,
+                    retry_after_ns: Some(share_ns.max(1)),
+                    ..peeked
+                };
+                (denied, false)
+            } else if let Some((decision, delta)) = check
+                .then(|| state.check_in_place(&policy, now_ns, request.amount))
+                .flatten()
+            {
+                match delta {
+                    Some(delta) if !moved => {
                         metrics::limiter_changed(before, limiter);
-                        let at =
-                            effect::propagate_delta(ctx, request.key, &delta, now_ns, &decision);
+                        let keep = Decision {
+                            reset_after_ns: decision.reset_after_ns.max(share_ns),
+                            ..decision
+                        };
+                        let at = effect::propagate_delta(ctx, request.key, &delta, now_ns, &keep);
+                        share::count(limiter, request.amount, spent(&decision));
                         key.expire_at(Some(at));
+                        return Ok(decision);
                     }
-                    return Ok(decision);
+                    delta => (decision, delta.is_some()),
                 }
-            }
-            let Outcome { decision, next } = decision(Some(state), now_ns);
-            if let Some(next) = next {
-                *state = next;
+            } else {
+                let Outcome { decision, next } = decision(Some(state), &policy, now_ns);
+                let changed = next.is_some();
+                if let Some(next) = next {
+                    *state = next;
+                }
+                (decision, changed)
+            };
+            share::count(limiter, request.amount, spent(&decision));
+            if changed || moved {
                 metrics::limiter_changed(before, limiter);
-                let at =
-                    effect::propagate(ctx, request.key, limiter, now_ns, decision.reset_after_ns);
+                let keep = decision.reset_after_ns.max(share_ns);
+                let at = effect::propagate(ctx, request.key, limiter, now_ns, keep);
                 key.expire_at(Some(at));
             }
             return Ok(decision);
@@ -144,10 +178,10 @@ pub fn decide<A: Stored>(
             state: *state,
             others: others.as_deref().unwrap_or(&[]),
         }),
-        &request.policy,
+        &policy,
         now_ns,
         peek,
-        |state| decision(state, now_ns),
+        |state| decision(state, &policy, now_ns),
         spent,
     );
     if let Some(kept) = kept {
@@ -196,7 +230,7 @@ pub fn of<A: Stored>(limiter: &Limiter) -> Result<&A, Error> {
     A::of(&limiter.state).ok_or_else(|| wrong_type::<A>(limiter))
 }
 
-fn wrong_type<A: Stored>(limiter: &Limiter) -> Error {
+pub fn wrong_type<A: Stored>(limiter: &Limiter) -> Error {
     Error::WrongType {
         holds: format!("a {} limiter", limiter.state.name()),
         wanted: A::NAME,

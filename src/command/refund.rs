@@ -40,6 +40,8 @@ pub fn refund(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
             keep_ns = keep_ns.max(other.after.reset_after_ns);
         }
     }
+    // A key holding a region's share lives until the share's expiry.
+    keep_ns = keep_ns.max(super::share::keep_ns(limiter, now_ns));
     metrics::note(metrics::Outcome::Call);
     metrics::refunded(refunded.given);
     if changed {

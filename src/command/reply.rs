@@ -12,6 +12,8 @@ pub enum Reply {
     Integers(Vec<i64>),
     /// The combined decision, then one decision per limiter (`RL.ALL`).
     Nested([i64; 5], Vec<[i64; 5]>),
+    /// Rows of integers, one per key (`RL.SHARE`, `RL.DEMAND`).
+    Rows(Vec<Vec<i64>>),
     /// Named fields: a map in RESP3, a flat name-value array in RESP2 (`RL.INSPECT`).
     Map(Vec<(&'static str, Field)>),
     Ok,

@@ -161,7 +161,7 @@ fn carried(to: Policy, state: AlgoState, now: u64) {
             .outcome
             .next
             .map(AlgoState::Shape),
-        AlgoState::Remembered(_) => None,
+        AlgoState::Remembered(_) | AlgoState::Shared(_) => None,
     };
     if let Some(next) = next {
         must_validate(to, next);
@@ -265,7 +265,7 @@ proptest! {
                 carried(to, AlgoState::FixedWindow(fixed_window::rescale(&s, &p, &to, now)), now);
             }
             // The candidates are single configurations.
-            AlgoState::Remembered(_) => {}
+            AlgoState::Remembered(_) | AlgoState::Shared(_) => {}
         }
     }
 }

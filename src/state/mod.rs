@@ -15,6 +15,10 @@
 //! key without others is always written as version 1, so keys written before version 2 existed
 //! keep their bytes (and their digests).
 //!
+//! Version 3, a key that holds a region's share (see `share`): version 1's layout (the policy
+//! being the one the share scales to), then `[share L u64][share expiry ms u64]`. Such a key
+//! never remembers other configurations.
+//!
 //! The window algorithms (3–5) store B = L.
 
 use crate::algo::sliding_log::Change;
@@ -22,10 +26,12 @@ use crate::algo::step::{Kept, MAX_CONFIGURATIONS};
 use crate::algo::{registry, Algorithm, Decision, Policy};
 use crate::error::Error;
 use delta::Delta;
+use share::{Share, Shared};
 
 pub mod delta;
 pub mod gauges;
 pub mod rdb;
+pub mod share;
 
 #[cfg(test)]
 mod adversarial;
@@ -36,6 +42,8 @@ pub const ENCVER: i32 = 1;
 const FORMAT: u8 = 1;
 /// Version byte of a state that remembers other configurations.
 const FORMAT_REMEMBERED: u8 = 2;
+/// Version byte of a state that holds a region's share.
+const FORMAT_SHARED: u8 = 3;
 
 /// One limiter: the policy it was last decided under, and its algorithm's state (which, for a
 /// key in a rollout, holds the other configurations it remembers: [`AlgoState::Remembered`]).
@@ -108,6 +116,7 @@ macro_rules! algorithms {
         pub enum AlgoState {
             $($variant($variant),)*
             Remembered(Box<Remembered>),
+            Shared(Box<Shared>),
         }
 
         impl AlgoState {
@@ -116,6 +125,7 @@ macro_rules! algorithms {
                 match self {
                     $(AlgoState::$variant(_) => $variant::TAG,)*
                     AlgoState::Remembered(r) => r.current.tag(),
+                    AlgoState::Shared(s) => s.current.tag(),
                 }
             }
 
@@ -124,6 +134,7 @@ macro_rules! algorithms {
                 match self {
                     $(AlgoState::$variant(_) => $variant::NAME,)*
                     AlgoState::Remembered(r) => r.current.name(),
+                    AlgoState::Shared(s) => s.current.name(),
                 }
             }
 
@@ -131,6 +142,7 @@ macro_rules! algorithms {
                 match self {
                     $(AlgoState::$variant(s) => Algorithm::encode(s, out),)*
                     AlgoState::Remembered(r) => r.current.encode(out),
+                    AlgoState::Shared(s) => s.current.encode(out),
                 }
             }
 
@@ -138,6 +150,7 @@ macro_rules! algorithms {
                 match self {
                     $(AlgoState::$variant(s) => Algorithm::heap_bytes(s),)*
                     AlgoState::Remembered(r) => r.heap_bytes(),
+                    AlgoState::Shared(s) => std::mem::size_of::<Shared>() + s.current.heap_bytes(),
                 }
             }
 
@@ -147,6 +160,7 @@ macro_rules! algorithms {
                 match self {
                     $(AlgoState::$variant(s) => v.visit(s),)*
                     AlgoState::Remembered(r) => r.current.visit(v),
+                    AlgoState::Shared(s) => s.current.visit(v),
                 }
             }
 
@@ -180,6 +194,7 @@ macro_rules! algorithms {
                     match state {
                         AlgoState::$variant(s) => Some(s),
                         AlgoState::Remembered(r) => Self::of(&r.current),
+                        AlgoState::Shared(s) => Self::of(&s.current),
                         #[allow(unreachable_patterns)]
                         _ => None,
                     }
@@ -189,6 +204,7 @@ macro_rules! algorithms {
                     match state {
                         AlgoState::$variant(s) => Some(s),
                         AlgoState::Remembered(r) => Self::of_mut(&mut r.current),
+                        AlgoState::Shared(s) => Self::of_mut(&mut s.current),
                         #[allow(unreachable_patterns)]
                         _ => None,
                     }
@@ -215,6 +231,28 @@ pub const MAX_TAG: u8 = {
     }
     max
 };
+
+impl AlgoState {
+    /// `state` (a plain algorithm state) holding `share`, its counters at 0.
+    pub fn shared(share: Share, state: AlgoState) -> AlgoState {
+        AlgoState::Shared(Box::new(Shared {
+            share,
+            current: state,
+            asked: 0,
+            admitted: 0,
+        }))
+    }
+
+    /// The plain algorithm state: the current one of a key that remembers others or holds a
+    /// share.
+    pub fn plain(self) -> AlgoState {
+        match self {
+            AlgoState::Remembered(r) => r.current,
+            AlgoState::Shared(s) => s.current,
+            plain => plain,
+        }
+    }
+}
 
 impl Remembered {
     fn heap_bytes(&self) -> usize {
@@ -272,6 +310,21 @@ impl Limiter {
             .collect()
     }
 
+    /// The region's share this key holds, if any (see `share`).
+    pub fn shared(&self) -> Option<&Shared> {
+        match &self.state {
+            AlgoState::Shared(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn shared_mut(&mut self) -> Option<&mut Shared> {
+        match &mut self.state {
+            AlgoState::Shared(s) => Some(s),
+            _ => None,
+        }
+    }
+
     /// Heap bytes this limiter holds beyond its own struct, for `MEMORY USAGE`.
     pub fn heap_bytes(&self) -> usize {
         self.state.heap_bytes()
@@ -291,6 +344,10 @@ impl Limiter {
                 AlgoState::SlidingLog(log) => log.len() as u64,
                 _ => 0,
             },
+            AlgoState::Shared(s) => match &s.current {
+                AlgoState::SlidingLog(log) => log.len() as u64,
+                _ => 0,
+            },
             _ => 0,
         };
         entries(&self.state) + self.others().iter().map(|(_, s)| entries(s)).sum::<u64>()
@@ -299,14 +356,19 @@ impl Limiter {
     /// Appends the encoding to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
         let others = self.others();
-        out.push(if others.is_empty() {
-            FORMAT
-        } else {
-            FORMAT_REMEMBERED
+        let shared = self.shared();
+        out.push(match (shared, others.is_empty()) {
+            (Some(_), _) => FORMAT_SHARED,
+            (None, true) => FORMAT,
+            (None, false) => FORMAT_REMEMBERED,
         });
         out.push(self.state.tag());
         encode_policy(&self.policy, out);
         self.state.encode(out);
+        if let Some(shared) = shared {
+            out.extend_from_slice(&shared.share.limit.to_le_bytes());
+            out.extend_from_slice(&shared.share.expire_at_ms.to_le_bytes());
+        }
         if !others.is_empty() {
             // At most 7: always fits.
             out.push(u8::try_from(others.len()).unwrap_or(u8::MAX));
@@ -321,7 +383,7 @@ impl Limiter {
     pub fn decode(bytes: &[u8]) -> Result<Limiter, Error> {
         let mut r = Reader(bytes);
         let format = r.u8()?;
-        if format != FORMAT && format != FORMAT_REMEMBERED {
+        if format != FORMAT && format != FORMAT_REMEMBERED && format != FORMAT_SHARED {
             return Err(Error::BadState("unknown format version"));
         }
         let tag = r.u8()?;
@@ -329,6 +391,23 @@ impl Limiter {
         let state = AlgoState::decode(tag, &mut r, &policy)?;
         let limiter = if format == FORMAT {
             Limiter::new(policy, state)
+        } else if format == FORMAT_SHARED {
+            let (limit, expire_at_ms) = (r.u64()?, r.u64()?);
+            if !(1..=crate::algo::MAX_LIMIT).contains(&limit)
+                || !(1..=share::MAX_EXPIRE_AT_MS).contains(&expire_at_ms)
+            {
+                return Err(Error::BadState("share out of range"));
+            }
+            Limiter::new(
+                policy,
+                AlgoState::shared(
+                    Share {
+                        limit,
+                        expire_at_ms,
+                    },
+                    state,
+                ),
+            )
         } else {
             let n = usize::from(r.u8()?);
             if !(1..MAX_CONFIGURATIONS).contains(&n) {
@@ -483,6 +562,52 @@ mod tests {
             Limiter::decode(&edited(0, &[1])),
             Err(Error::BadState("trailing bytes"))
         );
+    }
+
+    /// A GCRA key holding a region's share: format 3 round-trips (the counters, memory only,
+    /// are not encoded) and every truncation or out-of-range share is refused.
+    #[test]
+    fn shared_round_trips_and_is_validated() {
+        let share = Share {
+            limit: 7,
+            expire_at_ms: 4_000_000_000_000,
+        };
+        let mut limiter = Limiter::new(
+            Policy::new(7, 1000, 14).unwrap(),
+            AlgoState::shared(share, AlgoState::Gcra(Gcra { tat: 99 })),
+        );
+        if let Some(s) = limiter.shared_mut() {
+            s.asked = 5;
+        }
+        let mut buf = Vec::new();
+        limiter.encode(&mut buf);
+        assert_eq!(buf[0], 3);
+        assert_eq!(buf.len(), 2 + 24 + 16 + 16);
+        let decoded = Limiter::decode(&buf).unwrap();
+        assert_eq!(decoded, limiter);
+        assert_eq!(decoded.shared().map(|s| s.asked), Some(0));
+        for cut in 0..buf.len() {
+            assert!(Limiter::decode(&buf[..cut]).is_err(), "prefix of {cut}");
+        }
+        let at = 2 + 24 + 16;
+        for (offset, n) in [
+            (0, 0),
+            (0, crate::algo::MAX_LIMIT + 1),
+            (8, 0),
+            (8, u64::MAX),
+        ] {
+            let mut bad = buf.clone();
+            bad[at + offset..at + offset + 8].copy_from_slice(&n.to_le_bytes());
+            assert_eq!(
+                Limiter::decode(&bad),
+                Err(Error::BadState("share out of range"))
+            );
+        }
+        // Version 1's bytes still load as they did.
+        let mut plain = Vec::new();
+        gcra().encode(&mut plain);
+        assert_eq!(plain[0], 1);
+        assert_eq!(Limiter::decode(&plain), Ok(gcra()));
     }
 
     fn window(l: u64, w: u64) -> Policy {
