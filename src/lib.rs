@@ -12,6 +12,7 @@ pub mod algo;
 pub mod clock;
 pub mod command;
 pub mod error;
+pub mod host;
 pub mod metrics;
 pub mod server;
 pub mod state;
@@ -21,7 +22,7 @@ use std::sync::atomic::AtomicI64;
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{redis_module, Context, RedisString, Status};
 
-use command::ffi;
+use host::call as ffi;
 use state::rdb::LIMITER_TYPE;
 
 // Rust's allocations go through Redis's allocator (counted in `used_memory`, `MEMORY USAGE`);

@@ -179,7 +179,7 @@ pub fn command_stats(index: usize) -> CommandStats {
 
 /// Registers `INFO ratelimit` and the `CONFIG RESETSTAT` hook (see `ffi::register_info`).
 pub fn register(ctx: &Context) -> Result<(), String> {
-    crate::command::ffi::register_info(ctx, info_fields, reset_counters)
+    crate::host::call::register_info(ctx, info_fields, reset_counters)
 }
 
 /// The INFO field prefix of a command: `RL.TOKENBUCKET` → `rl_tokenbucket`.

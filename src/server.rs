@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::Context;
 
-use crate::command::ffi;
+use crate::host::call as ffi;
 
 /// The oldest server the module supports (0x00MMmmpp, as `RedisModule_GetServerVersion`).
 pub const MIN_VERSION: i32 = 0x0007_0000;

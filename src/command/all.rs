@@ -16,8 +16,8 @@
 
 use super::args::{parse_limiter, Amount, Options, Request};
 use super::effect;
-use super::ffi::Key;
-use super::ffi::{Args, Ctx, RString};
+use crate::host::call::Key;
+use crate::host::call::{Args, Ctx, RString};
 use super::limit::{accepts, of};
 use super::reply::{fields, Reply};
 use crate::algo::step::{self, Held, Kept};

@@ -1,7 +1,7 @@
 //! Reading a command's arguments. Every hostile argument is stopped here with an error that
 //! names it; what comes out are values that cannot hold nonsense.
 
-use super::ffi::{Args, RString};
+use crate::host::call::{Args, RString};
 use crate::algo::{Policy, PolicyError, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::error::{echo, Error};
 

@@ -3,7 +3,7 @@
 //! Refused unless the module was loaded with `DEBUG-CLOCK yes`. Replies with the clock in ms.
 
 use super::args::{parse_i64, parse_u64};
-use super::ffi::{Args, Ctx};
+use crate::host::call::{Args, Ctx};
 use super::reply::Reply;
 use crate::clock::{self, DebugClock};
 use crate::error::{echo, Error};

@@ -6,8 +6,8 @@ use std::ffi::CStr;
 
 use redis_module::Context;
 
-use super::ffi::{self, Registration};
-use super::ffi::{Args, Ctx};
+use crate::host::call::{self as ffi, Registration};
+use crate::host::call::{Args, Ctx};
 use super::reply::{Field, Reply};
 use super::table::COMMANDS;
 use crate::error::Error;

@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 
-use super::ffi::{Ctx, RString};
+use crate::host::call::{Ctx, RString};
 use crate::algo::{ms_ceil, Decision};
 use crate::state::delta::{state_effect_header, Delta};
 use crate::state::Limiter;

@@ -7,8 +7,8 @@ use std::sync::atomic::Ordering;
 
 use super::args::{parse_request, Amount, Options, Request};
 use super::effect;
-use super::ffi::Key;
-use super::ffi::{Args, Ctx};
+use crate::host::call::Key;
+use crate::host::call::{Args, Ctx};
 use super::reply::Reply;
 use crate::algo::step::{step, Held, Step};
 use crate::algo::{

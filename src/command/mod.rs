@@ -9,7 +9,6 @@ pub mod args;
 pub mod debug;
 pub mod dispatch;
 pub mod effect;
-pub mod ffi;
 pub mod inspect;
 pub mod limit;
 pub mod peek;

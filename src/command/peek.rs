@@ -4,7 +4,7 @@
 //! runs on replicas and on cluster replicas in `READONLY` mode: dashboards and support tools
 //! read there and never touch a master. It writes, signals and propagates nothing.
 
-use super::ffi::{Args, Ctx};
+use crate::host::call::{Args, Ctx};
 use super::reply::Reply;
 use crate::algo::{Decision, Policy};
 use crate::clock;

@@ -8,7 +8,7 @@
 //! one that changes nothing (the limiter was already full) writes and propagates nothing.
 
 use super::effect;
-use super::ffi::{Args, Ctx};
+use crate::host::call::{Args, Ctx};
 use super::reply::Reply;
 use crate::algo::{Decision, Policy, MAX_LIMIT};
 use crate::clock;

@@ -11,7 +11,7 @@
 //! of their own so that this one ACL rule covers them.
 
 use super::args::parse_u64;
-use super::ffi::{Args, Ctx, RString};
+use crate::host::call::{Args, Ctx, RString};
 use super::reply::Reply;
 use crate::error::{echo, Error};
 use crate::metrics;

@@ -9,7 +9,7 @@
 use std::cell::Cell;
 
 use super::args::Request;
-use super::ffi::{Args, Ctx};
+use crate::host::call::{Args, Ctx};
 use super::limit::{admitted_cost, decide};
 use super::reply::{fields, Reply};
 use crate::algo::shape::{self, Shape};

@@ -5,7 +5,7 @@ use std::ffi::{c_int, CStr};
 
 use redis_module::commands::{BeginSearch, FindKeys, KeySpec, KeySpecFlags};
 
-use super::ffi::{Args, Ctx};
+use crate::host::call::{Args, Ctx};
 use super::reply::Reply;
 use super::{all, debug, inspect, limit, peek, refund, setstate, shape, throttle};
 use crate::error::Error;

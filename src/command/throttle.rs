@@ -39,8 +39,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::args::parse_u64;
 use super::effect;
-use super::ffi::Held;
-use super::ffi::{Args, Ctx, RString};
+use crate::host::call::Held;
+use crate::host::call::{Args, Ctx, RString};
 use super::limit::{of, store};
 use super::reply::Reply;
 use crate::algo::gcra::{self, Gcra};
