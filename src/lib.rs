@@ -3,7 +3,7 @@
 //! and load arguments; the commands are the table in `command`. Everything else lives in `algo` (pure), `command` (glue), `state`
 //! (stored format) and `clock`.
 //!
-//! `unsafe` lives in two places only: `command::ffi` (every call into Redis's C API) and
+//! `unsafe` lives in two places only: `host` (every call into Redis's C API) and
 //! `state::rdb` (the data type's callbacks, which Redis calls with raw pointers). Inside an
 //! `unsafe fn` every unsafe operation still needs its own block and SAFETY comment.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -22,7 +22,7 @@ use std::sync::atomic::AtomicI64;
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{redis_module, Context, RedisString, Status};
 
-use host::call as ffi;
+use host::load;
 use state::rdb::LIMITER_TYPE;
 
 // Rust's allocations go through Redis's allocator (counted in `used_memory`, `MEMORY USAGE`);
@@ -43,7 +43,7 @@ pub static MAX_LOG_ENTRIES: AtomicI64 = AtomicI64::new(10_000);
 /// configuration table). Anything else fails the load, so a typo is never silently ignored.
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     let found = server::detect(ctx);
-    if found.too_old() || !ffi::api_present() {
+    if found.too_old() || !load::api_present() {
         ctx.log_warning(&format!(
             "not loaded: this server is {}; the module needs Redis 7.0 or later (or Valkey)",
             found.describe()
@@ -86,8 +86,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         clock::enable_debug_clock();
         ctx.log_warning("DEBUG-CLOCK is on: RL.DEBUG can move this server's limiter clock. Never in production.");
     }
-    ffi::set_module_options(ctx);
-    ffi::watch_role(ctx);
+    load::set_module_options(ctx);
+    load::watch_role(ctx);
     match command::dispatch::register_all(ctx).and_then(|()| metrics::register(ctx)) {
         Ok(()) => {
             ctx.log_notice(&format!(

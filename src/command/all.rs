@@ -16,14 +16,14 @@
 
 use super::args::{parse_limiter, Amount, Options, Request};
 use super::effect;
-use crate::host::call::Key;
-use crate::host::call::{Args, Ctx, RString};
 use super::limit::{accepts, of};
 use super::reply::{fields, Reply};
 use crate::algo::step::{self, Held, Kept};
 use crate::algo::{sliding_log::Change, Algorithm, Decision, Policy};
 use crate::clock;
 use crate::error::{echo, Error};
+use crate::host::call::Key;
+use crate::host::call::{Args, Ctx, RString};
 use crate::metrics;
 use crate::state::{delta::Delta, AlgoState, Limiter, Stored};
 

@@ -3,8 +3,8 @@
 
 use std::cell::RefCell;
 
-use crate::host::call::{Ctx, RString};
 use crate::algo::{ms_ceil, Decision};
+use crate::host::call::{Ctx, RString};
 use crate::state::delta::{state_effect_header, Delta};
 use crate::state::Limiter;
 

@@ -6,12 +6,12 @@
 //! (`remaining`, `retry_after_ms`, `reset_after_ms`), and `ttl_ms`, the key's expiry relative to
 //! now on the module's clock (-1: none). Instants are relative to now, in ms rounded up.
 
-use crate::host::call::{Args, Ctx};
 use super::reply::Field;
 use super::reply::Reply;
 use crate::algo::{self, Policy};
 use crate::clock;
 use crate::error::Error;
+use crate::host::call::{Args, Ctx};
 use crate::metrics;
 use crate::state::{Stored, Visit};
 

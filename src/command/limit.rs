@@ -7,8 +7,6 @@ use std::sync::atomic::Ordering;
 
 use super::args::{parse_request, Amount, Options, Request};
 use super::effect;
-use crate::host::call::Key;
-use crate::host::call::{Args, Ctx};
 use super::reply::Reply;
 use crate::algo::step::{step, Held, Step};
 use crate::algo::{
@@ -16,6 +14,8 @@ use crate::algo::{
 };
 use crate::clock;
 use crate::error::Error;
+use crate::host::call::Key;
+use crate::host::call::{Args, Ctx};
 use crate::metrics;
 use crate::state::{Limiter, Stored};
 

@@ -11,9 +11,9 @@
 //! of their own so that this one ACL rule covers them.
 
 use super::args::parse_u64;
-use crate::host::call::{Args, Ctx, RString};
 use super::reply::Reply;
 use crate::error::{echo, Error};
+use crate::host::call::{Args, Ctx, RString};
 use crate::metrics;
 use crate::state::delta::{Delta, Effect};
 use crate::state::Limiter;

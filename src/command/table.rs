@@ -5,10 +5,10 @@ use std::ffi::{c_int, CStr};
 
 use redis_module::commands::{BeginSearch, FindKeys, KeySpec, KeySpecFlags};
 
-use crate::host::call::{Args, Ctx};
 use super::reply::Reply;
 use super::{all, debug, inspect, limit, peek, refund, setstate, shape, throttle};
 use crate::error::Error;
+use crate::host::call::{Args, Ctx};
 
 /// Which arguments are keys, and how the command uses them: for key specs, `COMMAND GETKEYS`,
 /// ACL key patterns and cluster routing.

@@ -4,3 +4,4 @@
 //! `load` serves load time (registration, module options, INFO, role events, the command filter).
 
 pub mod call;
+pub mod load;
