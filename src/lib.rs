@@ -11,13 +11,12 @@
 pub mod algo;
 pub mod clock;
 pub mod command;
+pub mod config;
 pub mod error;
 pub mod host;
 pub mod metrics;
 pub mod server;
 pub mod state;
-
-use std::sync::atomic::AtomicI64;
 
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{redis_module, Context, RedisString, Status};
@@ -35,9 +34,6 @@ const ALLOCATOR: Allocator = redis_module::alloc::RedisAlloc;
 type Allocator = std::alloc::System;
 #[cfg(test)]
 const ALLOCATOR: Allocator = std::alloc::System;
-
-/// `ratelimit.max-log-entries`: the largest L a sliding log accepts (memory is per entry).
-pub static MAX_LOG_ENTRIES: AtomicI64 = AtomicI64::new(10_000);
 
 /// Module arguments: `DEBUG-CLOCK yes|no`, `CELL-COMPAT yes|no` (see `command::throttle`) and `max-log-entries <n>` (the latter read by the
 /// configuration table). Anything else fails the load, so a typo is never silently ignored.
@@ -112,7 +108,7 @@ redis_module! {
     init: init,
     configurations: [
         i64: [
-            ["max-log-entries", &MAX_LOG_ENTRIES, 10_000, 1, algo::sliding_log::MAX_LOG_LIMIT as i64, ConfigurationFlags::DEFAULT, None],
+            ["max-log-entries", &config::MAX_LOG_ENTRIES, 10_000, 1, algo::sliding_log::MAX_LOG_LIMIT as i64, ConfigurationFlags::DEFAULT, None],
         ],
         string: [],
         bool: [],

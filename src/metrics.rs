@@ -204,7 +204,7 @@ pub fn info_fields() -> Vec<(String, i64)> {
     fields.push(("sliding_log_entries".into(), log_entries()));
     fields.push((
         "max_log_entries".into(),
-        crate::MAX_LOG_ENTRIES.load(Relaxed),
+        crate::config::MAX_LOG_ENTRIES.load(Relaxed),
     ));
     for &(index, name) in COMMANDS.get().map_or(&[][..], Vec::as_slice) {
         let prefix = field_prefix(name);

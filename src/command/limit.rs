@@ -184,7 +184,7 @@ pub fn accepts<A: Stored>(policy: &Policy) -> Result<(), Error> {
     if entries == 0 {
         return Ok(());
     }
-    let config = crate::MAX_LOG_ENTRIES.load(Ordering::Relaxed);
+    let config = crate::config::MAX_LOG_ENTRIES.load(Ordering::Relaxed);
     let max = u64::try_from(config).unwrap_or(0).min(MAX_LOG_LIMIT);
     if entries > max {
         return Err(Error::LogTooLong {
