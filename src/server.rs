@@ -160,22 +160,6 @@ mod tests {
     }
 
     #[test]
-    fn every_command_is_either_for_gateways_or_dangerous() {
-        for spec in crate::command::table::COMMANDS {
-            let words: Vec<&str> = spec.acl.split_whitespace().collect();
-            let dangerous = words.contains(&"dangerous");
-            assert_ne!(dangerous, words.contains(&ACL_CATEGORY), "{}", spec.name);
-            let operator_only = ["RL.SETSTATE", "RL.DEBUG"].contains(&spec.name);
-            assert_eq!(dangerous, operator_only, "{}", spec.name);
-            assert!(
-                words.contains(&"fast") || words.contains(&"slow"),
-                "{}",
-                spec.name
-            );
-        }
-    }
-
-    #[test]
     fn ratelimit_category_only_where_the_server_added_it() {
         assert_eq!(
             categories_for("write fast ratelimit", true),

@@ -270,3 +270,25 @@ macro_rules! command_table {
 }
 
 crate::algo::registry!(command_table);
+
+#[cfg(test)]
+mod tests {
+    use super::COMMANDS;
+    use crate::server::ACL_CATEGORY;
+
+    #[test]
+    fn every_command_is_either_for_gateways_or_dangerous() {
+        for spec in COMMANDS {
+            let words: Vec<&str> = spec.acl.split_whitespace().collect();
+            let dangerous = words.contains(&"dangerous");
+            assert_ne!(dangerous, words.contains(&ACL_CATEGORY), "{}", spec.name);
+            let operator_only = ["RL.SETSTATE", "RL.DEBUG"].contains(&spec.name);
+            assert_eq!(dangerous, operator_only, "{}", spec.name);
+            assert!(
+                words.contains(&"fast") || words.contains(&"slow"),
+                "{}",
+                spec.name
+            );
+        }
+    }
+}
