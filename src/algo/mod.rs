@@ -378,6 +378,15 @@ macro_rules! registry {
 }
 pub(crate) use registry;
 
+macro_rules! algorithm_ids {
+    ($($module:ident::$variant:ident, $word:literal, $event:literal, $kind:ident, $summary:literal;)*) => {
+        /// Every algorithm as (stored tag, how INFO and RL.INSPECT name it), in registry order.
+        pub const ALGORITHM_IDS: &[(u8, &str)] =
+            &[$((<$module::$variant as Algorithm>::TAG, <$module::$variant as Algorithm>::ID)),*];
+    };
+}
+registry!(algorithm_ids);
+
 /// Nanoseconds rounded up to whole milliseconds, so a client that waits this long is not early.
 pub fn ms_ceil(ns: u64) -> u64 {
     ns.div_ceil(NS_PER_MS)

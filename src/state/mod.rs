@@ -164,8 +164,7 @@ macro_rules! algorithms {
             }
         }
 
-        /// Every algorithm as (stored tag, how INFO and RL.INSPECT name it), in registry order.
-        pub const ALGORITHM_IDS: &[(u8, &str)] = &[$(($variant::TAG, $variant::ID)),*];
+        pub use crate::algo::ALGORITHM_IDS;
 
         $(
             impl From<$variant> for AlgoState {
