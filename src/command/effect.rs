@@ -5,7 +5,8 @@ use std::cell::RefCell;
 
 use crate::algo::{ms_ceil, Decision};
 use crate::host::call::{Ctx, RString};
-use crate::state::delta::{state_effect_header, Delta};
+use crate::state::delta::Delta;
+use crate::state::effect::state_effect_header;
 use crate::state::Limiter;
 
 /// The shortest TTL a limiter key gets: 1 s.

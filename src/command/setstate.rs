@@ -15,7 +15,8 @@ use super::reply::Reply;
 use crate::error::{echo, Error};
 use crate::host::call::{Args, Ctx, RString};
 use crate::metrics;
-use crate::state::delta::{Delta, Effect};
+use crate::state::delta::Delta;
+use crate::state::effect::Effect;
 use crate::state::Limiter;
 
 /// The largest PXAT accepted: year 33658, far beyond any limiter's reset.

@@ -23,6 +23,7 @@ use crate::error::Error;
 use delta::Delta;
 
 pub mod delta;
+pub mod effect;
 pub mod gauges;
 pub mod rdb;
 
