@@ -19,13 +19,14 @@ use super::effect;
 use super::limit::{accepts, of};
 use super::reply::{fields, Reply};
 use crate::algo::step::{self, Held, Kept};
-use crate::algo::{sliding_log::Change, Algorithm, Decision, Policy};
+use crate::algo::{Algorithm, Decision, Policy};
 use crate::clock;
 use crate::error::{echo, Error};
 use crate::host::call::Key;
 use crate::host::call::{Args, Ctx, RString};
 use crate::metrics;
-use crate::state::{delta::Delta, AlgoState, Limiter, Stored};
+use crate::state::delta::{Change, Delta, IntoDelta};
+use crate::state::{AlgoState, Limiter, Stored};
 
 /// The most limiters one call may name.
 pub const MAX_LIMITERS: u64 = 32;
@@ -55,7 +56,8 @@ fn apply_in_place<A: Stored>(
     policy: &Policy,
     change: &Change,
 ) -> Option<Delta> {
-    A::of_mut(state)?.apply_delta(policy, change)
+    let change = A::Change::from_change(change)?;
+    A::of_mut(state)?.apply_delta(policy, &change)
 }
 
 type Planner = fn(Option<&Limiter>, &Policy, u64, u64) -> Result<Plan, Error>;
@@ -319,7 +321,9 @@ fn plan<A: Stored>(
                     uncharged,
                     charged: None,
                     carried: None,
-                    in_place: change.map(|change| (change, apply_in_place::<A> as Applier)),
+                    in_place: change
+                        .and_then(IntoDelta::into_change)
+                        .map(|change| (change, apply_in_place::<A> as Applier)),
                 });
             }
         }

@@ -16,7 +16,9 @@
 //! `[format u8 = 1][algorithm u8 = 3][prior fingerprint u64][dropped u32][at_ns u64][count u32]`,
 //! sent inside the effect envelope (`state::effect`).
 
-use crate::algo::sliding_log::{self, Change, SlidingLog};
+pub use crate::algo::sliding_log::Change;
+
+use crate::algo::sliding_log::{self, SlidingLog};
 use crate::error::Error;
 use crate::state::{AlgoState, Limiter, Reader};
 
@@ -37,6 +39,42 @@ pub const DELTA_EFFECT_LEN: usize = EFFECT_HEADER + DELTA_LEN;
 pub struct Delta {
     pub prior: u64,
     pub change: Change,
+}
+
+/// An algorithm's in-place change (`Algorithm::Change`) as the stored format carries it: the
+/// sliding log's as a [`Delta`]; `()`, the change of the algorithms without an in-place path,
+/// never. [`Change`] is also how a change waits, whatever its algorithm, between a plan and its
+/// commit (`RL.ALL`).
+pub trait IntoDelta: Copy {
+    /// The change as a delta's, None when it has no delta form.
+    fn into_change(self) -> Option<Change>;
+    /// Back from a delta's change: None when it is not this algorithm's.
+    fn from_change(change: &Change) -> Option<Self>;
+    /// The delta of this change made on a state of fingerprint `prior`.
+    fn into_delta(self, prior: u64) -> Option<Delta> {
+        Some(Delta {
+            prior,
+            change: self.into_change()?,
+        })
+    }
+}
+
+impl IntoDelta for () {
+    fn into_change(self) -> Option<Change> {
+        None
+    }
+    fn from_change(_: &Change) -> Option<()> {
+        None
+    }
+}
+
+impl IntoDelta for Change {
+    fn into_change(self) -> Option<Change> {
+        Some(self)
+    }
+    fn from_change(change: &Change) -> Option<Change> {
+        Some(*change)
+    }
 }
 
 /// A 64-bit fingerprint of a sliding-log limiter: its policy, entry count, total, newest instant
