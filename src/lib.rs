@@ -8,7 +8,7 @@
 //! `unsafe fn` every unsafe operation still needs its own block and SAFETY comment.
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod algo;
+pub use ratelimit_core::algo;
 pub mod clock;
 pub mod command;
 pub mod config;

@@ -368,6 +368,7 @@ pub(crate) use algorithm;
 /// command's summary. The stored enum, its dispatch and encoding, the INFO ids, the command
 /// table and `RL.ALL`'s table are generated from it (`registry!(some_macro)` hands the list to
 /// `some_macro`); tags are never reused.
+#[macro_export]
 macro_rules! registry {
     ($then:ident) => {
         $then! {
@@ -386,7 +387,7 @@ macro_rules! registry {
         }
     };
 }
-pub(crate) use registry;
+pub use crate::registry;
 
 macro_rules! algorithm_ids {
     ($($module:ident::$variant:ident, $word:literal, $event:literal, $kind:ident, $summary:literal;)*) => {
@@ -565,5 +566,5 @@ mod inspect_tests {
 }
 
 /// Property-test helpers and the promises' property tests (the state module reuses the helpers).
-#[cfg(test)]
-pub(crate) mod props;
+#[cfg(any(test, feature = "props"))]
+pub mod props;

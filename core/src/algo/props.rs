@@ -7,6 +7,10 @@
 //! algorithm held to the [`Promise`] it declares here: a new algorithm of the registry does not
 //! compile the tests until it declares one, and is then tested like the others.
 
+// The helpers only this crate's own tests use are dead code in a `props` build (for the tests
+// of the packages that link the core, which use the exported ones).
+#![cfg_attr(not(test), allow(dead_code))]
+
 use super::{
     fixed_window, gcra, shape, sliding_counter, sliding_log, token_bucket, Algorithm, Decision,
     Outcome, Policy,
