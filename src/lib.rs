@@ -1,7 +1,9 @@
 //! redis-ratelimit: rate limiters as native Redis commands, decided atomically on the server's
 //! clock and replicated as effects. This file registers the module: its data type, configuration
-//! and load arguments; the commands are the table in `command`. Everything else lives in `algo` (pure), `command` (glue), `state`
-//! (stored format) and `clock`.
+//! and load arguments; the commands are the table in `command`. Everything else lives in `algo`
+//! (the pure core crate, `ratelimit_core`), `state` (stored format), `host` (the C API),
+//! `command` (the handlers), `clock`, `config`, `metrics` and `server`; docs/development.md
+//! draws the layers.
 //!
 //! `unsafe` lives in two places only: `host` (every call into Redis's C API) and
 //! `state::rdb` (the data type's callbacks, which Redis calls with raw pointers). Inside an

@@ -1,7 +1,7 @@
 //! Redis glue. A handler (`limit`, `all`, `shape`, `throttle`, `refund`, `peek`, `inspect`,
 //! `setstate`, `debug`) reads as STYLE.md's five steps: parse, load, decide, persist and propagate
-//! the effect, reply. Layers, each using only those below it: `ffi` (every call into Redis's C
-//! API, and nothing of the rest), then `args`, `reply` and `effect`, then the handlers, then
+//! the effect, reply. Below this layer, `crate::host` makes every call into Redis's C API. Inside
+//! it, each using only those below it: `args`, `reply` and `effect`, then the handlers, then
 //! `table` (the command table), then `dispatch` (the router and registration).
 
 pub mod all;
