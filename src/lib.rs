@@ -14,7 +14,7 @@ pub use ratelimit_core::algo;
 pub mod clock;
 pub mod command;
 pub mod config;
-pub mod error;
+pub use ratelimit_core::error;
 pub mod host;
 pub mod metrics;
 pub mod server;

@@ -3,3 +3,5 @@
 //! and the tests link it, so every package derives the list of algorithms from the registry.
 
 pub mod algo;
+pub mod error;
+pub mod state;

@@ -23,8 +23,6 @@ use delta::{Delta, IntoDelta};
 
 pub mod delta;
 pub mod effect;
-pub mod gauges;
-pub mod rdb;
 
 #[cfg(test)]
 mod adversarial;
