@@ -23,6 +23,7 @@ use delta::{Delta, IntoDelta};
 
 pub mod delta;
 pub mod effect;
+pub mod replay;
 
 #[cfg(test)]
 mod adversarial;
