@@ -4,7 +4,7 @@
 //! lacks fails it too.
 
 use ratelimit_client::Algorithm;
-use ratelimit_core::algo::REGISTRY;
+use ratelimit_core::algo::listed::REGISTRY;
 
 /// Every variant of the client's enum, in declaration order.
 const CLIENT: [Algorithm; 5] = [

@@ -1,5 +1,5 @@
 //! The algorithms the module registers: the core crate's registry (`algo::registry!` in
-//! core/src/algo/mod.rs, listed as `ratelimit_core::algo::REGISTRY`), which the tests link; no
+//! core/src/algo/mod.rs, listed as `ratelimit_core::algo::listed::REGISTRY`), which the tests link; no
 //! server is needed to know them. The module's commands are read once per test binary from a
 //! server started for the purpose, which also checks that `INFO ratelimit` has a gauge for every
 //! algorithm of the registry and no other.
@@ -42,7 +42,7 @@ impl Algorithm {
 pub fn algorithms() -> &'static [Algorithm] {
     static ALGORITHMS: OnceLock<Vec<Algorithm>> = OnceLock::new();
     ALGORITHMS.get_or_init(|| {
-        ratelimit_core::algo::REGISTRY
+        ratelimit_core::algo::listed::REGISTRY
             .iter()
             .map(|l| Algorithm {
                 id: l.id.to_string(),

@@ -12,6 +12,7 @@ pub mod bytes;
 pub mod fixed_window;
 pub mod gcra;
 pub mod lease;
+pub mod listed;
 pub mod shape;
 pub mod sliding_counter;
 pub mod sliding_log;
@@ -388,48 +389,6 @@ macro_rules! registry {
     };
 }
 pub use crate::registry;
-
-macro_rules! algorithm_ids {
-    ($($module:ident::$variant:ident, $word:literal, $event:literal, $kind:ident, $summary:literal;)*) => {
-        /// Every algorithm as (stored tag, how INFO and RL.INSPECT name it), in registry order.
-        pub const ALGORITHM_IDS: &[(u8, &str)] =
-            &[$((<$module::$variant as Algorithm>::TAG, <$module::$variant as Algorithm>::ID)),*];
-    };
-}
-registry!(algorithm_ids);
-
-/// One algorithm of the registry, as the packages that link the core see it (the gateway
-/// client's `Algorithm` and the integration tests are checked against [`REGISTRY`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Listed {
-    /// The word that names it in commands: `RL.<WORD>`, and inside `RL.ALL` for a limiter.
-    pub word: &'static str,
-    /// How `INFO ratelimit` and `RL.INSPECT` name it ([`Algorithm::ID`]).
-    pub id: &'static str,
-    /// How errors name it ([`Algorithm::NAME`]).
-    pub name: &'static str,
-    /// Its tag in the stored encoding ([`Algorithm::TAG`]).
-    pub tag: u8,
-    /// Whether it takes `BURST` ([`Algorithm::BURST`]).
-    pub burst: bool,
-    /// A limiter: the five-integer reply, offered inside `RL.ALL`. Else a shaper (`RL.SHAPE`).
-    pub limiter: bool,
-}
-
-macro_rules! listed {
-    ($($module:ident::$variant:ident, $word:literal, $event:literal, $kind:ident, $summary:literal;)*) => {
-        /// Every algorithm of the registry, in its order.
-        pub const REGISTRY: &[Listed] = &[$(Listed {
-            word: $word,
-            id: <$module::$variant as Algorithm>::ID,
-            name: <$module::$variant as Algorithm>::NAME,
-            tag: <$module::$variant as Algorithm>::TAG,
-            burst: <$module::$variant as Algorithm>::BURST,
-            limiter: matches!(stringify!($kind).as_bytes(), b"limiter"),
-        }),*];
-    };
-}
-registry!(listed);
 
 /// Nanoseconds rounded up to whole milliseconds, so a client that waits this long is not early.
 pub fn ms_ceil(ns: u64) -> u64 {

@@ -161,7 +161,7 @@ macro_rules! algorithms {
             }
         }
 
-        pub use crate::algo::ALGORITHM_IDS;
+        pub use crate::algo::listed::ALGORITHM_IDS;
 
         $(
             impl From<$variant> for AlgoState {
