@@ -17,17 +17,18 @@
 use super::args::{parse_i64, parse_limiter, Amount, Options, Request};
 use super::charge::{self, Creator, Given};
 use super::effect;
-use super::ffi::Key;
-use super::ffi::{Args, Ctx, RString};
 use super::limit::{accepts, of};
 use super::reply::{fields, Reply};
 use super::settle;
 use crate::algo::step::{self, Held, Kept};
-use crate::algo::{sliding_log::Change, Algorithm, Decision, Policy, MAX_LIMIT};
+use crate::algo::{Algorithm, Decision, Policy, MAX_LIMIT};
 use crate::clock;
 use crate::error::{echo, Error};
+use crate::host::call::Key;
+use crate::host::call::{Args, Ctx, RString};
 use crate::metrics;
-use crate::state::delta::{plan_remembered, ChargedDelta, Delta};
+use crate::state::delta::{Change, Delta, IntoDelta};
+use crate::state::replay::{plan_remembered, ChargedDelta};
 use crate::state::{AlgoState, Limiter, Stored};
 
 /// The most limiters one call may name.
@@ -62,7 +63,8 @@ fn apply_in_place<A: Stored>(
     policy: &Policy,
     change: &Change,
 ) -> Option<Delta> {
-    A::of_mut(state)?.apply_delta(policy, change)
+    let change = A::Change::from_change(change)?;
+    A::of_mut(state)?.apply_delta(policy, &change)
 }
 
 type Planner = fn(Option<&Limiter>, &Policy, u64, u64) -> Result<Plan, Error>;
@@ -406,7 +408,9 @@ fn plan<A: Stored>(
                     uncharged,
                     charged: None,
                     carried: None,
-                    in_place: change.map(|change| (change, apply_in_place::<A> as Applier)),
+                    in_place: change
+                        .and_then(IntoDelta::into_change)
+                        .map(|change| (change, apply_in_place::<A> as Applier)),
                     charged_delta: None,
                 });
             }

@@ -2,10 +2,10 @@
 //! share was asked and admitted since its last read (docs/regions.md). The counting itself is
 //! `share::count`, on the request path.
 
-use super::ffi::{Args, Ctx};
 use super::reply::Reply;
 use super::share::MAX_KEYS;
 use crate::error::Error;
+use crate::host::call::{Args, Ctx};
 use crate::metrics;
 
 /// `RL.DEMAND key [key ...]` — per key `[asked, admitted, share, expire_at_ms, limit]`: what the

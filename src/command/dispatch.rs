@@ -1,32 +1,33 @@
-//! Between Redis's call and the reply: the router the entry points of `ffi` call (keys-position
+//! Between Redis's call and the reply: the router the entry points of `host::call` call (keys-position
 //! requests, replicas refusing writes, the handler, the counters, the reply), the reply rendered
-//! through `ffi`'s primitives, and the registration of the command table at load.
+//! through `host::call`'s primitives, and the registration of the command table at load.
 
 use std::ffi::CStr;
 
 use redis_module::Context;
 
-use super::ffi::{self, Registration};
-use super::ffi::{Args, Ctx};
 use super::reply::{Field, Reply};
 use super::table::COMMANDS;
 use crate::error::Error;
+use crate::host::call::{self, ENTRIES};
+use crate::host::call::{Args, Ctx};
+use crate::host::load::{self, Registration};
 use crate::metrics;
 
 /// Registers every command of the table the server should have (a row's `condition` may leave
 /// it out: `CL.THROTTLE` without `CELL-COMPAT yes`), installs the router and tells `metrics` which
 /// commands INFO shows.
 pub fn register_all(ctx: &Context) -> Result<(), String> {
-    const _: () = assert!(COMMANDS.len() <= ffi::ENTRIES.len());
+    const _: () = assert!(COMMANDS.len() <= ENTRIES.len());
     const _: () = assert!(COMMANDS.len() <= metrics::MAX_COMMANDS);
-    ffi::route(ffi::Router {
+    call::route(call::Router {
         command,
         run,
         panicked,
     });
     crate::server::add_acl_category(ctx);
     let mut registered = Vec::with_capacity(COMMANDS.len());
-    for (index, (spec, entry)) in COMMANDS.iter().zip(ffi::ENTRIES).enumerate() {
+    for (index, (spec, entry)) in COMMANDS.iter().zip(ENTRIES).enumerate() {
         if let Some(condition) = &spec.condition {
             if !(condition.registered)() {
                 continue;
@@ -42,7 +43,7 @@ pub fn register_all(ctx: &Context) -> Result<(), String> {
             acl: crate::server::acl_categories(spec.acl),
             entry,
         };
-        ffi::register(ctx, registration).map_err(|e| match &spec.condition {
+        load::register(ctx, registration).map_err(|e| match &spec.condition {
             Some(condition) => (condition.explain)(e),
             None => e,
         })?;

@@ -3,9 +3,11 @@
 
 use std::cell::RefCell;
 
-use super::ffi::{Ctx, RString};
 use crate::algo::{ms_ceil, Decision};
-use crate::state::delta::{state_effect_header, ChargedDelta, Delta};
+use crate::host::call::{Ctx, RString};
+use crate::state::delta::Delta;
+use crate::state::effect::state_effect_header;
+use crate::state::replay::ChargedDelta;
 use crate::state::Limiter;
 
 /// The shortest TTL a limiter key gets: 1 s.

@@ -16,13 +16,13 @@
 //! A key holding a region's share adds `share`, `share_ttl_ms` (its expiry relative to now) and
 //! the demand counters `asked` and `admitted`.
 
-use super::ffi::{Args, Ctx};
 use super::reply::Field;
 use super::reply::Reply;
 use crate::algo::step::droppable;
 use crate::algo::{self, Policy};
 use crate::clock;
 use crate::error::Error;
+use crate::host::call::{Args, Ctx};
 use crate::metrics;
 use crate::state::{Limiter, Stored, Visit};
 

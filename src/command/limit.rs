@@ -7,8 +7,6 @@ use std::sync::atomic::Ordering;
 
 use super::args::{parse_request, Amount, Options, Request};
 use super::effect;
-use super::ffi::Key;
-use super::ffi::{Args, Ctx, RString};
 use super::reply::Reply;
 use super::share;
 use crate::algo::step::{step, Held, Step};
@@ -17,8 +15,9 @@ use crate::algo::{
 };
 use crate::clock;
 use crate::error::Error;
+use crate::host::call::{Args, Ctx, Key, RString};
 use crate::metrics;
-use crate::state::{delta, Limiter, Stored};
+use crate::state::{replay, Limiter, Stored};
 
 /// `RL.GCRA`, `RL.TOKENBUCKET`, `RL.SLIDINGLOG`, `RL.SLIDINGCOUNTER`, `RL.FIXEDWINDOW`.
 pub fn request<A: Stored>(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
@@ -195,7 +194,7 @@ pub fn decide<A: Stored>(
 
 /// A request of `cost` under the policy a sliding log that remembers other configurations holds
 /// as current, in place: every configuration charged and one delta sent for all of them (see
-/// `state::delta::admit_remembered`), where `step` would copy and send every log. None where
+/// `state::replay::admit_remembered`), where `step` would copy and send every log. None where
 /// that path does not apply (`step` decides); else the decision and, when admitted, the key's
 /// new expiry. Out of line: the admit of a key with one configuration does not carry it.
 #[inline(never)]
@@ -207,7 +206,7 @@ fn admit_remembering(
     cost: u64,
 ) -> Option<(Decision, Option<u64>)> {
     let before = metrics::Footprint::of(limiter);
-    let (decision, admitted) = delta::admit_remembered(limiter, now_ns, cost)?;
+    let (decision, admitted) = replay::admit_remembered(limiter, now_ns, cost)?;
     let at = admitted.map(|(delta, keep_ns)| {
         metrics::limiter_changed(before, limiter);
         effect::propagate_charged(ctx, name, &delta, now_ns, keep_ns)
@@ -254,7 +253,7 @@ pub fn accepts<A: Stored>(policy: &Policy) -> Result<(), Error> {
     if entries == 0 {
         return Ok(());
     }
-    let config = crate::MAX_LOG_ENTRIES.load(Ordering::Relaxed);
+    let config = crate::config::MAX_LOG_ENTRIES.load(Ordering::Relaxed);
     let max = u64::try_from(config).unwrap_or(0).min(MAX_LOG_LIMIT);
     if entries > max {
         return Err(Error::LogTooLong {

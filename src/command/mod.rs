@@ -1,7 +1,8 @@
 //! Redis glue. A handler (`limit`, `all`, `shape`, `throttle`, `refund`, `charge`, `settle`,
 //! `peek`, `inspect`, `setstate`, `debug`, `share`, `demand`) reads as STYLE.md's five steps:
-//! parse, load, decide, persist and propagate the effect, reply. Layers, each using only those below it: `ffi` (every call into Redis's C
-//! API, and nothing of the rest), then `args`, `reply` and `effect`, then the handlers, then
+//! parse, load, decide, persist and propagate the effect, reply. Below this layer, `crate::host`
+//! makes every call into Redis's C API. Inside it, each using only those below it: `args`,
+//! `reply` and `effect`, then the handlers, then
 //! `table` (the command table), then `dispatch` (the router and registration).
 
 pub mod all;
@@ -11,7 +12,6 @@ pub mod debug;
 pub mod demand;
 pub mod dispatch;
 pub mod effect;
-pub mod ffi;
 pub mod inspect;
 pub mod limit;
 pub mod peek;

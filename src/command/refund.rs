@@ -8,11 +8,11 @@
 //! one that changes nothing (the limiter was already full) writes and propagates nothing.
 
 use super::effect;
-use super::ffi::{Args, Ctx};
 use super::reply::Reply;
 use crate::algo::{settle, Decision, Policy, MAX_LIMIT};
 use crate::clock;
 use crate::error::Error;
+use crate::host::call::{Args, Ctx};
 use crate::metrics;
 use crate::state::{AlgoState, Stored, Visit};
 

@@ -1,4 +1,4 @@
-//! What a command answers, before `dispatch` renders it through `ffi`.
+//! What a command answers, before `dispatch` renders it through `host::call`.
 
 use crate::algo::{ms_ceil, Decision};
 use crate::error::Error;

@@ -11,11 +11,12 @@
 //! of their own so that this one ACL rule covers them.
 
 use super::args::parse_u64;
-use super::ffi::{Args, Ctx, RString};
 use super::reply::Reply;
 use crate::error::{echo, Error};
+use crate::host::call::{Args, Ctx, RString};
 use crate::metrics;
-use crate::state::delta::{apply_delta, Effect};
+use crate::state::effect::Effect;
+use crate::state::replay::apply_delta;
 use crate::state::Limiter;
 
 /// The largest PXAT accepted: year 33658, far beyond any limiter's reset.

@@ -9,12 +9,12 @@
 use std::cell::Cell;
 
 use super::args::Request;
-use super::ffi::{Args, Ctx};
 use super::limit::{admitted_cost, decide};
 use super::reply::{fields, Reply};
 use crate::algo::shape::{self, Shape};
 use crate::algo::{ms_ceil, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::error::{echo, Error};
+use crate::host::call::{Args, Ctx};
 
 pub fn shape(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
     let (request, undelayed) = parse(args)?;

@@ -15,12 +15,12 @@
 
 use super::args::policy;
 use super::effect;
-use super::ffi::{Args, Ctx, RString};
 use super::limit::{accepts, wrong_type};
 use super::reply::Reply;
 use crate::algo::{Algorithm, Policy, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::clock;
 use crate::error::{echo, Error};
+use crate::host::call::{Args, Ctx, RString};
 use crate::metrics;
 use crate::state::share::{Share, MAX_EXPIRE_AT_MS};
 use crate::state::{AlgoState, Limiter, Stored};

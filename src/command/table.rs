@@ -5,12 +5,12 @@ use std::ffi::{c_int, CStr};
 
 use redis_module::commands::{BeginSearch, FindKeys, KeySpec, KeySpecFlags};
 
-use super::ffi::{Args, Ctx};
 use super::reply::Reply;
 use super::{
     all, charge, debug, demand, inspect, limit, peek, refund, setstate, shape, share, throttle,
 };
 use crate::error::Error;
+use crate::host::call::{Args, Ctx};
 
 /// Which arguments are keys, and how the command uses them: for key specs, `COMMAND GETKEYS`,
 /// ACL key patterns and cluster routing.
@@ -344,3 +344,26 @@ macro_rules! command_table {
 }
 
 crate::algo::registry!(command_table);
+
+#[cfg(test)]
+mod tests {
+    use super::COMMANDS;
+    use crate::server::ACL_CATEGORY;
+
+    #[test]
+    fn every_command_is_either_for_gateways_or_dangerous() {
+        for spec in COMMANDS {
+            let words: Vec<&str> = spec.acl.split_whitespace().collect();
+            let dangerous = words.contains(&"dangerous");
+            assert_ne!(dangerous, words.contains(&ACL_CATEGORY), "{}", spec.name);
+            let operator_only =
+                ["RL.SETSTATE", "RL.DEBUG", "RL.SHARE", "RL.DEMAND"].contains(&spec.name);
+            assert_eq!(dangerous, operator_only, "{}", spec.name);
+            assert!(
+                words.contains(&"fast") || words.contains(&"slow"),
+                "{}",
+                spec.name
+            );
+        }
+    }
+}

@@ -850,6 +850,7 @@ pub fn fingerprint(p: &Policy, log: &SlidingLog) -> u64 {
 }
 
 super::algorithm!(SlidingLog, name: "sliding log", id: "sliding_log", tag: 3, burst: false,
+type Change = Change;
 fn entries(policy: &Policy) -> u64 {
     policy.limit()
 }

@@ -112,6 +112,7 @@ pub fn check(state: Option<&Shape>, policy: &Policy, now_ns: u64, cost: u64) -> 
 }
 
 impl Algorithm for Shape {
+    type Change = ();
     const NAME: &'static str = "leaky bucket";
     const ID: &'static str = "shape";
     const TAG: u8 = 6;

@@ -1,98 +1,17 @@
-//! Delta effects: what an admitted sliding-log request changed, instead of the whole log.
+//! A delta replayed on a stored limiter (a replica, an AOF replay): checked against the
+//! fingerprint of the limiter it was made on, then applied in place (see `state::delta`).
 //!
-//! A full-state effect (`RL.SETSTATE key <state> PXAT ms`) of a sliding log is O(L) bytes: at
-//! L=10,000 a full log sent 80 KB to the AOF and every replica per 68-byte request. A delta is
-//! O(1): the entries that left the window at the front (how many), the request recorded at the
-//! back (instant and count), and a fingerprint of the state it was made from. A replica or an AOF
-//! replay applies it to the state it holds, in O(entries dropped), and refuses it — an error, the
-//! key untouched — when that state's fingerprint differs: a delta never lands on a state it was
-//! not made for, so a replica cannot silently diverge.
-//!
-//! The master sends a delta only for an admit on a sliding log it already held under the same
-//! policy; a first write, a policy change, a refund and the AOF rewrite send the full state,
-//! which applies to anything. A log that remembers other configurations (see `algo::step`)
-//! sends a [`ChargedDelta`] (format 2) for such an admit: its change and each other
-//! configuration's charge, checked against the fingerprint of every configuration; when the
-//! admit drops a configuration, or another is kin of the current one, the full state.
-//!
-//! Layout, version 1, integers little-endian (26 bytes):
-//! `[format u8 = 1][algorithm u8 = 3][prior fingerprint u64][dropped u32][at_ns u64][count u32]`
-//!
-//! # The effect envelope
-//!
-//! An effect travels as `RL.SETSTATE key <effect>`, one argument after the key holding what to
-//! apply and the key's absolute expiry: `[kind u8][expire_at_ms u64][body]`, where kind
-//! [`EFFECT_STATE`] has a full state encoding as its body and [`EFFECT_DELTA`] a delta. One
-//! argument rather than `<state> PXAT <ms>`: `RM_Replicate` makes an object of every argument
-//! and Redis copies and frees them after the command, about 440 instructions per argument
-//! (callgrind); an admitted RL.GCRA went from 10,055 to 9,175 instructions. The kinds cannot be
-//! taken for a state's format version (those count up from 1), so `RL.SETSTATE key <state>
-//! [PXAT ms]` (the AOF rewrite's form, and that of AOF files written before) still reads as it
-//! did.
+//! A log that remembers other configurations (see `algo::step`) sends a [`ChargedDelta`]
+//! (format 2) for an admit under its current policy: its change and each other configuration's
+//! charge, checked against the fingerprint of every configuration; when the admit drops a
+//! configuration, or another is kin of the current one, the full state.
 
+use crate::algo::bytes::Reader;
 use crate::algo::sliding_log::{self, Change, SlidingLog};
 use crate::error::Error;
-use crate::state::{AlgoState, Limiter, Reader};
-
-/// Version byte at the start of every encoded delta.
-const DELTA_FORMAT: u8 = 1;
-/// The only algorithm with deltas: the sliding log (its tag in the state encoding).
-const SLIDING_LOG: u8 = <SlidingLog as crate::algo::Algorithm>::TAG;
-/// Encoded length.
-pub const DELTA_LEN: usize = 26;
-
-/// Effect kind: the body is a full state (see the module comment).
-pub const EFFECT_STATE: u8 = 0xE5;
-/// Effect kind: the body is a delta.
-pub const EFFECT_DELTA: u8 = 0xED;
-/// An effect envelope's header: kind and expiry.
-pub const EFFECT_HEADER: usize = 9;
-/// A delta's whole effect.
-pub const DELTA_EFFECT_LEN: usize = EFFECT_HEADER + DELTA_LEN;
-
-/// An effect as received: what to apply, and the key's absolute expiry (ms since the epoch).
-#[derive(Debug, PartialEq, Eq)]
-pub enum Effect<'a> {
-    State { state: &'a [u8], expire_at_ms: u64 },
-    Delta { delta: &'a [u8], expire_at_ms: u64 },
-}
-
-impl Effect<'_> {
-    /// Splits an effect envelope; None if `bytes` does not start with an effect kind (it is then
-    /// a bare state). The body is validated by whoever applies it.
-    pub fn parse(bytes: &[u8]) -> Option<Effect<'_>> {
-        let (&kind, rest) = bytes.split_first()?;
-        if kind != EFFECT_STATE && kind != EFFECT_DELTA {
-            return None;
-        }
-        let (at, body) = rest.split_first_chunk::<8>()?;
-        let expire_at_ms = u64::from_le_bytes(*at);
-        Some(if kind == EFFECT_STATE {
-            Effect::State {
-                state: body,
-                expire_at_ms,
-            }
-        } else {
-            Effect::Delta {
-                delta: body,
-                expire_at_ms,
-            }
-        })
-    }
-}
-
-/// The effect header of a full state: append the state's encoding after it.
-pub fn state_effect_header(expire_at_ms: u64, out: &mut Vec<u8>) {
-    out.push(EFFECT_STATE);
-    out.extend_from_slice(&expire_at_ms.to_le_bytes());
-}
-
-/// An admit's change to a sliding log, and the fingerprint of the limiter it applies to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Delta {
-    pub prior: u64,
-    pub change: Change,
-}
+use crate::state::delta::{Delta, DELTA_LEN, SLIDING_LOG};
+use crate::state::effect::{EFFECT_DELTA, EFFECT_HEADER};
+use crate::state::{AlgoState, Limiter};
 
 /// A 64-bit fingerprint of a sliding-log limiter: its policy, entry count, total, newest instant
 /// and the hash of its entries (kept up to date by every change, so this is O(1)). Two limiters
@@ -112,74 +31,6 @@ impl Delta {
         Some(Delta {
             prior: fingerprint(prior)?,
             change,
-        })
-    }
-
-    /// Appends the encoding to `out`.
-    pub fn encode(&self, out: &mut Vec<u8>) {
-        let mut buf = [0u8; DELTA_LEN];
-        self.encode_into(&mut buf);
-        out.extend_from_slice(&buf);
-    }
-
-    /// The whole effect of this delta with the key's expiry (no allocation on the command path).
-    pub fn effect(&self, expire_at_ms: u64) -> [u8; DELTA_EFFECT_LEN] {
-        let mut body = [0u8; DELTA_LEN];
-        self.encode_into(&mut body);
-        let bytes = [EFFECT_DELTA]
-            .into_iter()
-            .chain(expire_at_ms.to_le_bytes())
-            .chain(body);
-        let mut out = [0u8; DELTA_EFFECT_LEN];
-        for (slot, byte) in out.iter_mut().zip(bytes) {
-            *slot = byte;
-        }
-        out
-    }
-
-    /// The encoding, into a fixed buffer (no allocation on the command path).
-    pub fn encode_into(&self, out: &mut [u8; DELTA_LEN]) {
-        // A count is at most L <= 10^6 (checked again on apply).
-        let count = u32::try_from(self.change.count).unwrap_or(u32::MAX);
-        let fields: [&[u8]; 5] = [
-            &[DELTA_FORMAT, SLIDING_LOG],
-            &self.prior.to_le_bytes(),
-            &self.change.dropped.to_le_bytes(),
-            &self.change.at_ns.to_le_bytes(),
-            &count.to_le_bytes(),
-        ];
-        let mut rest: &mut [u8] = out;
-        for field in fields {
-            let (head, tail) = rest.split_at_mut(field.len().min(rest.len()));
-            head.copy_from_slice(field.get(..head.len()).unwrap_or_default());
-            rest = tail;
-        }
-    }
-
-    /// Decodes; a wrong version or algorithm, a truncated or a trailing byte is an error. The
-    /// values are checked against the state when applied.
-    pub fn decode(bytes: &[u8]) -> Result<Delta, Error> {
-        let mut r = Reader(bytes);
-        if r.u8()? != DELTA_FORMAT {
-            return Err(Error::BadState("unknown delta format version"));
-        }
-        if r.u8()? != SLIDING_LOG {
-            return Err(Error::BadState("delta for an algorithm without deltas"));
-        }
-        let prior = r.u64()?;
-        let dropped = r.u32()?;
-        let at_ns = r.u64()?;
-        let count = u64::from(r.u32()?);
-        if !r.0.is_empty() {
-            return Err(Error::BadState("trailing bytes"));
-        }
-        Ok(Delta {
-            prior,
-            change: Change {
-                dropped,
-                at_ns,
-                count,
-            },
         })
     }
 
@@ -454,6 +305,8 @@ mod tests {
     use crate::algo::props::T0;
     use crate::algo::sliding_log;
     use crate::algo::Policy;
+    use crate::state::delta::DELTA_LEN;
+    use crate::state::effect::{state_effect_header, Effect};
     use proptest::prelude::*;
 
     const MS: u64 = 1_000_000;

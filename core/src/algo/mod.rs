@@ -12,6 +12,7 @@ pub mod bytes;
 pub mod fixed_window;
 pub mod gcra;
 pub mod lease;
+pub mod listed;
 pub mod settle;
 pub mod shape;
 pub mod sliding_counter;
@@ -228,6 +229,10 @@ pub trait Algorithm: Sized + Clone + PartialEq + std::fmt::Debug {
     const TAG: u8;
     /// Whether it takes `BURST` (a capacity other than L). The window algorithms do not.
     const BURST: bool;
+    /// What an admit decided in place changed ([`Algorithm::decide_in_place`]), for
+    /// [`Algorithm::apply_in_place`] and the effect that carries it: the algorithm's own word
+    /// (the sliding log's entries dropped and added); `()` for the algorithms without that path.
+    type Change: Copy + std::fmt::Debug + PartialEq;
 
     /// Decides a request of `cost` at `now_ns`; `cost` 0 peeks (answered as cost 1 would be,
     /// nothing spent, `next` None). The caller guarantees `cost <= policy.capacity()`.
@@ -281,14 +286,14 @@ pub trait Algorithm: Sized + Clone + PartialEq + std::fmt::Debug {
         _policy: &Policy,
         _now_ns: u64,
         _cost: u64,
-    ) -> Option<(Decision, Option<sliding_log::Change>)> {
+    ) -> Option<(Decision, Option<Self::Change>)> {
         None
     }
 
     /// Applies a change [`Algorithm::decide_in_place`] made on this very state; returns the
     /// fingerprint of the state before it (what a delta effect is checked against), None when
     /// the algorithm has no such path.
-    fn apply_in_place(&mut self, _policy: &Policy, _change: &sliding_log::Change) -> Option<u64> {
+    fn apply_in_place(&mut self, _policy: &Policy, _change: &Self::Change) -> Option<u64> {
         None
     }
 
@@ -307,9 +312,15 @@ pub trait Algorithm: Sized + Clone + PartialEq + std::fmt::Debug {
 /// Implements [`Algorithm`] for a state type through its module's free functions `check`,
 /// `rescale`, `refund`, `charge`, `counted`, `inspect`, `encode` and `decode` (the module's own tests call
 /// those directly). Extra items (overrides of the defaulted methods) follow the name, tag and
-/// burst.
+/// burst, starting with `type Change = …;` (the in-place path's change; the short form, without
+/// items, has `()`).
 macro_rules! algorithm {
-    ($state:ty, name: $name:literal, id: $id:literal, tag: $tag:literal, burst: $burst:literal $(, $($item:tt)*)?) => {
+    ($state:ty, name: $name:literal, id: $id:literal, tag: $tag:literal, burst: $burst:literal) => {
+        $crate::algo::algorithm!($state, name: $name, id: $id, tag: $tag, burst: $burst,
+            type Change = ();
+        );
+    };
+    ($state:ty, name: $name:literal, id: $id:literal, tag: $tag:literal, burst: $burst:literal, $($item:tt)*) => {
         impl $crate::algo::Algorithm for $state {
             const NAME: &'static str = $name;
             const ID: &'static str = $id;
@@ -356,7 +367,7 @@ macro_rules! algorithm {
                 decode(r, policy)
             }
 
-            $($($item)*)?
+            $($item)*
         }
     };
 }
@@ -370,6 +381,7 @@ pub(crate) use algorithm;
 /// command's summary. The stored enum, its dispatch and encoding, the INFO ids, the command
 /// table and `RL.ALL`'s table are generated from it (`registry!(some_macro)` hands the list to
 /// `some_macro`); tags are never reused.
+#[macro_export]
 macro_rules! registry {
     ($then:ident) => {
         $then! {
@@ -388,7 +400,7 @@ macro_rules! registry {
         }
     };
 }
-pub(crate) use registry;
+pub use crate::registry;
 
 /// Nanoseconds rounded up to whole milliseconds, so a client that waits this long is not early.
 pub fn ms_ceil(ns: u64) -> u64 {
@@ -558,5 +570,5 @@ mod inspect_tests {
 }
 
 /// Property-test helpers and the promises' property tests (the state module reuses the helpers).
-#[cfg(test)]
-pub(crate) mod props;
+#[cfg(any(test, feature = "props"))]
+pub mod props;

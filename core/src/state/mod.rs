@@ -21,16 +21,15 @@
 //!
 //! The window algorithms (3–5) store B = L.
 
-use crate::algo::sliding_log::Change;
 use crate::algo::step::{Kept, MAX_CONFIGURATIONS};
 use crate::algo::{registry, Algorithm, Decision, Policy};
 use crate::error::Error;
-use delta::Delta;
+use delta::{Delta, IntoDelta};
 use share::{Share, Shared};
 
 pub mod delta;
-pub mod gauges;
-pub mod rdb;
+pub mod effect;
+pub mod replay;
 pub mod share;
 
 #[cfg(test)]
@@ -68,8 +67,9 @@ pub struct Remembered {
 const _: () = assert!(std::mem::size_of::<Limiter>() <= 48);
 
 /// An algorithm as the stored value holds it: its variant of [`AlgoState`] (generated for every
-/// algorithm of the registry, `algo::registry!`), and its in-place path as a delta effect.
-pub trait Stored: Algorithm {
+/// algorithm of the registry, `algo::registry!`), and its in-place path as a delta effect (an
+/// algorithm whose `Change` is `()` has none).
+pub trait Stored: Algorithm<Change: IntoDelta> {
     /// This algorithm's state inside a stored limiter (the current one's, for a key that
     /// remembers others), or None if it holds another algorithm.
     fn of(state: &AlgoState) -> Option<&Self>;
@@ -78,12 +78,9 @@ pub trait Stored: Algorithm {
 
     /// Applies a change `Algorithm::decide_in_place` made on this very state, returning the
     /// delta that carries it to replicas and the AOF.
-    fn apply_delta(&mut self, policy: &Policy, change: &Change) -> Option<Delta> {
+    fn apply_delta(&mut self, policy: &Policy, change: &Self::Change) -> Option<Delta> {
         let prior = self.apply_in_place(policy, change)?;
-        Some(Delta {
-            prior,
-            change: *change,
-        })
+        change.into_delta(prior)
     }
 
     /// `Algorithm::decide_in_place` then, when admitted, [`Stored::apply_delta`].
@@ -179,8 +176,7 @@ macro_rules! algorithms {
             }
         }
 
-        /// Every algorithm as (stored tag, how INFO and RL.INSPECT name it), in registry order.
-        pub const ALGORITHM_IDS: &[(u8, &str)] = &[$(($variant::TAG, $variant::ID)),*];
+        pub use crate::algo::listed::ALGORITHM_IDS;
 
         $(
             impl From<$variant> for AlgoState {
