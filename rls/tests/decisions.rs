@@ -37,6 +37,9 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1}
 ";
 
+/// The descriptors of a request, and (overall, [(code, remaining, requests_per_unit)]).
+type Row<'a> = (&'a [&'a [(&'a str, &'a str)]], (i32, &'a [(i32, u32, u32)]));
+
 /// (overall, [(code, remaining, requests_per_unit or 0 without a limit)]) of one request.
 async fn ask(rls: &mut Rls, descriptors: &[&[(&str, &str)]]) -> (i32, Vec<(i32, u32, u32)>) {
     let r = rls.ask(simple("shop", descriptors)).await;
@@ -56,7 +59,7 @@ async fn ask(rls: &mut Rls, descriptors: &[&[(&str, &str)]]) -> (i32, Vec<(i32, 
 async fn the_decision_table() {
     let redis = Redis::start();
     let mut rls = Rls::start(&redis, SHOP, &[]).await;
-    let table: &[(&[&[(&str, &str)]], (i32, &[(i32, u32, u32)]))] = &[
+    let table: &[Row] = &[
         // A key-only entry is the default for every value, each value counted on its own.
         (&[&[("client", "1.2.3.4")]], (OK, &[(OK, 2, 3)])),
         (&[&[("client", "1.2.3.4")]], (OK, &[(OK, 1, 3)])),
