@@ -3,9 +3,10 @@
 # make lint  — rustfmt and clippy, warnings are errors
 # make bench — performance against INCR and Lua limiters (see README)
 # make bench-client — the gateway client's added latency: healthy, leased, stalled, in flight at a freeze, OOM, the billing journal (docs/client.md)
+# make bench-rls — the Envoy Rate Limit Service against a raw RL.ALL, and frozen (docs/envoy.md)
 # make test-servers — the integration tests against each server built from ../shared/servers
 #                     (SERVERS="redis-7.2.6 ..." picks some; TESTS="--test NAME" some tests)
-.PHONY: deps build release run test lint bench bench-client test-servers
+.PHONY: deps build release run test lint bench bench-client bench-rls test-servers
 
 deps:
 	@scripts/install-deps
@@ -34,6 +35,9 @@ bench: release
 
 bench-client: release
 	cargo run --release -p redis-ratelimit-client --example bench
+
+bench-rls: release
+	cargo run --release -p redis-ratelimit-rls --example bench $(ARGS)
 
 # Builds each server source once (cached in ~/.cache/redis-ratelimit/servers) and runs the
 # integration tests with it first on PATH; see scripts/test-servers.
