@@ -65,16 +65,50 @@ fn scratch(what: &str) -> PathBuf {
 pub struct Redis {
     pub port: u16,
     dir: PathBuf,
+    extra: Vec<String>,
     child: Option<Child>,
+}
+
+/// A port for a Cluster node: its bus port (+10000) free too and below 65536.
+fn cluster_port() -> u16 {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(104_729);
+    for _ in 0..10_000 {
+        let n = start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed));
+        let port = (20_000 + n % 10_000) as u16;
+        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if free(port) && free(port + 10_000) {
+            return port;
+        }
+    }
+    panic!("no free port pair for a cluster node");
 }
 
 impl Redis {
     /// A server with the module, its clock pinned at `T0_MS`.
     pub fn start() -> Redis {
+        Redis::start_with(&[], free_port)
+    }
+
+    /// A Cluster node (not yet part of a cluster).
+    pub fn cluster_node() -> Redis {
+        Redis::start_with(
+            &[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ],
+            cluster_port,
+        )
+    }
+
+    fn start_with(extra: &[&str], port: fn() -> u16) -> Redis {
         for _ in 0..5 {
             let mut r = Redis {
-                port: free_port(),
+                port: port(),
                 dir: scratch("redis"),
+                extra: extra.iter().map(|s| s.to_string()).collect(),
                 child: None,
             };
             if r.spawn() {
@@ -92,6 +126,7 @@ impl Redis {
             .args(["--appendonly", "no", "--logfile", "redis.log"])
             .args(["--loadmodule", &module_path().display().to_string()])
             .args(["DEBUG-CLOCK", "yes"])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
