@@ -194,10 +194,12 @@ async fn main() -> Result<(), Bx> {
         .spawn()?;
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?;
     let mut sync = loop {
-        match client.get_connection() {
-            Ok(mut c) if redis::cmd("PING").query::<String>(&mut c).is_ok() => break c,
-            _ => std::thread::sleep(Duration::from_millis(20)),
+        if let Ok(mut c) = client.get_connection() {
+            if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                break c;
+            }
         }
+        std::thread::sleep(Duration::from_millis(20));
     };
     let conn = client.get_multiplexed_async_connection().await?;
     let root = dir.display().to_string();
