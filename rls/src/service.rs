@@ -39,9 +39,10 @@ pub enum Refusal {
     Store(Error),
 }
 
-/// One limited descriptor on its way to a decision.
+/// One limited key on its way to a decision: a descriptor, or several of one request that
+/// name the same key (`RL.ALL` takes a key once: their hits are added up).
 struct Item {
-    index: usize,
+    indexes: Vec<usize>,
     rule: Arc<Rule>,
     stats_key: String,
     key: String,
@@ -218,7 +219,7 @@ impl Service {
             .iter()
             .flat_map(|(_, r, _, _)| r.replaces.iter().map(String::as_str))
             .collect();
-        let mut items = Vec::new();
+        let mut items: Vec<Item> = Vec::new();
         for (index, rule, stats_key, hits) in &matched {
             if rule.unlimited || (!rule.name.is_empty() && replaced.contains(rule.name.as_str())) {
                 continue;
@@ -226,10 +227,18 @@ impl Service {
             let Some(policy) = rule.policy() else {
                 continue;
             };
-            let d = &req.descriptors[*index];
+            let Some(d) = req.descriptors.get(*index) else {
+                continue;
+            };
+            let key = self.store_key(&req.domain, d, policy.algorithm);
+            if let Some(same) = items.iter_mut().find(|i| i.key == key) {
+                same.indexes.push(*index);
+                same.hits = same.hits.saturating_add(*hits);
+                continue;
+            }
             items.push(Item {
-                index: *index,
-                key: self.store_key(&req.domain, d, policy.algorithm),
+                indexes: vec![*index],
+                key,
                 stats_key: stats_key.clone(),
                 hits: *hits,
                 shadow: rule.shadow_mode || self.settings.shadow_mode,
@@ -352,12 +361,13 @@ impl Service {
             let counts = self.count(item);
             let class = rule.limit.as_ref().map_or("", |l| l.class().name());
             self.metrics.rule(&item.stats_key, class, &counts);
-            let Some(status) = statuses.get_mut(item.index) else {
-                continue;
-            };
-            status.current_limit = Some(current);
             let Some(o) = item.outcome else {
                 // Not asked: another descriptor was denied here without a store call.
+                for i in &item.indexes {
+                    if let Some(status) = statuses.get_mut(*i) {
+                        status.current_limit = Some(current.clone());
+                    }
+                }
                 continue;
             };
             let denied = !o.admitted && item.hits > 0;
@@ -367,21 +377,27 @@ impl Service {
                     over = true;
                 }
             }
-            status.code = if denied && !item.shadow {
-                Code::OverLimit as i32
-            } else {
-                Code::Ok as i32
-            };
-            status.limit_remaining = u32::try_from(o.remaining).unwrap_or(u32::MAX);
             let reset_ms = if denied {
                 o.reset_after_ms.max(o.retry_after_ms.unwrap_or(0))
             } else {
                 o.reset_after_ms
             };
-            status.duration_until_reset = Some(PbDuration {
-                seconds: i64::try_from(reset_ms.div_ceil(1000)).unwrap_or(i64::MAX),
-                nanos: 0,
-            });
+            for i in &item.indexes {
+                let Some(status) = statuses.get_mut(*i) else {
+                    continue;
+                };
+                status.current_limit = Some(current.clone());
+                status.code = if denied && !item.shadow {
+                    Code::OverLimit as i32
+                } else {
+                    Code::Ok as i32
+                };
+                status.limit_remaining = u32::try_from(o.remaining).unwrap_or(u32::MAX);
+                status.duration_until_reset = Some(PbDuration {
+                    seconds: i64::try_from(reset_ms.div_ceil(1000)).unwrap_or(i64::MAX),
+                    nanos: 0,
+                });
+            }
             if let Some(p) = rule.policy() {
                 parts.push(Part {
                     name: if rule.name.is_empty() {

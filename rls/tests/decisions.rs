@@ -162,6 +162,10 @@ async fn hits_addend_per_request_and_per_descriptor() {
         .ask(request("shop", vec![descriptor(&client, Some(1))], 3))
         .await;
     assert_eq!(codes(&r), (OK, vec![(OK, 0)]));
+    // The same descriptor twice in one request: one key, charged for both.
+    let twice: &[&[(&str, &str)]] = &[&[("client", "3.3.3.3")], &[("client", "3.3.3.3")]];
+    let r = rls.ask(simple("shop", twice)).await;
+    assert_eq!(codes(&r), (OK, vec![(OK, 1), (OK, 1)]));
     // More than the limit can ever admit: denied without a store call.
     let before = redis.calls("rl.fixedwindow");
     let other = [("client", "8.8.8.8")];
