@@ -358,3 +358,16 @@ async fn global_shadow_mode_decides_counts_and_answers_ok() {
         vec![(OK, 0, 3)]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_rule_calls_the_store_once_per_lease_and_refunds_at_stop() {
+    let redis = Redis::start();
+    let yaml = "domain: l\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 100, algorithm: token_bucket, lease: 10}\n";
+    let mut rls = Rls::start(&redis, yaml, &[]).await;
+    for _ in 0..4 {
+        assert_eq!(codes(&rls.ask(simple("l", &[&[("k", "v")]])).await).0, OK);
+    }
+    assert_eq!(redis.calls("rl.lease"), 1, "one lease of 10 served the 4");
+    let report = rls.running.take().unwrap().stop().await;
+    assert_eq!(report.refunded, 6, "{report:?}");
+}
