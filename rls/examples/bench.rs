@@ -214,10 +214,12 @@ async fn main() -> Result<(), Bx> {
         ("REDIS_SOCKET_TYPE", "tcp"),
         ("REDIS_URL", url.as_str()),
     ];
+    // RLS_DEADLINE_MS and the other RLS_ variables pass through from the environment.
     let settings = Settings::from_lookup(|k| {
         vars.iter()
             .find(|(n, _)| *n == k)
             .map(|(_, v)| v.to_string())
+            .or_else(|| std::env::var(k).ok().filter(|_| k.starts_with("RLS_")))
     })?;
     let deadline = settings.deadline;
     let running = server::start(settings).await?;
@@ -234,8 +236,11 @@ async fn main() -> Result<(), Bx> {
         let per = (commands(&mut sync) - before) as f64 / s.len().max(1) as f64;
         report(&format!("raw RL.ALL, {n} key(s)"), s, wall, Some(per));
         let before = commands(&mut sync);
+        let fallbacks = running.service.limiter().stats().fallbacks;
         let (s, wall) = run_rls(&rls_url, n, per_task, concurrency).await?;
         let per = (commands(&mut sync) - before) as f64 / s.len().max(1) as f64;
+        let fell_back = running.service.limiter().stats().fallbacks - fallbacks;
+        println!("(fallback decisions, the store missed the deadline: {fell_back})");
         report(
             &format!("ShouldRateLimit, {n} descriptor(s)"),
             s,
