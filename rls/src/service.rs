@@ -145,21 +145,24 @@ impl Service {
         let now = self.clock.now_ns();
         let global_shadow = self.settings.shadow_mode;
 
-        // Answered here: a limit of 0, a charge above the capacity, a key cached as denied.
-        for item in items.iter_mut().filter(|i| i.hits > 0) {
+        // Answered here: a limit of 0 (the module refuses L 0; a check of it is not a denial),
+        // a charge above the capacity, a key cached as denied.
+        for item in items.iter_mut() {
             let Some(policy) = item.rule.policy().copied() else {
                 continue;
             };
             let window_ms = item.rule.unit.seconds() * 1000;
             if policy.limit == 0 || item.hits > policy.capacity() {
                 item.outcome = Some(Outcome::local_denial(window_ms, false));
-            } else if let Some(retry) = self.denials.denied(&item.key, now) {
-                item.outcome = Some(Outcome::local_denial(retry, true));
+            } else if item.hits > 0 {
+                if let Some(retry) = self.denials.denied(&item.key, now) {
+                    item.outcome = Some(Outcome::local_denial(retry, true));
+                }
             }
         }
         let enforced_local = items
             .iter()
-            .any(|i| !i.shadow && i.outcome.is_some_and(|o| !o.admitted));
+            .any(|i| !i.shadow && i.hits > 0 && i.outcome.is_some_and(|o| !o.admitted));
         if !enforced_local {
             let pending: Vec<usize> = (0..items.len())
                 .filter(|i| items[*i].outcome.is_none())

@@ -35,6 +35,8 @@ descriptors:
   - key: canary
     shadow_mode: true
     rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: blocked
+    rate_limit: {unit: second, requests_per_unit: 0}
 ";
 
 /// The descriptors of a request, and (overall, [(code, remaining, requests_per_unit)]).
@@ -110,6 +112,8 @@ async fn the_decision_table() {
             &[&[("tenant", "acme"), ("plan", "gold")]],
             (OK, &[(OK, 0, 2)]),
         ),
+        // A limit of 0 denies every request, without a store call.
+        (&[&[("blocked", "x")]], (OVER_LIMIT, &[(OVER_LIMIT, 0, 0)])),
         // Shadow mode: decided and counted, answered OK.
         (&[&[("canary", "a")]], (OK, &[(OK, 0, 1)])),
         (&[&[("canary", "a")]], (OK, &[(OK, 0, 1)])),
@@ -160,6 +164,12 @@ async fn hits_addend_per_request_and_per_descriptor() {
     // The descriptor's own hits_addend wins over the request's.
     let r = rls
         .ask(request("shop", vec![descriptor(&client, Some(1))], 3))
+        .await;
+    assert_eq!(codes(&r), (OK, vec![(OK, 0)]));
+    // A check (hits 0) of a limit of 0 is answered, not refused.
+    let blocked = [("blocked", "x")];
+    let r = rls
+        .ask(request("shop", vec![descriptor(&blocked, Some(0))], 0))
         .await;
     assert_eq!(codes(&r), (OK, vec![(OK, 0)]));
     // The same descriptor twice in one request: one key, charged for both.
