@@ -1090,7 +1090,7 @@ local function entry_text(at, count)
 end
 
 -- Stores a whole state (a first request, a refund, any state not read from the key).
--- `others`: the other configurations a GCRA or token-bucket key remembers, stored after the
+-- `others`: the other configurations a key remembers (every algorithm but the sliding log), stored after the
 -- current one (" ; "-separated); the key lives until every one of them is full again.
 local function store(key, algo, p, s, now, d, others)
   local at = expire_at(now, d)
