@@ -1231,6 +1231,9 @@ end
 
 -- `others` less those droppable beside (cp, cs).
 local function live(algo, others, cp, cs, now)
+  if #others == 0 then
+    return others
+  end
   local out = {}
   for _, o in ipairs(others) do
     if not droppable(algo, o.policy, o.state, cp, cs, now) then
@@ -1253,7 +1256,7 @@ local function settle(key, algo, p, start, carried, next, now, d, others)
   elseif next or carried then
     -- Those that can be dropped beside the state stored go (src/algo/step.rs `Kept::new`).
     local s = next or carried
-    store(key, algo, p, s, now, d, live(algo, others or {}, p, s, now))
+    store(key, algo, p, s, now, d, others and live(algo, others, p, s, now))
   end
 end
 
