@@ -466,13 +466,25 @@ fn many_configurations_agree_with_the_module() {
 /// eight). Every reply equal to the module's, so the library admits what the module does.
 #[test]
 fn rollouts_admit_as_the_module() {
-    let (_s, mut c) = both();
-    for (command, function, bucket) in [
+    rollouts(&[
         ("RL.GCRA", "rl_gcra", true),
         ("RL.TOKENBUCKET", "rl_tokenbucket", true),
         ("RL.SLIDINGCOUNTER", "rl_slidingcounter", false),
         ("RL.FIXEDWINDOW", "rl_fixedwindow", false),
-    ] {
+    ]);
+}
+
+/// The same rollouts on a sliding log.
+#[test]
+#[ignore = "a sliding log keeps the one-configuration rule in the library; the module remembers configurations: docs/functions.md"]
+fn sliding_log_rollouts_admit_as_the_module() {
+    rollouts(&[("RL.SLIDINGLOG", "rl_slidinglog", false)]);
+}
+
+/// Runs the rollouts of `rollouts_admit_as_the_module` on each (command, function, has BURST).
+fn rollouts(limiters: &[(&str, &str, bool)]) {
+    let (_s, mut c) = both();
+    for &(command, function, bucket) in limiters {
         let call = |side: &str, l: u64, w: u64, cost: u64| {
             let mut v = if side == "m" {
                 words(&[command, "m:k"])
