@@ -66,9 +66,10 @@ local MAX_STORED = 9000000000000000
 local MAX_COUNT = 4 * MAX_AMOUNT
 local MAX_LIMITERS = 32
 local MIN_TTL_MS = 1000
--- The most configurations a GCRA or token-bucket key remembers, the current one included
--- (src/algo/step.rs on main: the rule before issue 26).
-local MAX_CONFIGURATIONS = 4
+-- The most configurations a key remembers, the current one included (src/algo/step.rs
+-- MAX_CONFIGURATIONS): a request that would bring one more is decided so that it can only deny
+-- more (`overflowed`).
+local MAX_CONFIGURATIONS = 8
 
 -- The clock: whole milliseconds of the server's TIME. tests/functions.rs replaces the next line
 -- in the copy it loads (and only there) with a clock it sets; nothing else reads the time.
@@ -1032,8 +1033,8 @@ local function held(key, wanted, named, now)
         h.others = {}
         return h
       end
-    elseif #v <= 512 then
-      -- The current configuration, then the others it remembers (GCRA and token bucket).
+    elseif #v <= 1024 then
+      -- The current configuration, then the others it remembers.
       local h, others, seen = nil, {}, {}
       for part in string.gmatch(v .. ' ; ', '(.-) ; ') do
         local c = limiter_value(part, now)
@@ -1089,7 +1090,7 @@ local function entry_text(at, count)
 end
 
 -- Stores a whole state (a first request, a refund, any state not read from the key).
--- `others`: the other configurations a GCRA or token-bucket key remembers, stored after the
+-- `others`: the other configurations a key remembers (every algorithm but the sliding log), stored after the
 -- current one (" ; "-separated); the key lives until every one of them is full again.
 local function store(key, algo, p, s, now, d, others)
   local at = expire_at(now, d)
@@ -1194,6 +1195,54 @@ local function log_write(key, p, s, change, now, d)
   redis.call('PEXPIREAT', key, num(expire_at(now, d)))
 end
 
+-- Whether two states of one algorithm are equal in every field.
+local function same_state(a, b)
+  for k, v in pairs(a) do
+    if type(v) ~= 'function' and b[k] ~= v then
+      return false
+    end
+  end
+  for k, v in pairs(b) do
+    if type(v) ~= 'function' and a[k] ~= v then
+      return false
+    end
+  end
+  return true
+end
+
+-- Whether two policies are kin (src/algo/step.rs `kin`): their states count the same admissions
+-- over the same span. The window algorithms: the same W; the others: the same L and W.
+local function kin(algo, a, b)
+  return a.w == b.w and (not algo.burst or a.l == b.l)
+end
+
+-- Whether `s` under `p` is as good as fresh: a peek on it answers as a peek on no state.
+local function fresh(algo, p, s, now)
+  local a, b = algo.check(s, p, now, 0), algo.check(nil, p, now, 0)
+  return a.allowed == b.allowed and a.remaining == b.remaining and a.retry == b.retry and a.reset == b.reset
+end
+
+-- Whether the remembered (p, s) can be dropped beside (cp, cs) (src/algo/step.rs `droppable`):
+-- as good as fresh, or kin of cp and exactly cs carried over to p.
+local function droppable(algo, p, s, cp, cs, now)
+  return fresh(algo, p, s, now)
+    or (kin(algo, p, cp) and same_state(s, algo.rescale(cs, cp, p, now)))
+end
+
+-- `others` less those droppable beside (cp, cs).
+local function live(algo, others, cp, cs, now)
+  if #others == 0 then
+    return others
+  end
+  local out = {}
+  for _, o in ipairs(others) do
+    if not droppable(algo, o.policy, o.state, cp, cs, now) then
+      out[#out + 1] = o
+    end
+  end
+  return out
+end
+
 -- Stores the state a request leaves: `next` (admitted), else the carried one (a policy change).
 local function settle(key, algo, p, start, carried, next, now, d, others)
   if algo == log then
@@ -1204,10 +1253,10 @@ local function settle(key, algo, p, start, carried, next, now, d, others)
     else
       store(key, log, p, next and log_applied(start or memory_log({}), next) or start, now, d)
     end
-  elseif next then
-    store(key, algo, p, next, now, d, others)
-  elseif carried then
-    store(key, algo, p, carried, now, d, others)
+  elseif next or carried then
+    -- Those that can be dropped beside the state stored go (src/algo/step.rs `Kept::new`).
+    local s = next or carried
+    store(key, algo, p, s, now, d, others and live(algo, others, p, s, now))
   end
 end
 
@@ -1218,16 +1267,21 @@ local function same_policy(a, b)
   return a.l == b.l and a.w == b.w and a.b == b.b
 end
 
--- Where a request under `p` starts (src/algo/step.rs `start`, main's rule): the key's state
--- under p (current, remembered, or carried over from the current one), the other
--- configurations as they will be kept (the previous current first, at most 3), and whether the
--- current configuration changes. Algorithms that do not remember configurations keep none.
+-- Where a request under `p` starts (src/algo/step.rs `start`): the key's state under p
+-- (current, remembered, or carried over from its kin, else from the current one), the other
+-- configurations as they will be kept (the previous current first, those droppable beside the
+-- state it starts from gone), whether the current configuration changes, and on overflow (one
+-- configuration more than MAX_CONFIGURATIONS) the current configuration, which stays current.
+-- A sliding log keeps one configuration (docs/functions.md).
 local function configurations(algo, h, p, now)
   if not h then
     return nil, {}, false
   end
   local others = h.others or {}
   if same_policy(h.policy, p) then
+    if #others > 0 then
+      others = live(algo, others, h.policy, h.state, now)
+    end
     return h.state, others, false
   end
   if not algo.remembers then
@@ -1239,12 +1293,33 @@ local function configurations(algo, h, p, now)
       found = i
     end
   end
-  local state = found and others[found].state or algo.rescale(h.state, h.policy, p, now)
-  local kept = { { policy = h.policy, state = h.state } }
+  local state
+  if found then
+    state = others[found].state
+  else
+    -- Its kin's state if the key holds one that is not full again, else the current one's.
+    local from = h
+    if not (kin(algo, h.policy, p) and not fresh(algo, h.policy, h.state, now)) then
+      for _, o in ipairs(others) do
+        if kin(algo, o.policy, p) and not fresh(algo, o.policy, o.state, now) then
+          from = o
+          break
+        end
+      end
+    end
+    state = algo.rescale(from.state, from.policy, p, now)
+  end
+  local kept = {}
+  if not droppable(algo, h.policy, h.state, p, state, now) then
+    kept[1] = { policy = h.policy, state = h.state }
+  end
   for i, o in ipairs(others) do
-    if i ~= found and #kept < MAX_CONFIGURATIONS - 1 then
+    if i ~= found and not droppable(algo, o.policy, o.state, p, state, now) then
       kept[#kept + 1] = o
     end
+  end
+  if not found and #kept + 1 > MAX_CONFIGURATIONS then
+    return state, live(algo, others, h.policy, h.state, now), false, { policy = h.policy, state = h.state }
   end
   return state, kept, true
 end
@@ -1259,6 +1334,52 @@ local function charged(algo, others, now, n)
     out[i] = { policy = o.policy, state = algo.bill(o.state, o.policy, now, n) }
   end
   return out
+end
+
+-- How long the remembered (p, s) makes a request spending n wait, if it refuses it
+-- (src/algo/step.rs `refusal`): its own check with that cost; a cost above its capacity waits
+-- until it is full again.
+local function refusal(algo, p, s, now, n)
+  if n > p.b then
+    return algo.check(s, p, now, 0).reset
+  end
+  local d = algo.check(s, p, now, n)
+  if d.allowed == 0 then
+    return d.retry or d.reset
+  end
+  return nil
+end
+
+-- An overflowed request whose own decision `d` spends n (0: denied) (src/algo/step.rs
+-- `overflowed`): admitted only if every remembered configuration admits n too, and then charged
+-- to all of them, the current one `cur` staying current. Returns the decision (denied with the
+-- longest wait if one refuses) and what to store: { policy, state, others, reset }, the key
+-- living at least as long as the reply's reset says.
+local function overflowed(algo, d, cur, others, now, n)
+  local wait
+  if n > 0 then
+    wait = refusal(algo, cur.policy, cur.state, now, n)
+    for _, o in ipairs(others) do
+      local w = refusal(algo, o.policy, o.state, now, n)
+      if w and (not wait or w > wait) then
+        wait = w
+      end
+    end
+  end
+  local state = cur.state
+  if wait then
+    d = decision(0, d.limit, 0, math.max(wait, 1), d.reset)
+  elseif n > 0 then
+    state = algo.bill(state, cur.policy, now, n)
+    others = charged(algo, others, now, n)
+  end
+  local reset = math.max(algo.check(state, cur.policy, now, 0).reset, d.reset)
+  return d, { policy = cur.policy, state = state, others = live(algo, others, cur.policy, state, now), reset = reset }
+end
+
+-- Stores what an overflowed request keeps.
+local function store_kept(key, algo, k, now)
+  store(key, algo, k.policy, k.state, now, { reset = k.reset }, k.others)
 end
 
 -- Reads L, W and the options of one limiter from args[i], args[i+1], …; `stop` tells where its
@@ -1344,13 +1465,21 @@ local function request(fname, algo, keys, args, want, now)
   now = now or now_ms()
   local key = keys[1]
   local h = held_as(key, algo, false, now)
-  local start, others, switched = configurations(algo, h, p, now)
+  local start, others, switched, over = configurations(algo, h, p, now)
   local carried = switched and start or nil
   local d, next
   if want then
     d, next = bucket.lease(start, p, now, amount)
   else
     d, next = algo.check(start, p, now, amount)
+  end
+  if over then
+    if amount > 0 then
+      local k
+      d, k = overflowed(algo, d, over, others, now, next and (want and d.allowed or amount) or 0)
+      store_kept(key, algo, k, now)
+    end
+    return reply(d)
   end
   if next then
     -- What the request spent (a lease: what it granted), charged to every other configuration.
@@ -1832,7 +1961,7 @@ local function shaped(keys, args)
   local now = now_ms()
   local key = keys[1]
   local h = held_as(key, shape, false, now)
-  local start, others, carried = configurations(shape, h, p, now)
+  local start, others, carried, over = configurations(shape, h, p, now)
   -- The request decides with its own d; a new d, like a new policy, is stored even when the
   -- request is denied (a peek stores nothing).
   local configured = { tm = 0, tr = 0, tf = 0, d = undelayed }
@@ -1841,14 +1970,22 @@ local function shaped(keys, args)
   end
   local d, next = gcra.check(configured, p, now, cost)
   local delay = shape_delay(configured, p, now, d, next)
-  if next then
-    next.d = undelayed
-    others = charged(shape, others, now, cost)
-  elseif cost > 0 and start and (carried or start.d ~= undelayed) then
-    next = configured
-  end
-  if next then
-    store(key, shape, p, next, now, d, others)
+  if over then
+    if cost > 0 then
+      local k
+      d, k = overflowed(shape, d, over, others, now, next and cost or 0)
+      store_kept(key, shape, k, now)
+    end
+  else
+    if next then
+      next.d = undelayed
+      others = charged(shape, others, now, cost)
+    elseif cost > 0 and start and (carried or start.d ~= undelayed) then
+      next = configured
+    end
+    if next then
+      store(key, shape, p, next, now, d, live(shape, others, p, next, now))
+    end
   end
   local out = reply(d)
   out[6] = delay
@@ -1906,12 +2043,24 @@ local function all(keys, args)
     local algo, p = part.algo, part.policy
     accepts(algo, p)
     local h = held_as(part.key, algo, true, now)
-    local start, others, switched = configurations(algo, h, p, now)
+    local start, others, switched, over = configurations(algo, h, p, now)
     part.carried = switched and start or nil
     part.others = others
     part.start = start
     part.decision, part.charged = algo.check(start, p, now, part.cost)
     part.uncharged = part.charged and algo.check(start, p, now, 0) or part.decision
+    if over and part.cost > 0 then
+      -- One configuration too many (src/algo/step.rs `plan`): both outcomes keep the current one.
+      local d, k = overflowed(algo, part.decision, over, others, now, part.charged and part.cost or 0)
+      part.decision = d
+      if d.allowed == 0 then
+        part.uncharged, part.if_charged, part.if_not = d, nil, k
+      else
+        part.if_charged = k
+        part.if_not = select(2, overflowed(algo, part.uncharged, over, others, now, 0))
+      end
+    end
+    part.over = over
   end
   local admitted = true
   for _, part in ipairs(parts) do
@@ -1925,10 +2074,17 @@ local function all(keys, args)
     local carried = part.cost > 0 and part.carried or nil
     local d = admitted and part.decision or part.uncharged
     local others = part.others
-    if admitted and part.charged then
-      others = charged(algo, others, now, part.cost)
+    if part.over then
+      local k = (admitted and part.if_charged) or part.if_not
+      if part.cost > 0 and k then
+        store_kept(part.key, algo, k, now)
+      end
+    else
+      if admitted and part.charged then
+        others = charged(algo, others, now, part.cost)
+      end
+      settle(part.key, algo, p, part.start, carried, admitted and part.charged or nil, now, d, others)
     end
-    settle(part.key, algo, p, part.start, carried, admitted and part.charged or nil, now, d, others)
     each[#each + 1] = d
   end
   local tightest
