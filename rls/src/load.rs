@@ -30,6 +30,7 @@ const FIELDS: &[&str] = &[
     "burst",
     "class",
     "lease",
+    "settle",
 ];
 
 /// Why a set of files was refused; the text names the file and the entry.
@@ -257,6 +258,7 @@ fn rule(
         replaces.push(n);
     }
     let options = options(rl, at, err)?;
+    let settle = flag(rl, "settle", at, err)?;
     let unit = unit.unwrap_or(Unit::Second);
     let stats_key = full.to_string();
     Ok(Rule {
@@ -269,6 +271,7 @@ fn rule(
         requests_per_unit,
         shadow_mode,
         detailed_metric,
+        settle,
     })
 }
 
