@@ -457,6 +457,10 @@ descriptors:
                 "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: leaky}\n",
                 "config/t.yaml: descriptors[0] (key 'k').rate_limit: unknown algorithm 'leaky' (fixed_window, gcra, token_bucket, sliding_log, sliding_counter)",
             ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, settle: yes}\n",
+                "config/t.yaml: descriptors[0] (key 'k').rate_limit: settle must be true or false",
+            ),
         ];
         for (text, want) in cases {
             assert_eq!(one(text).unwrap_err().0, *want, "{text}");

@@ -188,7 +188,11 @@ async fn a_settle_rule_checks_at_zero_and_charges_after() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_store_journals_billing_settles_and_drops_the_others() {
     let redis = Redis::start();
-    let mut rls = Rls::start(&redis, AI, IETF).await;
+    let journal =
+        std::env::temp_dir().join(format!("rl-rls-settle-{}.journal", std::process::id()));
+    let _ = std::fs::remove_file(&journal);
+    let path = journal.display().to_string();
+    let mut rls = Rls::start(&redis, AI, &[("RLS_BILLING_JOURNAL", &path)]).await;
     let (acme, key1) = ([("quota", "acme")], [("api", "key1")]);
     let both = request(
         "ai",
@@ -217,6 +221,9 @@ async fn a_frozen_store_journals_billing_settles_and_drops_the_others() {
     assert_eq!(api.settle_dropped, 90, "{api:?}");
     let owed = service.limiter().unsettled();
     assert_eq!(owed.get("rls:{ai}:quota_acme:FIXEDWINDOW"), Some(&90));
+    // Owed in the journal before the answer: a killed server's successor charges it.
+    let written = std::fs::metadata(&journal).map(|m| m.len()).unwrap_or(0);
+    assert!(written > 0, "the billing journal holds the settles");
     redis.thaw();
     let report = rls.running.take().unwrap().stop().await;
     assert_eq!(report.unsettled, 0, "{report:?}");
@@ -224,4 +231,5 @@ async fn a_frozen_store_journals_billing_settles_and_drops_the_others() {
     // have landed as well: at least).
     let peek: Vec<i64> = redis.cmd(redis::cmd("RL.PEEK").arg("rls:{ai}:quota_acme:FIXEDWINDOW"));
     assert!(peek[2] <= 1000 - 91, "{peek:?}");
+    let _ = std::fs::remove_file(&journal);
 }
