@@ -199,6 +199,7 @@ impl Service {
                     self.decide(&mut items, &rest).await?;
                 }
             }
+            self.undo_when_a_check_denies(&mut items).await;
         }
         self.remember_denials(&items, now);
         self.settle(&mut settles).await;

@@ -158,6 +158,55 @@ impl Service {
         reservation.settle(n).await
     }
 
+    /// A check (`hits_addend` 0) on a `settle: true` rule denies the request while its key is
+    /// in debt, but `RL.ALL` takes a cost of 0 as a peek that denies nothing: the request's
+    /// other descriptors were charged. They are given back in one `RL.SETTLE`, so a denied
+    /// request costs nothing here either.
+    pub(crate) async fn undo_when_a_check_denies(&self, items: &mut [Item]) {
+        let from_store = |o: &Outcome| o.source == Source::Store && !o.local_cache;
+        let denied = items.iter().any(|i| {
+            !i.shadow
+                && i.hits == 0
+                && i.rule.settle
+                && i.outcome.is_some_and(|o| !o.admitted && from_store(&o))
+        });
+        let charged: Vec<usize> = (0..items.len())
+            .filter(|i| {
+                let item = &items[*i];
+                item.hits > 0 && item.outcome.is_some_and(|o| o.admitted && from_store(&o))
+            })
+            .collect();
+        if !denied || charged.is_empty() {
+            return;
+        }
+        let limiters: Vec<(&str, Policy, i64)> = charged
+            .iter()
+            .filter_map(|i| {
+                let item = &items[*i];
+                let back = -i64::try_from(item.hits).unwrap_or(i64::MAX);
+                let policy = item.rule.limit.as_ref().map(Limit::store_policy);
+                policy.map(|p| (item.key.as_str(), p, back))
+            })
+            .collect();
+        let limiter = self.limiter();
+        let store = limiter.store().clone().with_deadline(limiter.deadline());
+        self.metrics.service("store_calls", 1);
+        match store.settle(&limiters).await {
+            Ok(all) => {
+                self.metrics.service("check_denied_given_back", 1);
+                for (i, d) in charged.iter().zip(all.limiters.iter()) {
+                    if let Some(o) = items[*i].outcome.as_mut() {
+                        o.remaining = d.remaining;
+                    }
+                }
+            }
+            Err(e) => {
+                log::warn!("a request denied by a check kept its other charges: {e}");
+                self.metrics.service("check_denied_give_back_error", 1);
+            }
+        }
+    }
+
     fn count_settle(&self, item: &Item, counts: &RuleCounts) {
         let class = item.rule.limit.as_ref().map_or("", |l| l.class().name());
         self.metrics.rule(&item.stats_key, class, counts);

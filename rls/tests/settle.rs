@@ -26,6 +26,8 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 1000, class: billing}
   - key: api
     rate_limit: {unit: minute, requests_per_unit: 1000, algorithm: gcra}
+  - key: calls
+    rate_limit: {unit: minute, requests_per_unit: 10, algorithm: gcra}
 ";
 
 const IETF: &[(&str, &str)] = &[("RLS_IETF_HEADERS", "true")];
@@ -178,6 +180,18 @@ async fn a_settle_rule_checks_at_zero_and_charges_after() {
     let r = decide(&mut rls, &acme, 0).await;
     assert_eq!(codes(&r), (OVER_LIMIT, vec![(OVER_LIMIT, 0)]));
     assert_eq!(retry_after(&r).as_deref(), Some("19"));
+    // Beside a counted descriptor, the check still denies the whole request, and the count
+    // (charged by RL.ALL, which takes a cost of 0 as a peek) is given back.
+    let calls = [("calls", "acme")];
+    let both = request(
+        "ai",
+        vec![descriptor(&acme, Some(0)), descriptor(&calls, Some(1))],
+        0,
+    );
+    let r = rls.ask(both).await;
+    assert_eq!(codes(&r), (OVER_LIMIT, vec![(OVER_LIMIT, 0), (OK, 10)]));
+    let peek: Vec<i64> = redis.cmd(redis::cmd("RL.PEEK").arg("rls:{ai}:calls_acme:GCRA"));
+    assert_eq!(peek[2], 10);
     rls.advance(&redis, 18_600);
     assert_eq!(
         codes(&decide(&mut rls, &acme, 0).await),
