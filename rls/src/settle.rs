@@ -35,6 +35,10 @@ impl Service {
                     let item = &mut items[*i];
                     item.outcome = Some(settled(d));
                     let n = item.by.unsigned_abs();
+                    if item.by < 0 {
+                        // Given back: a denial cached for this key may no longer hold.
+                        self.denials.forget(&item.key);
+                    }
                     let counts = if item.by > 0 {
                         RuleCounts {
                             settle_charged: n,

@@ -247,3 +247,21 @@ async fn a_frozen_store_journals_billing_settles_and_drops_the_others() {
     assert!(peek[2] <= 1000 - 91, "{peek:?}");
     let _ = std::fs::remove_file(&journal);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_lifts_a_cached_denial() {
+    let redis = Redis::start();
+    let mut rls = Rls::start(&redis, AI, IETF).await;
+    let carol = [("user", "carol")];
+    assert_eq!(remaining(&decide(&mut rls, &carol, 100).await), vec![0]);
+    assert_eq!(decide(&mut rls, &carol, 1).await.overall_code, OVER_LIMIT);
+    assert_eq!(rls.running().service.denials.len(), 1);
+    let r = rls
+        .ask(request("ai", vec![settle(&carol, 50, true)], 0))
+        .await;
+    assert_eq!(codes(&r), (OK, vec![(OK, 50)]));
+    assert_eq!(
+        codes(&decide(&mut rls, &carol, 1).await),
+        (OK, vec![(OK, 49)])
+    );
+}
