@@ -87,6 +87,9 @@ pub struct Rule {
     pub requests_per_unit: u32,
     pub shadow_mode: bool,
     pub detailed_metric: bool,
+    /// `rate_limit.settle` (ours): a hit on this rule is charged after the fact (into debt, never
+    /// denied) instead of decided; a hits_addend of 0 still checks. See `settle.rs`.
+    pub settle: bool,
     /// The client limit deciding it (policy, class, lease). `None` when unlimited.
     pub limit: Option<Limit>,
 }
@@ -109,6 +112,7 @@ impl Rule {
             requests_per_unit,
             shadow_mode: false,
             detailed_metric: false,
+            settle: false,
         }
     }
 }

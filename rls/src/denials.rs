@@ -52,6 +52,11 @@ impl Denials {
         );
     }
 
+    /// Forget one key: tokens were given back to it, it may admit before its retry time.
+    pub fn forget(&self, key: &str) {
+        self.map().remove(key);
+    }
+
     /// Forget everything: a new config may have changed the limits.
     pub fn clear(&self) {
         self.map().clear();

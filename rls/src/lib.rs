@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod server;
 pub mod service;
 pub mod settings;
+pub mod settle;
 
 /// Envoy's generated types this server speaks (requests, responses, the gRPC client).
 pub use envoy_types::pb;

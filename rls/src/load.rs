@@ -30,6 +30,7 @@ const FIELDS: &[&str] = &[
     "burst",
     "class",
     "lease",
+    "settle",
 ];
 
 /// Why a set of files was refused; the text names the file and the entry.
@@ -257,6 +258,7 @@ fn rule(
         replaces.push(n);
     }
     let options = options(rl, at, err)?;
+    let settle = flag(rl, "settle", at, err)?;
     let unit = unit.unwrap_or(Unit::Second);
     let stats_key = full.to_string();
     Ok(Rule {
@@ -269,6 +271,7 @@ fn rule(
         requests_per_unit,
         shadow_mode,
         detailed_metric,
+        settle,
     })
 }
 
@@ -453,6 +456,10 @@ descriptors:
             (
                 "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: leaky}\n",
                 "config/t.yaml: descriptors[0] (key 'k').rate_limit: unknown algorithm 'leaky' (fixed_window, gcra, token_bucket, sliding_log, sliding_counter)",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, settle: yes}\n",
+                "config/t.yaml: descriptors[0] (key 'k').rate_limit: settle must be true or false",
             ),
         ];
         for (text, want) in cases {

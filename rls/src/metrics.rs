@@ -2,7 +2,10 @@
 //! Per rule (label `key`: the peer's stats key `domain.key_value…`), as the peer names them:
 //! `ratelimit_service_rate_limit_{total_hits, over_limit, near_limit, within_limit, shadow_mode,
 //! over_limit_with_local_cache}_total`, and ours: `…_fallback_total` (label `class`: decided
-//! by the class's fallback because the store did not answer). For the service:
+//! by the class's fallback because the store did not answer), and the tokens of post-response
+//! settles: `…_settle_{charged, given_back, journaled, dropped}_total` (charged into the store,
+//! given back to it, owed to the billing journal while the store was down, not settled: the
+//! store was down and the class is not billing). For the service:
 //! `ratelimit_service_config_load_{success,error}_total`,
 //! `ratelimit_service_call_should_rate_limit_{redis_error,service_error}_total`,
 //! `ratelimit_service_global_shadow_mode_total`, `ratelimit_service_store_calls_total`.
@@ -20,6 +23,10 @@ pub struct RuleCounts {
     pub shadow_mode: u64,
     pub over_limit_with_local_cache: u64,
     pub fallback: u64,
+    pub settle_charged: u64,
+    pub settle_given_back: u64,
+    pub settle_journaled: u64,
+    pub settle_dropped: u64,
 }
 
 impl RuleCounts {
@@ -31,6 +38,10 @@ impl RuleCounts {
         self.shadow_mode += o.shadow_mode;
         self.over_limit_with_local_cache += o.over_limit_with_local_cache;
         self.fallback += o.fallback;
+        self.settle_charged += o.settle_charged;
+        self.settle_given_back += o.settle_given_back;
+        self.settle_journaled += o.settle_journaled;
+        self.settle_dropped += o.settle_dropped;
     }
 }
 
@@ -78,7 +89,7 @@ impl Metrics {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let rules = self.rules.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let fields: [(&str, Field); 6] = [
+        let fields: [(&str, Field); 10] = [
             ("total_hits", |c| c.total_hits),
             ("over_limit", |c| c.over_limit),
             ("near_limit", |c| c.near_limit),
@@ -87,6 +98,10 @@ impl Metrics {
             ("over_limit_with_local_cache", |c| {
                 c.over_limit_with_local_cache
             }),
+            ("settle_charged", |c| c.settle_charged),
+            ("settle_given_back", |c| c.settle_given_back),
+            ("settle_journaled", |c| c.settle_journaled),
+            ("settle_dropped", |c| c.settle_dropped),
         ];
         for (field, get) in fields {
             let name = format!("ratelimit_service_rate_limit_{field}_total");

@@ -105,6 +105,7 @@ pub async fn start_with_clock(
             deadline: settings.deadline,
             gateways: settings.gateways,
             clock: clock.clone(),
+            billing_journal: settings.billing_journal.clone(),
             ..ratelimit_client::Config::default()
         },
     );

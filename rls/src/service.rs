@@ -20,6 +20,7 @@ use crate::denials::Denials;
 use crate::headers::{self, Part};
 use crate::metrics::{Metrics, RuleCounts};
 use crate::settings::Settings;
+use crate::settle::SETTLE_KEY;
 
 pub struct Service {
     config: RwLock<Arc<Config>>,
@@ -41,30 +42,42 @@ pub enum Refusal {
 
 /// One limited key on its way to a decision: a descriptor, or several of one request that
 /// name the same key (`RL.ALL` takes a key once: their hits are added up).
-struct Item {
-    indexes: Vec<usize>,
-    rule: Arc<Rule>,
-    stats_key: String,
-    key: String,
-    hits: u64,
-    shadow: bool,
-    outcome: Option<Outcome>,
+pub(crate) struct Item {
+    pub(crate) indexes: Vec<usize>,
+    pub(crate) rule: Arc<Rule>,
+    pub(crate) stats_key: String,
+    pub(crate) key: String,
+    pub(crate) hits: u64,
+    pub(crate) shadow: bool,
+    /// Charged after the fact instead of decided (`settle.rs`), by `by` tokens (negative: given
+    /// back).
+    pub(crate) settle: bool,
+    pub(crate) by: i64,
+    pub(crate) outcome: Option<Outcome>,
 }
 
 /// What was decided for one item.
 #[derive(Clone, Copy, Debug)]
-struct Outcome {
+pub(crate) struct Outcome {
     /// This descriptor would admit the request (on a denied request: it was not charged).
-    admitted: bool,
-    remaining: u64,
-    retry_after_ms: Option<u64>,
-    reset_after_ms: u64,
-    local_cache: bool,
-    source: Source,
+    pub(crate) admitted: bool,
+    pub(crate) remaining: u64,
+    pub(crate) retry_after_ms: Option<u64>,
+    pub(crate) reset_after_ms: u64,
+    pub(crate) local_cache: bool,
+    pub(crate) source: Source,
+}
+
+impl Item {
+    /// Whether a denial by the store denies the request: a charge, or a check (hits_addend 0) on
+    /// a `settle: true` rule, whose requests only check and pay after (denied while in debt).
+    fn enforced(&self) -> bool {
+        self.hits > 0 || self.rule.settle
+    }
 }
 
 impl Outcome {
-    fn of(d: &Decision) -> Outcome {
+    pub(crate) fn of(d: &Decision) -> Outcome {
         Outcome {
             admitted: d.allowed,
             remaining: d.remaining,
@@ -141,7 +154,9 @@ impl Service {
             ));
         }
         let config = self.config();
-        let mut items = self.items(&config, req);
+        // Settles are charged apart, after the decisions (never denied: `settle.rs`).
+        let (mut settles, mut items): (Vec<Item>, Vec<Item>) =
+            self.items(&config, req).into_iter().partition(|i| i.settle);
         let now = self.clock.now_ns();
         let global_shadow = self.settings.shadow_mode;
 
@@ -184,21 +199,31 @@ impl Service {
                     self.decide(&mut items, &rest).await?;
                 }
             }
+            self.undo_when_a_check_denies(&mut items).await;
         }
         self.remember_denials(&items, now);
+        self.settle(&mut settles).await;
+        items.append(&mut settles);
         Ok(self.respond(req, &items, global_shadow))
     }
 
     /// The limited descriptors: each matched to its rule (the descriptor's own `limit` override
     /// first), rules named in another matched rule's `replaces` dropped, unlimited ones left out.
+    /// A descriptor is a settle when it carries the `rls_settle` entry (left out of matching and
+    /// of the key), gives back (`is_negative_hits`), or charges a `settle: true` rule.
     fn items(&self, config: &Config, req: &RateLimitRequest) -> Vec<Item> {
-        let mut matched: Vec<(usize, Arc<Rule>, String, u64)> = Vec::new();
+        let mut matched: Vec<Item> = Vec::new();
         for (index, d) in req.descriptors.iter().enumerate() {
+            let marked = d.entries.iter().any(|e| e.key == SETTLE_KEY);
             let entries: Vec<(&str, &str)> = d
                 .entries
                 .iter()
+                .filter(|e| e.key != SETTLE_KEY)
                 .map(|e| (e.key.as_str(), e.value.as_str()))
                 .collect();
+            if entries.is_empty() {
+                continue;
+            }
             let own_key = descriptor_key(&req.domain, &entries);
             let rule = match &d.limit {
                 Some(o) => Unit::from_proto(o.unit).map(|unit| {
@@ -216,38 +241,48 @@ impl Service {
             } else {
                 rule.stats_key.clone()
             };
-            matched.push((index, rule, stats_key, hits(req, d)));
-        }
-        let replaced: HashSet<&str> = matched
-            .iter()
-            .flat_map(|(_, r, _, _)| r.replaces.iter().map(String::as_str))
-            .collect();
-        let mut items: Vec<Item> = Vec::new();
-        for (index, rule, stats_key, hits) in &matched {
-            if rule.unlimited || (!rule.name.is_empty() && replaced.contains(rule.name.as_str())) {
-                continue;
-            }
-            let Some(policy) = rule.policy() else {
-                continue;
-            };
-            let Some(d) = req.descriptors.get(*index) else {
-                continue;
-            };
-            let key = self.store_key(&req.domain, d, policy.algorithm);
-            if let Some(same) = items.iter_mut().find(|i| i.key == key) {
-                same.indexes.push(*index);
-                same.hits = same.hits.saturating_add(*hits);
-                continue;
-            }
-            items.push(Item {
-                indexes: vec![*index],
+            let hits = hits(req, d);
+            let settle = marked || d.is_negative_hits || (rule.settle && hits > 0);
+            let size = i64::try_from(hits).unwrap_or(i64::MAX);
+            let by = if d.is_negative_hits { -size } else { size };
+            let key = rule.policy().map_or(String::new(), |p| {
+                self.store_key(&req.domain, &entries, p.algorithm)
+            });
+            matched.push(Item {
+                indexes: vec![index],
                 key,
-                stats_key: stats_key.clone(),
-                hits: *hits,
+                stats_key,
+                hits,
                 shadow: rule.shadow_mode || self.settings.shadow_mode,
-                rule: rule.clone(),
+                settle,
+                by,
+                rule,
                 outcome: None,
             });
+        }
+        let replaced: HashSet<String> = matched
+            .iter()
+            .flat_map(|i| i.rule.replaces.iter().cloned())
+            .collect();
+        let mut items: Vec<Item> = Vec::new();
+        for item in matched {
+            let rule = &item.rule;
+            if rule.unlimited || (!rule.name.is_empty() && replaced.contains(&rule.name)) {
+                continue;
+            }
+            if rule.policy().is_none() {
+                continue;
+            }
+            if let Some(same) = items
+                .iter_mut()
+                .find(|i| i.key == item.key && i.settle == item.settle)
+            {
+                same.indexes.extend(item.indexes);
+                same.hits = same.hits.saturating_add(item.hits);
+                same.by = same.by.saturating_add(item.by);
+                continue;
+            }
+            items.push(item);
         }
         items
     }
@@ -256,16 +291,16 @@ impl Service {
     /// tag, so every descriptor of a request is on one Cluster slot (one `RL.ALL`); the
     /// algorithm is in the key so that changing a rule's algorithm starts a new key instead of
     /// meeting the old one's type.
-    fn store_key(&self, domain: &str, d: &RateLimitDescriptor, algorithm: Algorithm) -> String {
+    fn store_key(&self, domain: &str, entries: &[(&str, &str)], algorithm: Algorithm) -> String {
         let mut key = format!("{}rls:{{{domain}}}:", self.settings.cache_key_prefix);
-        for (i, e) in d.entries.iter().enumerate() {
+        for (i, (k, v)) in entries.iter().enumerate() {
             if i > 0 {
                 key.push('.');
             }
-            key.push_str(&e.key);
-            if !e.value.is_empty() {
+            key.push_str(k);
+            if !v.is_empty() {
                 key.push('_');
-                key.push_str(&e.value);
+                key.push_str(v);
             }
         }
         key.push(':');
@@ -373,7 +408,7 @@ impl Service {
                 }
                 continue;
             };
-            let denied = !o.admitted && item.hits > 0;
+            let denied = !o.admitted && item.enforced();
             if denied {
                 would_be_over = true;
                 if !item.shadow {
@@ -401,7 +436,8 @@ impl Service {
                     nanos: 0,
                 });
             }
-            if let Some(p) = rule.policy() {
+            // A settle's response is gone: it adds nothing to the headers.
+            if let Some(p) = rule.policy().filter(|_| !item.settle) {
                 parts.push(Part {
                     name: if rule.name.is_empty() {
                         item.stats_key.clone()
@@ -425,7 +461,10 @@ impl Service {
         }
         let retry = items
             .iter()
-            .filter_map(|i| i.outcome.filter(|o| !o.admitted && i.hits > 0 && !i.shadow))
+            .filter_map(|i| {
+                i.outcome
+                    .filter(|o| !o.admitted && i.enforced() && !i.shadow)
+            })
             .filter_map(|o| o.retry_after_ms)
             .max();
         let response_headers_to_add =
@@ -449,6 +488,10 @@ impl Service {
     /// (and shadow, and answered locally, as it was); an admitted one is within the limit, and
     /// near it for the part above NEAR_LIMIT_RATIO of the limit.
     fn count(&self, item: &Item) -> RuleCounts {
+        if item.settle {
+            // Counted by `settle` as charged, given back, journaled or dropped.
+            return RuleCounts::default();
+        }
         let h = item.hits;
         let mut c = RuleCounts {
             total_hits: h,
@@ -458,7 +501,7 @@ impl Service {
         if matches!(o.source, Source::Fallback(_)) {
             c.fallback = 1;
         }
-        if !o.admitted && h > 0 {
+        if !o.admitted && item.enforced() {
             c.over_limit = h;
             if o.local_cache {
                 c.over_limit_with_local_cache = h;

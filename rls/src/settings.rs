@@ -90,6 +90,9 @@ pub struct Settings {
     pub ietf_headers: bool,
     /// `RLS_DENIAL_CACHE_MAX`: keys kept in the denial cache at most.
     pub denial_cache_max: usize,
+    /// `RLS_BILLING_JOURNAL`: a file where billing counts owed while the store is down (admits
+    /// and settles) are written before they count, so a killed server's are charged by the next.
+    pub billing_journal: Option<std::path::PathBuf>,
 }
 
 impl Settings {
@@ -174,6 +177,9 @@ impl Settings {
             reload_interval: Duration::from_millis(reload_ms.max(10)),
             ietf_headers: flag("RLS_IETF_HEADERS", false)?,
             denial_cache_max: number("RLS_DENIAL_CACHE_MAX", get("RLS_DENIAL_CACHE_MAX"), 100_000)?,
+            billing_journal: get("RLS_BILLING_JOURNAL")
+                .filter(|p| !p.is_empty())
+                .map(std::path::PathBuf::from),
         })
     }
 

@@ -1,0 +1,227 @@
+//! Post-response settles: Envoy's `apply_on_stream_done` rate limits (a `hits_addend` taken
+//! from what the response cost, e.g. model tokens in dynamic metadata) are charged to the key
+//! the request was decided on, into debt if need be, and never denied: the response is gone, so
+//! the cost lands on the request that incurred it and the next requests pay it. A descriptor is
+//! a settle when it carries an entry with key [`SETTLE_KEY`] (left out of matching and of the
+//! store key, so it meets the request path's rule and key), when it gives back
+//! (`is_negative_hits`), or when its rule says `settle: true` and it charges (a `hits_addend` of
+//! 0 on such a rule still checks). One store call for the whole request: `RL.CHARGE` for one
+//! key, `RL.SETTLE` for several or for a give-back. While the store does not answer, each rule
+//! follows its class, as the client's reservations do: Billing owes the charge to the ledger
+//! (journaled, charged when the store answers), the others drop it; both are counted.
+
+use ratelimit_client::{Class, Decision, Error, Limit, Policy, Settlement, Source};
+
+use crate::metrics::RuleCounts;
+use crate::service::{Item, Outcome, Service};
+
+/// The descriptor entry key that marks a settle (its value is not read).
+pub const SETTLE_KEY: &str = "rls_settle";
+
+impl Service {
+    /// Settles every item that moves tokens (`by` ≠ 0); answers each with the state after it.
+    /// Never fails: an error is logged and counted, the request answered OK.
+    pub(crate) async fn settle(&self, items: &mut [Item]) {
+        let live: Vec<usize> = (0..items.len())
+            .filter(|i| items[*i].by != 0 && items[*i].rule.limit.is_some())
+            .collect();
+        if live.is_empty() {
+            return;
+        }
+        self.metrics.service("settle_calls", 1);
+        match self.settle_on_store(items, &live).await {
+            Ok(decisions) => {
+                for (i, d) in live.iter().zip(decisions.iter()) {
+                    let item = &mut items[*i];
+                    item.outcome = Some(settled(d));
+                    let n = item.by.unsigned_abs();
+                    if item.by < 0 {
+                        // Given back: a denial cached for this key may no longer hold.
+                        self.denials.forget(&item.key);
+                    }
+                    let counts = if item.by > 0 {
+                        RuleCounts {
+                            settle_charged: n,
+                            ..RuleCounts::default()
+                        }
+                    } else {
+                        RuleCounts {
+                            settle_given_back: n,
+                            ..RuleCounts::default()
+                        }
+                    };
+                    self.count_settle(item, &counts);
+                }
+            }
+            Err(e) if e.store_down() => {
+                for i in live {
+                    self.settle_locally(&mut items[i]).await;
+                }
+            }
+            Err(e) => {
+                // A key of another type, or arguments the store refuses: a config bug to log;
+                // the response is gone, so nothing to refuse.
+                log::error!("settle refused by the store: {e}");
+                self.metrics.service("settle_error", 1);
+                for i in live {
+                    let item = &mut items[i];
+                    let counts = RuleCounts {
+                        settle_dropped: item.by.unsigned_abs(),
+                        ..RuleCounts::default()
+                    };
+                    self.count_settle(item, &counts);
+                }
+            }
+        }
+    }
+
+    /// One call: `RL.CHARGE key n POLICY …` for one key charged, else `RL.SETTLE` over all (the
+    /// domain is the keys' hash tag: one slot on a Cluster). Skipped while the client's circuit
+    /// is open; bounded by its current deadline.
+    async fn settle_on_store(
+        &self,
+        items: &[Item],
+        live: &[usize],
+    ) -> Result<Vec<Decision>, Error> {
+        let limiter = self.limiter();
+        if limiter.circuit_open() {
+            return Err(Error::CircuitOpen);
+        }
+        let store = limiter.store().clone().with_deadline(limiter.deadline());
+        self.metrics.service("store_calls", 1);
+        let policy = |i: &Item| i.rule.limit.as_ref().map(Limit::store_policy);
+        if let [one] = live {
+            let item = &items[*one];
+            if let (true, Some(p)) = (item.by > 0, policy(item)) {
+                let charged = store.charge(&item.key, item.by.unsigned_abs(), Some(&p));
+                return match charged.await? {
+                    Some(d) => Ok(vec![d]),
+                    None => Err(Error::Reply("RL.CHARGE with a policy replied nil".into())),
+                };
+            }
+        }
+        let limiters: Vec<(&str, Policy, i64)> = live
+            .iter()
+            .filter_map(|i| {
+                let item = &items[*i];
+                policy(item).map(|p| (item.key.as_str(), p, item.by))
+            })
+            .collect();
+        store.settle(&limiters).await.map(|all| all.limiters)
+    }
+
+    /// The store did not answer: a Billing charge is owed to the client's ledger (a reservation
+    /// of 0 decided by the fallback, settled at the charge: the client's own path); anything else
+    /// is dropped.
+    async fn settle_locally(&self, item: &mut Item) {
+        let Some(limit) = item.rule.limit.as_ref() else {
+            return;
+        };
+        let n = item.by.unsigned_abs();
+        let mut counts = RuleCounts::default();
+        if item.by > 0 && limit.class() == Class::Billing {
+            match self.journal(limit, &item.key, n).await {
+                Ok(Settlement::Local { journaled, dropped }) => {
+                    counts.settle_journaled = journaled;
+                    counts.settle_dropped = dropped;
+                }
+                Ok(Settlement::Store(_)) => counts.settle_charged = n,
+                Ok(Settlement::Nothing) | Err(_) => counts.settle_dropped = n,
+            }
+        } else {
+            counts.settle_dropped = n;
+        }
+        item.outcome = Some(Outcome {
+            admitted: true,
+            remaining: 0,
+            retry_after_ms: None,
+            reset_after_ms: limit.policy().window_ms,
+            local_cache: false,
+            source: Source::Fallback(limit.class()),
+        });
+        self.count_settle(item, &counts);
+    }
+
+    /// Through a reservation of 0 tokens, so the charge takes the client's Billing path (the
+    /// ledger and its journal). The reservation's own check charges nothing, so one that still
+    /// lands on the store later adds nothing.
+    async fn journal(&self, limit: &Limit, key: &str, n: u64) -> Result<Settlement, Error> {
+        let reservation = self.limiter().reserve(&[(limit, key)], 0).await?;
+        if reservation.decision().combined.source == Source::Store && !reservation.admitted() {
+            // The store answered again and the key is in debt: charge it there.
+            let store = self.limiter().store();
+            let policy = limit.store_policy();
+            return match store.charge(key, n, Some(&policy)).await? {
+                Some(d) => Ok(Settlement::Store(ratelimit_client::AllDecision {
+                    combined: d,
+                    limiters: vec![d],
+                })),
+                None => Ok(Settlement::Nothing),
+            };
+        }
+        reservation.settle(n).await
+    }
+
+    /// A check (`hits_addend` 0) on a `settle: true` rule denies the request while its key is
+    /// in debt, but `RL.ALL` takes a cost of 0 as a peek that denies nothing: the request's
+    /// other descriptors were charged. They are given back in one `RL.SETTLE`, so a denied
+    /// request costs nothing here either.
+    pub(crate) async fn undo_when_a_check_denies(&self, items: &mut [Item]) {
+        let from_store = |o: &Outcome| o.source == Source::Store && !o.local_cache;
+        let denied = items.iter().any(|i| {
+            !i.shadow
+                && i.hits == 0
+                && i.rule.settle
+                && i.outcome.is_some_and(|o| !o.admitted && from_store(&o))
+        });
+        let charged: Vec<usize> = (0..items.len())
+            .filter(|i| {
+                let item = &items[*i];
+                item.hits > 0 && item.outcome.is_some_and(|o| o.admitted && from_store(&o))
+            })
+            .collect();
+        if !denied || charged.is_empty() {
+            return;
+        }
+        let limiters: Vec<(&str, Policy, i64)> = charged
+            .iter()
+            .filter_map(|i| {
+                let item = &items[*i];
+                let back = -i64::try_from(item.hits).unwrap_or(i64::MAX);
+                let policy = item.rule.limit.as_ref().map(Limit::store_policy);
+                policy.map(|p| (item.key.as_str(), p, back))
+            })
+            .collect();
+        let limiter = self.limiter();
+        let store = limiter.store().clone().with_deadline(limiter.deadline());
+        self.metrics.service("store_calls", 1);
+        match store.settle(&limiters).await {
+            Ok(all) => {
+                self.metrics.service("check_denied_given_back", 1);
+                for (i, d) in charged.iter().zip(all.limiters.iter()) {
+                    if let Some(o) = items[*i].outcome.as_mut() {
+                        o.remaining = d.remaining;
+                    }
+                }
+            }
+            Err(e) => {
+                log::warn!("a request denied by a check kept its other charges: {e}");
+                self.metrics.service("check_denied_give_back_error", 1);
+            }
+        }
+    }
+
+    fn count_settle(&self, item: &Item, counts: &RuleCounts) {
+        let class = item.rule.limit.as_ref().map_or("", |l| l.class().name());
+        self.metrics.rule(&item.stats_key, class, counts);
+    }
+}
+
+/// A settle's answer: admitted (never denied), with what is left after it (0 in debt).
+fn settled(d: &Decision) -> Outcome {
+    Outcome {
+        admitted: true,
+        retry_after_ms: None,
+        ..Outcome::of(d)
+    }
+}
