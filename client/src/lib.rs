@@ -31,6 +31,7 @@ mod ledger;
 mod limit;
 mod limiter;
 mod local;
+mod metered;
 pub mod observe;
 mod reservation;
 pub mod store;
