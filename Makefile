@@ -2,7 +2,7 @@
 # make test  — every test: unit, property and integration (real redis-server on loopback)
 # make lint  — rustfmt and clippy, warnings are errors
 # make bench — performance against INCR and Lua limiters (see README)
-# make bench-client — the gateway client's added latency: healthy, leased, stalled, in flight at a freeze, OOM, the billing journal (docs/client.md)
+# make bench-client — the gateway client's added latency: healthy, leased, stalled, in flight at a freeze, OOM, the billing journal, a token gateway (docs/client.md)
 # make test-servers — the integration tests against each server built from ../shared/servers
 #                     (SERVERS="redis-7.2.6 ..." picks some; TESTS="--test NAME" some tests)
 .PHONY: deps build release run test lint bench bench-client test-servers
