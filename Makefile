@@ -3,9 +3,12 @@
 # make lint  — rustfmt and clippy, warnings are errors
 # make bench — performance against INCR and Lua limiters (see README)
 # make bench-client — the gateway client's added latency: healthy, leased, stalled, in flight at a freeze, OOM, the billing journal, a token gateway (docs/client.md)
+# make bench-regions — the budget controller on three regions: utilization, over-issue, convergence,
+#                      CPU at 100,000 keys; writes docs/regions.svg (docs/regions.md)
+# make bench-rls — the Envoy Rate Limit Service against a raw RL.ALL, and frozen (docs/envoy.md)
 # make test-servers — the integration tests against each server built from ../shared/servers
 #                     (SERVERS="redis-7.2.6 ..." picks some; TESTS="--test NAME" some tests)
-.PHONY: deps build release run test lint bench bench-client test-servers
+.PHONY: deps build release run test lint bench bench-client bench-regions bench-rls test-servers
 
 deps:
 	@scripts/install-deps
@@ -34,6 +37,12 @@ bench: release
 
 bench-client: release
 	cargo run --release -p redis-ratelimit-client --example bench
+
+bench-regions: release
+	RL_MODULE=$(CURDIR)/target/release/libredis_ratelimit.so cargo test --release -p redis-ratelimit-regions --test bench -- --ignored --nocapture
+
+bench-rls: release
+	cargo run --release -p redis-ratelimit-rls --example rls_bench $(ARGS)
 
 # Builds each server source once (cached in ~/.cache/redis-ratelimit/servers) and runs the
 # integration tests with it first on PATH; see scripts/test-servers.

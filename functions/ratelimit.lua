@@ -30,15 +30,22 @@ Integer division goes through `idiv`, exact for operands below 2^53.
 
 Stored state (one key per limiter, plain Redis types, the key's TTL never shorter than the
 reply's reset_after_ms nor than 1 s, as the module):
-  GCRA            string "g L W B tat_ms tat_rem tat_ns"  (tat = (tat_ms·L + tat_rem)·10^6 + tat_ns)
+  GCRA            string "g L W B tat_ms tat_rem tat_ns"  (tat = (tat_ms·L + tat_rem)·10^6 + tat_ns),
+                  or "g L W B tat_ms" when both remainders are 0
   token bucket    string "t L W B tokens tokens_ns last_ms" (tokens·10^6 + tokens_ns, at most B·W·10^6;
-                  negative: a debt, after a clock stepped back)
+                  negative: a debt, after a clock stepped back), or "t L W B tokens last_ms" when
+                  tokens_ns is 0
   leaky bucket    string "h L W B tat_ms tat_rem tat_ns d"  (RL.SHAPE: B = QUEUE + 1, d undelayed)
   sliding counter string "c L W start_ms prev curr"
   fixed window    string "f L W start_ms count"
   sliding log     list   "s L W total newest_ms entries", then "at_ms count" per instant, oldest first
+A GCRA, token-bucket, fixed-window, sliding-counter or leaky-bucket key that remembers other
+configurations stores them after the current one, each in the same form: "… ; g L W B …".
 Every write is an ordinary command (SET … PXAT, RPUSH, LSET, LTRIM, PEXPIREAT), which Redis 7+
-replicates as effects: a replica or the AOF never runs the decision again.
+replicates as effects: a replica or the AOF never runs the decision again. Any client can write
+these keys: a value is checked against its own header and the bounds before any loop or product
+uses it (VALID, held_log, stored_log), else answered WRONGTYPE, so a call's work is bounded by its
+policy's L, never by what a value claims.
 ]]
 
 local MAX_AMOUNT = 10000000
@@ -46,17 +53,34 @@ local MAX_RATE_WINDOW = 90000000
 local MAX_WINDOW = 1000000000000
 local MAX_REFILL_MS = 1000000000000
 local MAX_LOG = 10000
+-- The most a sliding log's window counts (the module's bound), reached only through rl_charge.
+local MAX_LOG_TOTAL = 1000000
+-- The largest debt a GCRA or token-bucket key stores (units: L per ms, W per token), and the
+-- largest count a window holds: beyond any capacity (B·W <= 9·10^14, L <= 10^7), so a state
+-- saturated there still denies, and every product taken from it stays below 2^53. CLOCK_SLACK:
+-- how much more a stored state may owe at a read, for a clock that stepped back since.
+local MAX_UNITS = 4000000000000000
+local CLOCK_SLACK = 1000000000000000
+-- The largest magnitude of a stored number: 16 digits, exact in a double.
+local MAX_STORED = 9000000000000000
+local MAX_COUNT = 4 * MAX_AMOUNT
 local MAX_LIMITERS = 32
 local MIN_TTL_MS = 1000
+-- The most configurations a key remembers, the current one included (src/algo/step.rs
+-- MAX_CONFIGURATIONS): a request that would bring one more is decided so that it can only deny
+-- more (`overflowed`).
+local MAX_CONFIGURATIONS = 8
 
 -- The clock: whole milliseconds of the server's TIME. tests/functions.rs replaces the next line
 -- in the copy it loads (and only there) with a clock it sets; nothing else reads the time.
-local function now_ms() local t = redis.call('TIME') return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) end
+local function now_ms() local t = redis.call('TIME') local ms = t[2] / 1000 return t[1] * 1000 + ms - ms % 1 end
 
 -- floor(a / b) for integers below 2^53 in magnitude, b > 0: the quotient of doubles is
 -- corrected by its remainder, so it is exact.
 local function idiv(a, b)
-  local q = math.floor(a / b)
+  -- x - x % 1 is floor(x), exactly, without looking up math.floor on every call.
+  local x = a / b
+  local q = x - x % 1
   local r = a - q * b
   if r < 0 then
     q = q - 1
@@ -165,7 +189,7 @@ end
 
 -- GCRA (src/algo/gcra.rs). State { tm, tr, tf }: the theoretical arrival time, (tm·L + tr)·10^6
 -- + tf units of a nanosecond.
-local gcra = { tag = 'g', name = 'GCRA', burst = true, max_w = MAX_RATE_WINDOW, fields = 6 }
+local gcra = { tag = 'g', name = 'GCRA', burst = true, max_w = MAX_RATE_WINDOW, fields = 6, short = 2, remembers = true }
 
 -- The debt at now, (u, f): how far the arrival time is ahead of now.
 local function gcra_debt(s, p, now)
@@ -197,9 +221,22 @@ function gcra.check(s, p, now, cost)
   return dec, (admitted and cost > 0) and gcra_at(p, now, after, f) or nil
 end
 
+-- A debt (u, f) carried from `from` to `to`, rounded up, saturated at MAX_UNITS (reached only
+-- after clock steps far back): still denying, and checked before any product is taken.
+local function carried_debt(u, f, from, to)
+  if idiv(u, from.w) >= idiv(MAX_UNITS, to.w) then
+    return MAX_UNITS, 0
+  end
+  local c, cf = rescale_units(u, f, from, to, true)
+  if c >= MAX_UNITS then
+    return MAX_UNITS, 0
+  end
+  return c, cf
+end
+
 function gcra.rescale(s, from, to, now)
   local d, f = gcra_debt(s, from, now)
-  return gcra_at(to, now, rescale_units(d, f, from, to, true))
+  return gcra_at(to, now, carried_debt(d, f, from, to))
 end
 
 function gcra.refund(s, p, now, n)
@@ -214,7 +251,23 @@ function gcra.refund(s, p, now, n)
   return gcra_at(p, now, d, f)
 end
 
+-- The short form "g L W B tat_ms" when the remainders are 0 (most policies, always between
+-- policy changes where W is a multiple of L's unit): one number less to write and read.
+-- Spends n tokens at now whatever the debt (another configuration of the key admitted them):
+-- the debt grows past the capacity, saturated at MAX_UNITS.
+function gcra.bill(s, p, now, n)
+  local d, f = gcra_debt(s, p, now)
+  d = d + n * p.w
+  if d >= MAX_UNITS then
+    d, f = MAX_UNITS, 0
+  end
+  return gcra_at(p, now, d, f)
+end
+
 function gcra.encode(s, p)
+  if s.tr == 0 and s.tf == 0 then
+    return string.format('g %d %d %d %d', p.l, p.w, p.b, s.tm)
+  end
   return string.format('g %d %d %d %d %d %d', p.l, p.w, p.b, s.tm, s.tr, s.tf)
 end
 
@@ -228,7 +281,7 @@ end
 -- in between, and may be below empty (t < 0): the bucket is a function of absolute time, as
 -- GCRA's arrival time is. The module stores a debt as a refill that starts later, to the
 -- nanosecond; here it is the negative balance itself, the same at every instant.
-local bucket = { tag = 't', name = 'token bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 6 }
+local bucket = { tag = 't', name = 'token bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 6, short = 1, remembers = true }
 
 -- (u, f) capped at the capacity `cap` (whole units).
 local function capped(u, f, cap)
@@ -268,28 +321,50 @@ function bucket.check(s, p, now, cost)
   return dec, (admitted and cost > 0) and { t = after, tf = f, last = now } or nil
 end
 
--- A policy change (the rule of the module before remembered configurations): the balance now
--- under the old policy, the same number of tokens under the new one, rounded down, at most its
--- capacity; a debt (a balance below empty) carried rounded up.
+-- (a, af) − (b, bf) for balances u·10^6 + f, 0 <= f < 10^6.
+local function minus(a, af, b, bf)
+  local d, df = a - b, af - bf
+  if df < 0 then
+    return d - 1, df + NS
+  end
+  return d, df
+end
+
+-- A policy change (src/algo/token_bucket.rs `rescale`): the balance now under the old policy as
+-- tokens of the new one, rounded down (a debt rounded up), but never more than the new capacity
+-- less what the old one owed, rounded up: what was spent stays spent either way.
 function bucket.rescale(s, from, to, now)
   local u, f = balance(s, from, now)
+  local cap_to = to.b * to.w
+  local owed, owed_f = minus(from.b * from.w, 0, u, f)
+  local after, after_f = minus(cap_to, 0, carried_debt(owed, owed_f, from, to))
   local t, tf
   if u >= 0 then
     t, tf = rescale_units(u, f, from, to, false)
   else
-    -- -(u·10^6 + f) units owed: (−u − 1, 10^6 − f) when f > 0.
-    local owed, owed_f = -u, 0
-    if f > 0 then
-      owed, owed_f = -u - 1, NS - f
-    end
-    local o, of = rescale_units(owed, owed_f, from, to, true)
-    t, tf = -o, 0
-    if of > 0 then
-      t, tf = -o - 1, NS - of
-    end
+    local mu, mf = minus(0, 0, u, f)
+    local o, of = carried_debt(mu, mf, from, to)
+    t, tf = minus(0, 0, o, of)
   end
-  t, tf = capped(t, tf, to.b * to.w)
+  if after < t or (after == t and after_f < tf) then
+    t, tf = after, after_f
+  end
+  t, tf = capped(t, tf, cap_to)
+  if t < -MAX_UNITS then
+    t, tf = -MAX_UNITS, 0
+  end
   return { t = t, tf = tf, last = now }
+end
+
+-- Spends n tokens at now whatever the balance (another configuration admitted them): below
+-- empty it is a debt, saturated at MAX_UNITS.
+function bucket.bill(s, p, now, n)
+  local u, f = balance(s, p, now)
+  u = u - n * p.w
+  if u < -MAX_UNITS then
+    u, f = -MAX_UNITS, 0
+  end
+  return { t = u, tf = f, last = now }
 end
 
 function bucket.refund(s, p, now, n)
@@ -299,6 +374,10 @@ function bucket.refund(s, p, now, n)
     return s
   end
   local t, tf = capped(u + n * p.w, f, cap)
+  if t < -MAX_UNITS then
+    -- A debt left by a clock that stepped back far: saturated, as a carried one.
+    t, tf = -MAX_UNITS, 0
+  end
   return { t = t, tf = tf, last = now }
 end
 
@@ -311,7 +390,11 @@ function bucket.lease(s, p, now, want)
   return d, next
 end
 
+-- The short form "t L W B tokens last_ms" when tokens_ns is 0 (all but after a policy change).
 function bucket.encode(s, p)
+  if s.tf == 0 then
+    return string.format('t %d %d %d %d %d', p.l, p.w, p.b, s.t, s.last)
+  end
   return string.format('t %d %d %d %d %d %d', p.l, p.w, p.b, s.t, s.tf, s.last)
 end
 
@@ -321,7 +404,7 @@ end
 
 -- The leaky bucket as a queue, RL.SHAPE (src/algo/shape.rs): GCRA with capacity q + 1, and d,
 -- how many beyond the rate go undelayed. State { tm, tr, tf, d }.
-local shape = { tag = 'h', name = 'leaky bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 7 }
+local shape = { tag = 'h', name = 'leaky bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 7, remembers = true }
 
 -- The five-field decision, as RL.PEEK and RL.REFUND answer for a shaper; d is kept.
 function shape.check(s, p, now, cost)
@@ -365,6 +448,13 @@ function shape.refund(s, p, now, n)
   return g
 end
 
+-- Queues n whatever the queue holds (another configuration admitted them), as GCRA's debt; d stays.
+function shape.bill(s, p, now, n)
+  local g = gcra.bill(s, p, now, n)
+  g.d = s.d
+  return g
+end
+
 function shape.encode(s, p)
   return string.format('h %d %d %d %d %d %d %d', p.l, p.w, p.b, s.tm, s.tr, s.tf, s.d)
 end
@@ -374,7 +464,7 @@ function shape.decode(a, b, c, d)
 end
 
 -- Fixed window (src/algo/fixed_window.rs). State { start, count }.
-local fixed = { tag = 'f', name = 'fixed window', burst = false, max_w = MAX_WINDOW, fields = 4 }
+local fixed = { tag = 'f', name = 'fixed window', burst = false, max_w = MAX_WINDOW, fields = 4, remembers = true }
 
 local function fixed_current(s, p, now)
   local start = window_start(p, now)
@@ -404,6 +494,13 @@ function fixed.refund(s, p, now, n)
   return { start = win.start, count = math.max(win.count - n, 0) }
 end
 
+-- Counts n in the current window whatever it holds (another configuration admitted them), up
+-- to MAX_COUNT, which fills a window under any policy.
+function fixed.bill(s, p, now, n)
+  local win = fixed_current(s, p, now)
+  return { start = win.start, count = math.min(win.count + n, MAX_COUNT) }
+end
+
 function fixed.encode(s, p)
   return string.format('f %d %d %d %d', p.l, p.w, s.start, s.count)
 end
@@ -413,7 +510,7 @@ function fixed.decode(a, b)
 end
 
 -- Sliding counter (src/algo/sliding_counter.rs). State { start, prev, curr }.
-local counter = { tag = 'c', name = 'sliding counter', burst = false, max_w = MAX_RATE_WINDOW, fields = 5 }
+local counter = { tag = 'c', name = 'sliding counter', burst = false, max_w = MAX_RATE_WINDOW, fields = 5, remembers = true }
 
 local function counter_current(s, p, now)
   local start = window_start(p, now)
@@ -486,7 +583,7 @@ function counter.rescale(s, from, to, now)
   local start = window_start(to, math.max(now, old.start))
   local prev, curr = 0, old.curr
   if old.start > start then
-    curr = curr + old.prev
+    curr = math.min(curr + old.prev, MAX_COUNT)
   elseif old.start + to.w > start then
     prev = old.prev
   end
@@ -498,6 +595,12 @@ function counter.refund(s, p, now, n)
   return { start = c.start, prev = c.prev, curr = math.max(c.curr - n, 0) }
 end
 
+-- Counts n in the current window whatever it holds, up to MAX_COUNT (see fixed.charge).
+function counter.bill(s, p, now, n)
+  local c = counter_current(s, p, now)
+  return { start = c.start, prev = c.prev, curr = math.min(c.curr + n, MAX_COUNT) }
+end
+
 function counter.encode(s, p)
   return string.format('c %d %d %d %d %d', p.l, p.w, s.start, s.prev, s.curr)
 end
@@ -507,31 +610,72 @@ function counter.decode(a, b, c)
 end
 
 -- Sliding log (src/algo/sliding_log.rs), stored in a list. A state here is a reader over the
--- key: { key, total, newest, len, at(i), count(i) } reading entries lazily (a decision reads
--- the entries that left the window, and on a denial those it must wait for), or, after a policy
--- change or a refund, the same shape over entries held in memory.
+-- key: { key, total, newest, len, entry(i) } reading entries lazily (a decision reads the
+-- entries that left the window, and on a denial those it must wait for); a policy change is a
+-- view over it (`drop` stored entries gone from the front, `head` replacing the first), so it
+-- reads and writes only what changes; a refund's state holds its entries in memory.
+-- Every entry read is checked against the header (`bad` raises WRONGTYPE): loops run at most
+-- `len` times, and the header's len is at most L and the list's own length.
 local log = { tag = 's', name = 'sliding log', burst = false, max_w = MAX_WINDOW }
 
 local CHUNK = 32
+-- The entries read with the header: a decision usually needs the oldest one or two.
+local FIRST = 4
 
-local function entry_parse(e)
-  local at, count = string.match(e or '', '^(%d+) (%d+)$')
-  return tonumber(at) or 0, tonumber(count) or 0
+-- "at_ms count": at below 10^15, count from 1 to total; nil for anything else.
+local function entry_parse(e, total)
+  local at, count = string.match(e, '^(%d+) (%d+)$')
+  if not at or #at > 15 or #count > 15 then
+    return nil
+  end
+  at, count = tonumber(at), tonumber(count)
+  if count < 1 or count > total then
+    return nil
+  end
+  return at, count
 end
 
-local function stored_log(key, total, newest, len)
-  local cache = {}
-  local s = { key = key, total = total, newest = newest, len = len }
+-- `first`: the list's first elements as read with the header (entry i is first[i + 1]). Entries
+-- are fetched 32 at a time (forwards, or backwards from the newest) and parsed one by one as
+-- the caller reads them, each checked against the header and the neighbours already parsed.
+local function stored_log(key, total, newest, len, bad, first)
+  local raw, cache = {}, {}
+  for i = 2, #first do
+    raw[i - 1] = first[i]
+  end
+  local s = { key = key, total = total, newest = newest, len = len, drop = 0, bad = bad }
   function s.entry(i)
-    if not cache[i] then
-      local got = redis.call('LRANGE', key, i, i + CHUNK - 1)
-      for j, e in ipairs(got) do
-        local at, count = entry_parse(e)
-        cache[i + j - 1] = { at, count }
-      end
+    local e = cache[i]
+    if e then
+      return e[1], e[2]
     end
-    local e = cache[i] or { 0, 0 }
-    return e[1], e[2]
+    if i < 1 or i > len then
+      bad()
+    end
+    local text = raw[i]
+    if not text then
+      local lo, hi = i, math.min(i + CHUNK - 1, len)
+      if raw[i + 1] or i == len then
+        lo, hi = math.max(i - CHUNK + 1, 1), i
+      end
+      local got = redis.call('LRANGE', key, lo, hi)
+      if #got ~= hi - lo + 1 then
+        bad()
+      end
+      for j, t in ipairs(got) do
+        raw[lo + j - 1] = raw[lo + j - 1] or t
+      end
+      text = raw[i]
+    end
+    local at, count = entry_parse(text, total)
+    -- Oldest first, none after the header's newest, the last one at it.
+    local before, after = cache[i - 1], cache[i + 1]
+    if not at or at > newest or (i == len and at ~= newest) or (before and at < before[1])
+        or (after and at > after[1]) then
+      bad()
+    end
+    cache[i] = { at, count }
+    return at, count
   end
   return s
 end
@@ -543,6 +687,9 @@ local function memory_log(entries)
     newest = e[1]
   end
   local s = { total = total, newest = newest, len = #entries, entries = entries }
+  function s.bad()
+    fail('ERR internal error: a sliding log in memory is inconsistent')
+  end
   function s.entry(i)
     local e = entries[i] or { 0, 0 }
     return e[1], e[2]
@@ -550,18 +697,8 @@ local function memory_log(entries)
   return s
 end
 
-local function all_entries(s, w, now)
-  local out = {}
-  for i = 1, s.len do
-    local at, count = s.entry(i)
-    if at + w > now then
-      out[#out + 1] = { at, count }
-    end
-  end
-  return out
-end
-
--- The decision and the change to apply when admitted: { dropped, at, count }.
+-- The decision and the change to apply when admitted: { dropped, at, count, merged }, merged:
+-- the newest entry's count after the request joins it (nil: a new entry).
 function log.check(s, p, now, cost)
   s = s or memory_log({})
   local w, l = p.w, p.l
@@ -574,7 +711,10 @@ function log.check(s, p, now, cost)
     gone = gone + count
     dropped = dropped + 1
   end
-  local total = math.max(s.total - gone, 0)
+  if gone > s.total then
+    s.bad()
+  end
+  local total = s.total - gone
   local newest = (dropped < s.len) and s.newest or nil
   local asked = math.max(cost, 1)
   local admitted = total + asked <= l
@@ -582,7 +722,6 @@ function log.check(s, p, now, cost)
     local retry = nil
     if not admitted then
       local excess, freed = total + asked - l, 0
-      retry = 0
       for i = dropped + 1, s.len do
         local at, count = s.entry(i)
         freed = freed + count
@@ -591,48 +730,125 @@ function log.check(s, p, now, cost)
           break
         end
       end
+      if not retry then
+        -- The entries hold less than the header's total.
+        s.bad()
+      end
     end
     return decision(admitted and 1 or 0, l, math.max(l - total, 0), retry,
       newest and math.max(newest + w - now, 0) or 0), nil
   end
   local at = math.max(now, newest or 0)
+  local merged
+  if newest and newest == at then
+    local _, count = s.entry(s.len)
+    merged = count + cost
+  end
   return decision(1, l, l - (total + cost), nil, math.max(at + w - now, 0)),
-    { dropped = dropped, at = at, count = cost }
+    { dropped = dropped, at = at, count = cost, merged = merged }
 end
 
 -- A policy change: the entries still inside the new window; above the new L entries, the
--- oldest are merged into one at the latest of their instants.
+-- oldest are merged into one at the latest of their instants. Those that leave are a prefix,
+-- so the result is a view over `s`: the prefix read once, nothing else read or copied.
 function log.rescale(s, from, to, now)
-  local entries = all_entries(s, to.w, now)
-  if #entries > to.l then
-    local cut = #entries - to.l + 1
-    local merged = { entries[cut][1], 0 }
-    local rest = { merged }
-    for i, e in ipairs(entries) do
-      if i <= cut then
-        merged[2] = merged[2] + e[2]
-      else
-        rest[#rest + 1] = e
-      end
+  local gone, gone_count = 0, 0
+  while gone < s.len do
+    local at, count = s.entry(gone + 1)
+    if at + to.w > now then
+      break
     end
-    entries = rest
+    gone, gone_count = gone + 1, gone_count + count
   end
-  return memory_log(entries)
+  local len, head = s.len - gone, nil
+  if len > to.l then
+    -- Entries gone+1 .. gone+cut merge into one at the latest of their instants.
+    local cut = len - to.l + 1
+    local merged = 0
+    local at
+    for i = gone + 1, gone + cut do
+      local a, count = s.entry(i)
+      merged, at = merged + count, a
+    end
+    head = { at, merged }
+    gone, len = gone + cut - 1, to.l
+  end
+  if gone_count > s.total then
+    s.bad()
+  end
+  local v = {
+    key = s.key, total = s.total - gone_count, newest = len > 0 and s.newest or 0, len = len,
+    drop = (s.drop or 0) + gone, head = head, bad = s.bad, entries = s.entries,
+  }
+  function v.entry(i)
+    if i == 1 and head then
+      return head[1], head[2]
+    end
+    return s.entry(i + gone)
+  end
+  if not s.key then
+    -- In memory: the view's entries, copied.
+    local entries = {}
+    for i = 1, len do
+      local a, c = v.entry(i)
+      entries[i] = { a, c }
+    end
+    return memory_log(entries)
+  end
+  return v
 end
 
--- Gives back n of the newest live entries' count.
-function log.refund(s, p, now, n)
-  local entries = all_entries(s, p.w, now)
-  while n > 0 and #entries > 0 do
-    local last = entries[#entries]
-    local taken = math.min(last[2], n)
-    last[2] = last[2] - taken
-    n = n - taken
-    if last[2] == 0 then
-      entries[#entries] = nil
+-- The entries of `s` inside a window of w at now, in memory.
+local function all_entries(s, w, now)
+  local out = {}
+  for i = 1, s.len do
+    local at, count = s.entry(i)
+    if at + w > now then
+      out[#out + 1] = { at, count }
     end
   end
-  return memory_log(entries)
+  return out
+end
+
+-- Gives back n of the newest live entries' count: the entries that left the window go from the
+-- front, the refunded ones from the back; a view over `s` again, reading only those (s itself
+-- when nothing changes).
+function log.refund(s, p, now, n)
+  local v = log.rescale(s, p, p, now)
+  local len, total, tail = v.len, v.total, nil
+  while n > 0 and len > 0 do
+    local at, count = v.entry(len)
+    local taken = math.min(count, n)
+    n, total = n - taken, total - taken
+    if taken == count then
+      len = len - 1
+    else
+      tail = { at, count - taken }
+    end
+  end
+  local pop = v.len - len
+  if (v.drop or 0) == (s.drop or 0) and pop == 0 and not tail and not v.head then
+    return s
+  end
+  local r = {
+    key = v.key, total = total, len = len, drop = v.drop, head = v.head, pop = pop, tail = tail,
+    bad = v.bad, newest = len > 0 and (v.entry(len)) or 0,
+  }
+  function r.entry(i)
+    if i == len and tail then
+      return tail[1], tail[2]
+    end
+    return v.entry(i)
+  end
+  if not v.key then
+    local entries = {}
+    for i = 1, len do
+      local at, count = r.entry(i)
+      entries[i] = { at, count }
+    end
+    return memory_log(entries)
+  end
+  return r
 end
 
 ------------------------------------------------------------------------------------------------
@@ -655,40 +871,36 @@ local function policy_of(l, w, b)
   return { l = l, w = w, b = b }
 end
 
--- The numbers of a stored value, "n n n …" (single spaces), each below 10^15 in magnitude;
--- nil for anything else. Only the field at `signed` (a token bucket's balance) may be negative.
+-- The numbers of a stored value, "tag n n n …" (single spaces), each at most 9·10^15 in
+-- magnitude (exact: below 2^53); nil for anything else. Only the field at `signed` (a token bucket's balance) may be negative.
 -- Stored values are read, never trusted: a key another client wrote is not a limiter.
--- (`-?%d+` between single spaces cannot backtrack far: a digit run ends only at a space.)
+-- (`%d+` between single spaces cannot backtrack far: a digit run ends only at a space; a run of
+-- 17 digits or more reads above 9·10^15, 400 digits as infinity: both refused.)
 local PATTERNS = {}
-local function numbers(text, count, signed)
-  if #text > 17 * count then
+local function numbers(text, tag, count, signed)
+  if #text > 18 * count + 2 then
     return nil
   end
-  local pattern = PATTERNS[count]
+  local key = tag .. count .. (signed or '')
+  local pattern = PATTERNS[key]
   if not pattern then
-    pattern = '^(%-?%d+)'
-    for _ = 2, count do
-      pattern = pattern .. ' (%-?%d+)'
+    pattern = '^' .. tag
+    for i = 1, count do
+      pattern = pattern .. (i == signed and ' (%-?%d+)' or ' (%d+)')
     end
     pattern = pattern .. '$'
-    PATTERNS[count] = pattern
+    PATTERNS[key] = pattern
   end
   local f = { string.match(text, pattern) }
   if #f ~= count then
     return nil
   end
   for i = 1, count do
-    local digits = f[i]
-    if string.sub(digits, 1, 1) == '-' then
-      if i ~= signed then
-        return nil
-      end
-      digits = string.sub(digits, 2)
-    end
-    if #digits > 15 then
+    local n = tonumber(f[i])
+    if n > MAX_STORED or n < -MAX_STORED then
       return nil
     end
-    f[i] = tonumber(f[i])
+    f[i] = n
   end
   return f
 end
@@ -700,29 +912,109 @@ local function valid_policy(algo, p)
     and p.b <= MAX_AMOUNT and p.b * p.w <= MAX_REFILL_MS * p.l
 end
 
--- A sliding log from its list's first element, the header "s L W total newest_ms entries".
-local function held_log(key, first)
-  local f = type(first) == 'string' and string.sub(first, 1, 2) == 's ' and numbers(string.sub(first, 3), 5)
+-- How far ahead of now (ms) a stored arrival time may lie: the largest debt the library stores
+-- and the clock's slack (a bucket's last refill: the slack). Within it, every product the
+-- algorithms take stays below 2^53.
+local function max_ahead(p)
+  return idiv(MAX_UNITS + CLOCK_SLACK, p.l)
+end
+
+local function aligned(start, p)
+  return start % p.w == 0
+end
+
+-- Whether a decoded state is one the library could have written under `p` by `now`: every
+-- number an exact integer within what its policy allows (the header's bounds are checked by
+-- valid_policy, a sliding log's entries as they are read).
+local VALID = {
+  [gcra] = function(s, p, now)
+    return s.tr < p.l and s.tf < NS and s.tm - now <= max_ahead(p)
+  end,
+  [shape] = function(s, p, now)
+    return s.tr < p.l and s.tf < NS and s.tm - now <= max_ahead(p) and s.d < p.b
+  end,
+  [bucket] = function(s, p, now)
+    return s.t <= p.b * p.w and s.t >= -MAX_UNITS and s.tf < NS
+      and (s.t < p.b * p.w or s.tf == 0) and s.last - now <= idiv(CLOCK_SLACK, p.l)
+  end,
+  [fixed] = function(s, p)
+    return aligned(s.start, p) and s.count <= MAX_COUNT
+  end,
+  [counter] = function(s, p)
+    return aligned(s.start, p) and s.prev <= MAX_COUNT and s.curr <= MAX_COUNT
+  end,
+}
+
+-- A sliding log from the first elements of its list (`got`, LRANGE 0 FIRST), the header
+-- "s L W total newest_ms entries": at most L entries, each counting at least 1, the total at
+-- most the library's largest L, and the list exactly that long.
+local function held_log(key, got, bad)
+  local first = got[1]
+  local f = type(first) == 'string' and numbers(first, 's', 5)
   if not f then
     return nil
   end
   local p = policy_of(f[1], f[2], f[1])
-  if not valid_policy(log, p) then
+  local total, newest, len = f[3], f[4], f[5]
+  if not valid_policy(log, p) or len > p.l or total > MAX_LOG_TOTAL or total < len or (len == 0) ~= (total == 0) then
     return nil
   end
-  return { algo = log, policy = p, state = stored_log(key, f[3], f[4], f[5]) }
+  local length = #got
+  if length > FIRST then
+    length = redis.call('LLEN', key)
+  end
+  if length ~= len + 1 then
+    return nil
+  end
+  return { algo = log, policy = p, state = stored_log(key, total, newest, len, bad, got) }
 end
 
--- What `key` holds: nil, or { algo, policy, state }; another value raises WRONGTYPE naming
--- `wanted` (the algorithm the caller needs; nil: any limiter) and, when `named`, the key.
-local function held(key, wanted, named)
+-- One stored configuration "tag L W [B] fields…", as { algo, policy, state }, or nil.
+local function limiter_value(v, now)
+  local algo = ALGORITHMS[string.sub(v, 1, 1)]
+  if not algo or algo == log then
+    return nil
+  end
+  local signed = algo == bucket and 4 or nil
+  local f = numbers(v, algo.tag, algo.fields, signed)
+  if not f and algo.short then
+    -- The short form: the nanosecond remainders (and GCRA's ms remainder) are 0.
+    f = numbers(v, algo.tag, algo.fields - algo.short, signed)
+    if f then
+      for _ = 1, algo.short do
+        table.insert(f, algo == gcra and #f + 1 or 5, 0)
+      end
+    end
+  end
+  if f then
+    local p = policy_of(f[1], f[2], algo.burst and f[3] or f[1])
+    if valid_policy(algo, p) then
+      local s = algo.decode(unpack(f, algo.burst and 4 or 3))
+      if VALID[algo](s, p, now) then
+        return { algo = algo, policy = p, state = s }
+      end
+    end
+  end
+  return nil
+end
+
+-- What `key` holds at `now`: nil, or { algo, policy, state, others }; another value raises WRONGTYPE
+-- naming `wanted` (the algorithm the caller needs; nil: any limiter) and, when `named`, the key.
+local function held(key, wanted, named, now)
+  local function bad(holds)
+    return function()
+      wrong_type(holds, wanted and wanted.name, named and key)
+    end
+  end
   if wanted == log then
-    -- A sliding log's own call reads the header first: one call when the key holds a log.
-    local first = redis.pcall('LINDEX', key, 0)
-    if first == false then
-      return nil
-    elseif type(first) == 'string' then
-      local h = held_log(key, first)
+    -- A sliding log's own call reads the header and the oldest entries first: one call when
+    -- the key holds a log.
+    local got = redis.pcall('LRANGE', key, 0, FIRST)
+    if type(got) == 'table' and not got.err then
+      if #got == 0 then
+        return nil
+      end
+      local h = held_log(key, got, bad('a list'))
       if h then
         return h
       end
@@ -735,20 +1027,39 @@ local function held(key, wanted, named)
   end
   local holds = 'a string'
   if type(v) == 'string' then
-    local tag, rest = string.match(v, '^(%l) (.*)$')
-    local algo = ALGORITHMS[tag or '']
-    local f = algo and algo ~= log and numbers(rest, algo.fields, algo == bucket and 4 or nil)
-    if f then
-      local p = policy_of(f[1], f[2], algo.burst and f[3] or f[1])
-      if valid_policy(algo, p) then
-        return { algo = algo, policy = p, state = algo.decode(unpack(f, algo.burst and 4 or 3)) }
+    if not string.find(v, ' ; ', 1, true) then
+      local h = limiter_value(v, now)
+      if h then
+        h.others = {}
+        return h
+      end
+    elseif #v <= 1024 then
+      -- The current configuration, then the others it remembers.
+      local h, others, seen = nil, {}, {}
+      for part in string.gmatch(v .. ' ; ', '(.-) ; ') do
+        local c = limiter_value(part, now)
+        local id = c and (c.policy.l .. ' ' .. c.policy.w .. ' ' .. c.policy.b)
+        if not c or seen[id] or (h and c.algo ~= h.algo) or not c.algo.remembers then
+          h = nil
+          break
+        end
+        seen[id] = true
+        if h then
+          others[#others + 1] = c
+        else
+          h = c
+        end
+      end
+      if h and #others < MAX_CONFIGURATIONS then
+        h.others = others
+        return h
       end
     end
   else
     local t = redis.call('TYPE', key)['ok']
     holds = TYPE_NAMES[t] or "another module's value"
     if t == 'list' then
-      local h = held_log(key, redis.call('LINDEX', key, 0))
+      local h = held_log(key, redis.call('LRANGE', key, 0, FIRST), bad(holds))
       if h then
         return h
       end
@@ -758,8 +1069,8 @@ local function held(key, wanted, named)
 end
 
 -- Held by `algo`, or WRONGTYPE.
-local function held_as(key, algo, named)
-  local h = held(key, algo, named)
+local function held_as(key, algo, named, now)
+  local h = held(key, algo, named, now)
   if h and h.algo ~= algo then
     wrong_type('a ' .. h.algo.name .. ' limiter', algo.name, named and key)
   end
@@ -774,18 +1085,34 @@ local function header(p, s)
   return 's ' .. num(p.l) .. ' ' .. num(p.w) .. ' ' .. num(s.total) .. ' ' .. num(s.newest) .. ' ' .. num(s.len)
 end
 
--- Stores a whole state (after a first request, a policy change or a refund).
-local function store(key, algo, p, s, now, d)
+local function entry_text(at, count)
+  return num(at) .. ' ' .. num(count)
+end
+
+-- Stores a whole state (a first request, a refund, any state not read from the key).
+-- `others`: the other configurations a key remembers (every algorithm but the sliding log), stored after the
+-- current one (" ; "-separated); the key lives until every one of them is full again.
+local function store(key, algo, p, s, now, d, others)
   local at = expire_at(now, d)
   if algo ~= log then
-    redis.call('SET', key, algo.encode(s, p), 'PXAT', num(at))
+    local text = algo.encode(s, p)
+    if others and #others > 0 then
+      local keep = d.reset
+      local parts = { text }
+      for _, o in ipairs(others) do
+        parts[#parts + 1] = algo.encode(o.state, o.policy)
+        keep = math.max(keep, algo.check(o.state, o.policy, now, 0).reset)
+      end
+      text = table.concat(parts, ' ; ')
+      at = now + math.max(keep, MIN_TTL_MS)
+    end
+    redis.call('SET', key, text, 'PXAT', num(at))
     return
   end
   redis.call('DEL', key)
   local words = { header(p, s) }
   for i = 1, s.len do
-    local e_at, e_count = s.entry(i)
-    words[#words + 1] = num(e_at) .. ' ' .. num(e_count)
+    words[#words + 1] = entry_text(s.entry(i))
     if #words == 1000 then
       redis.call('RPUSH', key, unpack(words))
       words = {}
@@ -797,7 +1124,7 @@ local function store(key, algo, p, s, now, d)
   redis.call('PEXPIREAT', key, num(at))
 end
 
--- A sliding log after an admitted request, in memory (after a policy change or on a new key).
+-- A sliding log after an admitted request, in memory (a new key, or a log held in memory).
 local function log_applied(s, change)
   local entries = {}
   for i = change.dropped + 1, s.len do
@@ -813,52 +1140,123 @@ local function log_applied(s, change)
   return memory_log(entries)
 end
 
--- Applies an admitted request to a stored sliding log in place: the entries that left the
--- window go from the front, the request joins the newest entry or follows it. Effects: a few
--- small commands whatever the log's length.
-local function log_apply(key, p, s, change, now, d)
-  local total = s.total
-  for i = 1, change.dropped do
-    local _, count = s.entry(i)
-    total = total - count
-  end
+-- Writes a sliding log read from `key` (or a view over it, after a policy change) in place,
+-- with an admitted request's change if any: the entries gone go from the front, a merged head
+-- replaces the first, the request joins the newest entry or follows it. Effects: a few small
+-- commands whatever the log's length. Everything it writes was read before the first write.
+local function log_write(key, p, s, change, now, d)
+  change = change or { dropped = 0, count = 0 }
+  local drop = (s.drop or 0) + change.dropped
   local len = s.len - change.dropped
-  local merge = len > 0 and s.newest == change.at
-  local h = header(p, {
-    total = math.max(total, 0) + change.count,
-    newest = change.at,
-    len = merge and len or len + 1,
-  })
+  local head = change.dropped == 0 and s.head or nil
+  local total = s.total
+  if change.dropped > 0 then
+    -- The entries the decision dropped were read (and cached) by it.
+    for i = 1, change.dropped do
+      local _, count = s.entry(i)
+      total = total - count
+    end
+  end
+  local h = {
+    total = total + change.count,
+    newest = change.at or (len > 0 and s.newest or 0),
+    len = len,
+  }
+  if change.count > 0 and not change.merged then
+    h.len = len + 1
+  end
   if len == 0 then
     redis.call('DEL', key)
-    redis.call('RPUSH', key, h, num(change.at) .. ' ' .. num(change.count))
-  else
-    if change.dropped > 0 then
-      redis.call('LTRIM', key, change.dropped, -1)
-    end
-    redis.call('LSET', key, 0, h)
-    if merge then
-      local _, count = s.entry(s.len)
-      redis.call('LSET', key, -1, num(change.at) .. ' ' .. num(count + change.count))
+    if change.count > 0 then
+      redis.call('RPUSH', key, header(p, h), entry_text(change.at, change.count))
     else
-      redis.call('RPUSH', key, num(change.at) .. ' ' .. num(change.count))
+      redis.call('RPUSH', key, header(p, h))
+    end
+  else
+    local pop = s.pop or 0
+    if drop > 0 or pop > 0 then
+      -- Keeps elements drop .. end, less the `pop` last: the first of them is overwritten by
+      -- the header.
+      redis.call('LTRIM', key, drop, -1 - pop)
+    end
+    redis.call('LSET', key, 0, header(p, h))
+    if head then
+      redis.call('LSET', key, 1, entry_text(head[1], head[2]))
+    end
+    if s.tail then
+      redis.call('LSET', key, -1, entry_text(s.tail[1], s.tail[2]))
+    end
+    if change.merged then
+      redis.call('LSET', key, -1, entry_text(change.at, change.merged))
+    elseif change.count > 0 then
+      redis.call('RPUSH', key, entry_text(change.at, change.count))
     end
   end
   redis.call('PEXPIREAT', key, num(expire_at(now, d)))
 end
 
--- Stores the state a request leaves: `next` (admitted), else the carried one (a policy change).
-local function settle(key, algo, p, start, carried, next, now, d)
-  if algo == log and next then
-    if start and start.key and not carried then
-      log_apply(key, p, start, next, now, d)
-    else
-      store(key, log, p, log_applied(start or memory_log({}), next), now, d)
+-- Whether two states of one algorithm are equal in every field.
+local function same_state(a, b)
+  for k, v in pairs(a) do
+    if type(v) ~= 'function' and b[k] ~= v then
+      return false
     end
-  elseif next then
-    store(key, algo, p, next, now, d)
-  elseif carried then
-    store(key, algo, p, carried, now, d)
+  end
+  for k, v in pairs(b) do
+    if type(v) ~= 'function' and a[k] ~= v then
+      return false
+    end
+  end
+  return true
+end
+
+-- Whether two policies are kin (src/algo/step.rs `kin`): their states count the same admissions
+-- over the same span. The window algorithms: the same W; the others: the same L and W.
+local function kin(algo, a, b)
+  return a.w == b.w and (not algo.burst or a.l == b.l)
+end
+
+-- Whether `s` under `p` is as good as fresh: a peek on it answers as a peek on no state.
+local function fresh(algo, p, s, now)
+  local a, b = algo.check(s, p, now, 0), algo.check(nil, p, now, 0)
+  return a.allowed == b.allowed and a.remaining == b.remaining and a.retry == b.retry and a.reset == b.reset
+end
+
+-- Whether the remembered (p, s) can be dropped beside (cp, cs) (src/algo/step.rs `droppable`):
+-- as good as fresh, or kin of cp and exactly cs carried over to p.
+local function droppable(algo, p, s, cp, cs, now)
+  return fresh(algo, p, s, now)
+    or (kin(algo, p, cp) and same_state(s, algo.rescale(cs, cp, p, now)))
+end
+
+-- `others` less those droppable beside (cp, cs).
+local function live(algo, others, cp, cs, now)
+  if #others == 0 then
+    return others
+  end
+  local out = {}
+  for _, o in ipairs(others) do
+    if not droppable(algo, o.policy, o.state, cp, cs, now) then
+      out[#out + 1] = o
+    end
+  end
+  return out
+end
+
+-- Stores the state a request leaves: `next` (admitted), else the carried one (a policy change).
+local function settle(key, algo, p, start, carried, next, now, d, others)
+  if algo == log then
+    if not (next or carried) then
+      return
+    elseif start and start.key then
+      log_write(key, p, start, next, now, d)
+    else
+      store(key, log, p, next and log_applied(start or memory_log({}), next) or start, now, d)
+    end
+  elseif next or carried then
+    -- Those that can be dropped beside the state stored go (src/algo/step.rs `Kept::new`).
+    local s = next or carried
+    store(key, algo, p, s, now, d, others and live(algo, others, p, s, now))
   end
 end
 
@@ -867,6 +1265,121 @@ end
 
 local function same_policy(a, b)
   return a.l == b.l and a.w == b.w and a.b == b.b
+end
+
+-- Where a request under `p` starts (src/algo/step.rs `start`): the key's state under p
+-- (current, remembered, or carried over from its kin, else from the current one), the other
+-- configurations as they will be kept (the previous current first, those droppable beside the
+-- state it starts from gone), whether the current configuration changes, and on overflow (one
+-- configuration more than MAX_CONFIGURATIONS) the current configuration, which stays current.
+-- A sliding log keeps one configuration (docs/functions.md).
+local function configurations(algo, h, p, now)
+  if not h then
+    return nil, {}, false
+  end
+  local others = h.others or {}
+  if same_policy(h.policy, p) then
+    if #others > 0 then
+      others = live(algo, others, h.policy, h.state, now)
+    end
+    return h.state, others, false
+  end
+  if not algo.remembers then
+    return algo.rescale(h.state, h.policy, p, now), {}, true
+  end
+  local found
+  for i, o in ipairs(others) do
+    if same_policy(o.policy, p) then
+      found = i
+    end
+  end
+  local state
+  if found then
+    state = others[found].state
+  else
+    -- Its kin's state if the key holds one that is not full again, else the current one's.
+    local from = h
+    if not (kin(algo, h.policy, p) and not fresh(algo, h.policy, h.state, now)) then
+      for _, o in ipairs(others) do
+        if kin(algo, o.policy, p) and not fresh(algo, o.policy, o.state, now) then
+          from = o
+          break
+        end
+      end
+    end
+    state = algo.rescale(from.state, from.policy, p, now)
+  end
+  local kept = {}
+  if not droppable(algo, h.policy, h.state, p, state, now) then
+    kept[1] = { policy = h.policy, state = h.state }
+  end
+  for i, o in ipairs(others) do
+    if i ~= found and not droppable(algo, o.policy, o.state, p, state, now) then
+      kept[#kept + 1] = o
+    end
+  end
+  if not found and #kept + 1 > MAX_CONFIGURATIONS then
+    return state, live(algo, others, h.policy, h.state, now), false, { policy = h.policy, state = h.state }
+  end
+  return state, kept, true
+end
+
+-- The other configurations, each charged n at now by its own rule.
+local function charged(algo, others, now, n)
+  if n == 0 or #others == 0 then
+    return others
+  end
+  local out = {}
+  for i, o in ipairs(others) do
+    out[i] = { policy = o.policy, state = algo.bill(o.state, o.policy, now, n) }
+  end
+  return out
+end
+
+-- How long the remembered (p, s) makes a request spending n wait, if it refuses it
+-- (src/algo/step.rs `refusal`): its own check with that cost; a cost above its capacity waits
+-- until it is full again.
+local function refusal(algo, p, s, now, n)
+  if n > p.b then
+    return algo.check(s, p, now, 0).reset
+  end
+  local d = algo.check(s, p, now, n)
+  if d.allowed == 0 then
+    return d.retry or d.reset
+  end
+  return nil
+end
+
+-- An overflowed request whose own decision `d` spends n (0: denied) (src/algo/step.rs
+-- `overflowed`): admitted only if every remembered configuration admits n too, and then charged
+-- to all of them, the current one `cur` staying current. Returns the decision (denied with the
+-- longest wait if one refuses) and what to store: { policy, state, others, reset }, the key
+-- living at least as long as the reply's reset says.
+local function overflowed(algo, d, cur, others, now, n)
+  local wait
+  if n > 0 then
+    wait = refusal(algo, cur.policy, cur.state, now, n)
+    for _, o in ipairs(others) do
+      local w = refusal(algo, o.policy, o.state, now, n)
+      if w and (not wait or w > wait) then
+        wait = w
+      end
+    end
+  end
+  local state = cur.state
+  if wait then
+    d = decision(0, d.limit, 0, math.max(wait, 1), d.reset)
+  elseif n > 0 then
+    state = algo.bill(state, cur.policy, now, n)
+    others = charged(algo, others, now, n)
+  end
+  local reset = math.max(algo.check(state, cur.policy, now, 0).reset, d.reset)
+  return d, { policy = cur.policy, state = state, others = live(algo, others, cur.policy, state, now), reset = reset }
+end
+
+-- Stores what an overflowed request keeps.
+local function store_kept(key, algo, k, now)
+  store(key, algo, k.policy, k.state, now, { reset = k.reset }, k.others)
 end
 
 -- Reads L, W and the options of one limiter from args[i], args[i+1], …; `stop` tells where its
@@ -938,40 +1451,251 @@ end
 ------------------------------------------------------------------------------------------------
 -- The functions.
 
--- One request to one limiter (src/algo/step.rs before issue 18: a key holds one
--- configuration): a new policy carries over what the stored one spent, and is stored whether or
--- not the request is admitted (a peek stores nothing). The module now also remembers up to four
--- configurations per key and charges each; the library does not yet (docs/functions.md).
-local function request(fname, algo, keys, args, want)
+-- One request to one limiter (src/algo/step.rs `step`, main's rule): it decides on the state of
+-- its configuration (current, remembered, or carried over), which is stored as the current one
+-- whether or not the request is admitted (a peek stores nothing); what it spends is charged to
+-- every other configuration. A sliding log keeps one configuration (docs/functions.md).
+-- `now`: the instant, when the caller already read it.
+local function request(fname, algo, keys, args, want, now)
   if #keys ~= 1 or #args < (want and 4 or 2) then
     arity(fname)
   end
   local p, amount = parse_limiter(fname, algo, args, 1, want)
   accepts(algo, p)
-  local now = now_ms()
+  now = now or now_ms()
   local key = keys[1]
-  local h = held_as(key, algo, false)
-  local start, carried
-  if h and not same_policy(h.policy, p) then
-    carried = algo.rescale(h.state, h.policy, p, now)
-    start = carried
-  elseif h then
-    start = h.state
-  end
+  local h = held_as(key, algo, false, now)
+  local start, others, switched, over = configurations(algo, h, p, now)
+  local carried = switched and start or nil
   local d, next
   if want then
     d, next = bucket.lease(start, p, now, amount)
   else
     d, next = algo.check(start, p, now, amount)
   end
-  settle(key, algo, p, start, amount > 0 and carried or nil, next, now, d)
+  if over then
+    if amount > 0 then
+      local k
+      d, k = overflowed(algo, d, over, others, now, next and (want and d.allowed or amount) or 0)
+      store_kept(key, algo, k, now)
+    end
+    return reply(d)
+  end
+  if next then
+    -- What the request spent (a lease: what it granted), charged to every other configuration.
+    others = charged(algo, others, now, want and d.allowed or amount)
+  end
+  settle(key, algo, p, start, amount > 0 and carried or nil, next, now, d, others)
   return reply(d)
 end
 
-local function limiter(fname, algo)
-  return function(keys, args)
-    return request(fname, algo, keys, args, false)
+-- Library functions as upvalues: a global and a field lookup less each, on every call. Taken
+-- at the first call: while a library loads, only `redis` is reachable.
+local find, match, format, call, byte, number, pcall_redis
+-- How far ahead an arrival time (a last refill) may lie under any L: (MAX_UNITS + CLOCK_SLACK)
+-- / MAX_AMOUNT ms (CLOCK_SLACK / MAX_AMOUNT ms).
+local ANY_AHEAD, ANY_BACK = 500000000, 100000000
+
+-- 1 to 8 digits, the first not 0: an argument the general path reads as the same number.
+local function plain(s)
+  local n = #s
+  return n > 0 and n <= 8 and byte(s) ~= 48 and not find(s, '%D')
+end
+
+-- Policies the hot path has read, per algorithm: { L, W, prefix } by the L and W strings, so a
+-- repeated policy is neither parsed nor formatted again. At most 256 per algorithm (then the
+-- table starts afresh): arguments cannot grow it without bound.
+local POLICIES, POLICY_COUNT = { [gcra] = {}, [bucket] = {} }, { [gcra] = 0, [bucket] = 0 }
+
+local function remember(algo, ls, ws, known)
+  if POLICY_COUNT[algo] >= 256 then
+    POLICIES[algo], POLICY_COUNT[algo] = {}, 0
   end
+  local by_w = POLICIES[algo][ls]
+  if not by_w then
+    by_w = {}
+    POLICIES[algo][ls] = by_w
+  end
+  by_w[ws] = known
+  POLICY_COUNT[algo] = POLICY_COUNT[algo] + 1
+end
+
+-- The hot path of rl_gcra and rl_tokenbucket, for `L W` or `L W COST n` written plainly (digits,
+-- no leading zero, COST in capitals) on a key that holds nothing or that same policy: the
+-- general path's arithmetic (gcra.check, bucket.check, the stored formats, VALID) inlined, without
+-- the tables and parsing the general path builds, which cost more than the decision itself
+-- (docs/functions.md, cost). Any other call goes to `general`, which decides from the same
+-- instant when the hot path already read it.
+local function fast(algo, general)
+  return function(keys, args)
+    if not find then
+      find, match, format, call = string.find, string.match, string.format, redis.call
+      byte, number, pcall_redis = string.byte, tonumber, redis.pcall
+    end
+    local ls, ws, cost = args[1], args[2], 1
+    if #keys ~= 1 or ls == nil or ws == nil then
+      return general(keys, args)
+    end
+    if args[3] ~= nil then
+      local cs = args[4]
+      if args[3] ~= 'COST' or cs == nil or args[5] ~= nil or not (cs == '0' or plain(cs)) then
+        return general(keys, args)
+      end
+      cost = number(cs)
+    end
+    -- The policy as parsed before (L, W and the stored value's prefix), else parsed now.
+    local known = POLICIES[algo][ls]
+    known = known and known[ws]
+    if not known then
+      if not plain(ls) or not plain(ws) then
+        return general(keys, args)
+      end
+      local l, w = number(ls), number(ws)
+      if l > MAX_AMOUNT or w > MAX_RATE_WINDOW then
+        return general(keys, args)
+      end
+      -- The stored value's prefix, and its short and long forms as patterns (the prefix holds
+      -- only letters, digits and spaces).
+      local prefix = algo.tag .. ' ' .. ls .. ' ' .. ws .. ' ' .. ls .. ' '
+      local sign = algo == bucket and '(%-?%d+)' or '(%d+)'
+      known = {
+        l, w, prefix,
+        '^' .. prefix .. (algo == gcra and '(%d+)$' or sign .. ' (%d+)$'),
+        '^' .. prefix .. sign .. ' (%d+) (%d+)$',
+      }
+      remember(algo, ls, ws, known)
+    end
+    local l, w, prefix = known[1], known[2], known[3]
+    if cost > l then
+      return general(keys, args)
+    end
+    local now = now_ms()
+    local key = keys[1]
+    local v = pcall_redis('GET', key)
+    local cap, asked = l * w, (cost > 0 and cost or 1) * w
+    local x, y, z
+    if v ~= false then
+      if type(v) ~= 'string' then
+        return general(keys, args, now)
+      end
+      -- The policy's own patterns (known[4], known[5]), the short form first: (tat_ms) or
+      -- (tokens, last_ms), the remainders 0.
+      if algo == gcra then
+        x = match(v, known[4])
+        if x then
+          x, y, z = number(x), 0, 0
+        else
+          x, y, z = match(v, known[5])
+          x, y, z = number(x), number(y), number(z)
+        end
+      else
+        x, z = match(v, known[4])
+        if x then
+          x, y, z = number(x), 0, number(z)
+        else
+          x, y, z = match(v, known[5])
+          x, y, z = number(x), number(y), number(z)
+        end
+      end
+      if not z or x > MAX_STORED or x < -MAX_STORED or y > MAX_STORED or z > MAX_STORED then
+        return general(keys, args, now)
+      end
+    end
+    local admitted, retry, reset, remaining, state
+    if algo == gcra then
+      -- x, y, z: tat_ms, tat_rem, tat_ns. The debt (d, f) at now.
+      local d, f = 0, 0
+      if x then
+        if y >= l or z >= NS or (x - now > ANY_AHEAD and x - now > idiv(MAX_UNITS + CLOCK_SLACK, l)) then
+          return general(keys, args, now)
+        end
+        if x >= now then
+          d, f = (x - now) * l + y, z
+        end
+      end
+      local needed = d + asked
+      admitted = needed < cap or (needed == cap and f == 0)
+      local after = (admitted and cost > 0) and needed or d
+      local room = cap - after
+      remaining = 0
+      if room > 0 then
+        remaining = idiv(f > 0 and room - 1 or room, w)
+      end
+      retry = (not admitted) and ms_up(needed - cap, f, l) or -1
+      -- ms_up(after, f, l), from the one division the stored state needs too.
+      local whole = idiv(after, l)
+      local tr = after - whole * l
+      reset = (tr > 0 or f > 0) and whole + 1 or whole
+      if admitted and cost > 0 then
+        local tm = now + whole
+        state = format(tr == 0 and f == 0 and '%s%d' or '%s%d %d %d', prefix, tm, tr, f)
+      end
+    else
+      -- x, y, z: tokens, tokens_ns, last_ms. The balance (u, f) at now, as `balance`.
+      local u, f = cap, 0
+      if x then
+        if x > cap or x < -MAX_UNITS or y >= NS or (x == cap and y > 0) or (z - now > ANY_BACK and z - now > idiv(CLOCK_SLACK, l)) then
+          return general(keys, args, now)
+        end
+        -- elapsed < cdiv(cap - x, l), as balance() asks, is elapsed·l < cap - x: a product
+        -- above 2^53, inexact, is above cap - x all the same; below it the bucket is not full.
+        local elapsed = now - z
+        if elapsed < 0 or elapsed * l < cap - x then
+          u, f = x + elapsed * l, y
+        end
+      end
+      admitted = u >= asked
+      local after = (admitted and cost > 0) and u - asked or u
+      retry = (not admitted) and cdiv(asked - u, l) or -1
+      -- idiv(after, w) and cdiv(cap - after, l), written out: two calls less on every request.
+      remaining = 0
+      if after >= 0 then
+        local q = after / w
+        q = q - q % 1
+        local r = after - q * w
+        if r < 0 then
+          q = q - 1
+        elseif r >= w then
+          q = q + 1
+        end
+        remaining = q
+      end
+      local empty = cap - after
+      local q = empty / l
+      q = q - q % 1
+      local r = empty - q * l
+      if r < 0 then
+        q, r = q - 1, r + l
+      elseif r >= l then
+        q, r = q + 1, r - l
+      end
+      reset = r > 0 and q + 1 or q
+      if admitted and cost > 0 then
+        state = format(f == 0 and '%s%d %d' or '%s%d %d %d', prefix, after, f == 0 and now or f, now)
+      end
+    end
+    if state then
+      -- A number argument reaches Redis as "%.17g": exact digits below 2^53.
+      call('SET', key, state, 'PXAT', now + (reset > MIN_TTL_MS and reset or MIN_TTL_MS))
+    end
+    return { admitted and 1 or 0, l, remaining, retry, reset }
+  end
+end
+
+local function limiter(fname, algo)
+  return function(keys, args, now)
+    return request(fname, algo, keys, args, false, now)
+  end
+end
+
+-- Whether two states of one algorithm differ in a field.
+local function differs(a, b)
+  for k, v in pairs(a) do
+    if b[k] ~= v then
+      return true
+    end
+  end
+  return false
 end
 
 ------------------------------------------------------------------------------------------------
@@ -982,7 +1706,6 @@ end
 -- most MAX_AMOUNT tokens beyond empty, a fixed or sliding counter's window counts at most
 -- L + MAX_AMOUNT, a sliding log's window at most MAX_LOG_TOTAL (the module's bound).
 
-local MAX_LOG_TOTAL = 1000000
 
 -- What `s` counts against `p` at `now`, in whole units (W per token): what a charge adds to and
 -- a refund takes from (the module's `Algorithm::counted`).
@@ -996,11 +1719,18 @@ local function counted(algo, s, p, now)
   elseif algo == counter then
     return counter_current(s, p, now).curr * p.w
   end
-  local total = 0
-  for _, e in ipairs(all_entries(s or memory_log({}), p.w, now)) do
-    total = total + e[2]
+  -- The live entries are those after the ones that left the window: the total less those,
+  -- reading only them.
+  s = s or memory_log({})
+  local gone, i = 0, 1
+  while i <= s.len do
+    local at, count = s.entry(i)
+    if at + p.w > now then
+      break
+    end
+    gone, i = gone + count, i + 1
   end
-  return total * p.w
+  return (s.total - gone) * p.w
 end
 
 -- n, or as much of it as fits below `bound` from `at` (units of W per token).
@@ -1097,7 +1827,7 @@ local function charge(keys, args)
     accepts(given, gp)
   end
   local now = now_ms()
-  local h = held(keys[1], given, false)
+  local h = held(keys[1], given, false, now)
   if h and given and h.algo ~= given then
     wrong_type('a ' .. h.algo.name .. ' limiter', given.name, false)
   end
@@ -1111,7 +1841,8 @@ local function charge(keys, args)
   local next, take = algo.charge(state, p, now, n)
   local after = algo.check(next, p, now, 0)
   if take > 0 then
-    store(keys[1], algo, p, next, now, after)
+    -- The configurations the key remembers count what it charged too.
+    store(keys[1], algo, p, next, now, after, charged(algo, h and h.others or {}, now, take))
   end
   after.allowed = take
   return reply(after)
@@ -1124,7 +1855,7 @@ local function refund(keys, args)
   end
   local n = parse_int('n', args[1], 1, MAX_AMOUNT)
   local now = now_ms()
-  local h = held(keys[1], nil, false)
+  local h = held(keys[1], nil, false, now)
   if not h then
     return false
   end
@@ -1134,29 +1865,26 @@ local function refund(keys, args)
   local after = algo.check(next, p, now, 0)
   if next ~= h.state then
     if algo == log then
-      -- A log that lost nothing is unchanged: compare the entries.
-      local same = next.len == h.state.len
-      for i = 1, next.len do
-        if not same then
-          break
-        end
-        local a1, c1 = next.entry(i)
-        local a2, c2 = h.state.entry(i)
-        same = a1 == a2 and c1 == c2
-      end
-      if not same then
+      -- A log that lost something: a view over the stored list, written in place.
+      if next.key then
+        log_write(keys[1], p, next, nil, now, after)
+      else
         store(keys[1], algo, p, next, now, after)
       end
-    else
-      local changed = false
-      for k, v in pairs(next) do
-        if h.state[k] ~= v then
-          changed = true
-        end
-      end
-      if changed then
-        store(keys[1], algo, p, next, now, after)
-      end
+    end
+  end
+  if algo ~= log then
+    -- Every configuration the key remembers was charged what is given back: each takes it back
+    -- by its own rule (src/command/refund.rs).
+    local changed = differs(next, h.state)
+    local others = {}
+    for i, o in ipairs(h.others or {}) do
+      local back = algo.refund(o.state, o.policy, now, n)
+      changed = changed or differs(back, o.state)
+      others[i] = { policy = o.policy, state = back }
+    end
+    if changed then
+      store(keys[1], algo, p, next, now, after, others)
     end
   end
   -- A debt (after rl_charge) shrinks while `remaining` stays 0: what it shrank counts.
@@ -1171,7 +1899,7 @@ local function peek(keys, args)
     arity('rl_peek')
   end
   local now = now_ms()
-  local h = held(keys[1], nil, false)
+  local h = held(keys[1], nil, false, now)
   if not h then
     return false
   end
@@ -1232,11 +1960,8 @@ local function shaped(keys, args)
   local p = policy_of(l, w, b)
   local now = now_ms()
   local key = keys[1]
-  local h = held_as(key, shape, false)
-  local start, carried = h and h.state, false
-  if h and not same_policy(h.policy, p) then
-    start, carried = shape.rescale(h.state, h.policy, p, now), true
-  end
+  local h = held_as(key, shape, false, now)
+  local start, others, carried, over = configurations(shape, h, p, now)
   -- The request decides with its own d; a new d, like a new policy, is stored even when the
   -- request is denied (a peek stores nothing).
   local configured = { tm = 0, tr = 0, tf = 0, d = undelayed }
@@ -1245,13 +1970,22 @@ local function shaped(keys, args)
   end
   local d, next = gcra.check(configured, p, now, cost)
   local delay = shape_delay(configured, p, now, d, next)
-  if next then
-    next.d = undelayed
-  elseif cost > 0 and start and (carried or start.d ~= undelayed) then
-    next = configured
-  end
-  if next then
-    store(key, shape, p, next, now, d)
+  if over then
+    if cost > 0 then
+      local k
+      d, k = overflowed(shape, d, over, others, now, next and cost or 0)
+      store_kept(key, shape, k, now)
+    end
+  else
+    if next then
+      next.d = undelayed
+      others = charged(shape, others, now, cost)
+    elseif cost > 0 and start and (carried or start.d ~= undelayed) then
+      next = configured
+    end
+    if next then
+      store(key, shape, p, next, now, d, live(shape, others, p, next, now))
+    end
   end
   local out = reply(d)
   out[6] = delay
@@ -1308,15 +2042,25 @@ local function all(keys, args)
   for _, part in ipairs(parts) do
     local algo, p = part.algo, part.policy
     accepts(algo, p)
-    local h = held_as(part.key, algo, true)
-    local start = h and h.state
-    if h and not same_policy(h.policy, p) then
-      part.carried = algo.rescale(h.state, h.policy, p, now)
-      start = part.carried
-    end
+    local h = held_as(part.key, algo, true, now)
+    local start, others, switched, over = configurations(algo, h, p, now)
+    part.carried = switched and start or nil
+    part.others = others
     part.start = start
     part.decision, part.charged = algo.check(start, p, now, part.cost)
     part.uncharged = part.charged and algo.check(start, p, now, 0) or part.decision
+    if over and part.cost > 0 then
+      -- One configuration too many (src/algo/step.rs `plan`): both outcomes keep the current one.
+      local d, k = overflowed(algo, part.decision, over, others, now, part.charged and part.cost or 0)
+      part.decision = d
+      if d.allowed == 0 then
+        part.uncharged, part.if_charged, part.if_not = d, nil, k
+      else
+        part.if_charged = k
+        part.if_not = select(2, overflowed(algo, part.uncharged, over, others, now, 0))
+      end
+    end
+    part.over = over
   end
   local admitted = true
   for _, part in ipairs(parts) do
@@ -1329,7 +2073,18 @@ local function all(keys, args)
     local algo, p = part.algo, part.policy
     local carried = part.cost > 0 and part.carried or nil
     local d = admitted and part.decision or part.uncharged
-    settle(part.key, algo, p, part.start, carried, admitted and part.charged or nil, now, d)
+    local others = part.others
+    if part.over then
+      local k = (admitted and part.if_charged) or part.if_not
+      if part.cost > 0 and k then
+        store_kept(part.key, algo, k, now)
+      end
+    else
+      if admitted and part.charged then
+        others = charged(algo, others, now, part.cost)
+      end
+      settle(part.key, algo, p, part.start, carried, admitted and part.charged or nil, now, d, others)
+    end
     each[#each + 1] = d
   end
   local tightest
@@ -1356,8 +2111,8 @@ end
 -- Runs a function, turning the errors it raises with `fail` (and those of redis.call) into
 -- plain error replies, without the script trace Redis appends to a raised error.
 local function guarded(body)
-  return function(keys, args)
-    local ok, result = pcall(body, keys, args)
+  return function(keys, args, now)
+    local ok, result = pcall(body, keys, args, now)
     if ok then
       return result
     elseif type(result) == 'table' and result.err then
@@ -1374,8 +2129,9 @@ local function lease(keys, args)
   return request('rl_lease', bucket, keys, args, true)
 end
 
-redis.register_function('rl_gcra', guarded(limiter('rl_gcra', gcra)))
-redis.register_function('rl_tokenbucket', guarded(limiter('rl_tokenbucket', bucket)))
+-- The hot path first, outside the guard: it raises nothing of its own.
+redis.register_function('rl_gcra', fast(gcra, guarded(limiter('rl_gcra', gcra))))
+redis.register_function('rl_tokenbucket', fast(bucket, guarded(limiter('rl_tokenbucket', bucket))))
 redis.register_function('rl_slidinglog', guarded(limiter('rl_slidinglog', log)))
 redis.register_function('rl_slidingcounter', guarded(limiter('rl_slidingcounter', counter)))
 redis.register_function('rl_fixedwindow', guarded(limiter('rl_fixedwindow', fixed)))

@@ -36,12 +36,12 @@ pub fn now_ns() -> u64 {
 /// server also uses for key expiry there. A script running past `busy-reply-threshold` may see
 /// it move forwards (the server refreshes it while serving other clients); never backwards.
 fn server_now_ns() -> u64 {
-    crate::command::ffi::server_clock_ns()
+    crate::host::call::server_clock_ns()
 }
 
 /// Which server clock `now_ns` reads, for the load log line.
 pub fn source() -> &'static str {
-    match crate::command::ffi::server_clock_kind() {
+    match crate::host::call::server_clock_kind() {
         "cached-us" => "µs (CachedMicroseconds)",
         "us" => "µs (Microseconds)",
         _ => "ms (Milliseconds)",

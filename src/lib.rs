@@ -1,27 +1,29 @@
 //! redis-ratelimit: rate limiters as native Redis commands, decided atomically on the server's
 //! clock and replicated as effects. This file registers the module: its data type, configuration
-//! and load arguments; the commands are the table in `command`. Everything else lives in `algo` (pure), `command` (glue), `state`
-//! (stored format) and `clock`.
+//! and load arguments; the commands are the table in `command`. Everything else lives in `algo`
+//! (the pure core crate, `ratelimit_core`), `state` (stored format), `host` (the C API),
+//! `command` (the handlers), `clock`, `config`, `metrics` and `server`; docs/development.md
+//! draws the layers.
 //!
-//! `unsafe` lives in two places only: `command::ffi` (every call into Redis's C API) and
+//! `unsafe` lives in two places only: `host` (every call into Redis's C API) and
 //! `state::rdb` (the data type's callbacks, which Redis calls with raw pointers). Inside an
 //! `unsafe fn` every unsafe operation still needs its own block and SAFETY comment.
 #![deny(unsafe_op_in_unsafe_fn)]
 
-pub mod algo;
+pub use ratelimit_core::algo;
 pub mod clock;
 pub mod command;
-pub mod error;
+pub mod config;
+pub use ratelimit_core::error;
+pub mod host;
 pub mod metrics;
 pub mod server;
 pub mod state;
 
-use std::sync::atomic::AtomicI64;
-
 use redis_module::configuration::ConfigurationFlags;
 use redis_module::{redis_module, Context, RedisString, Status};
 
-use command::ffi;
+use host::load;
 use state::rdb::LIMITER_TYPE;
 
 // Rust's allocations go through Redis's allocator (counted in `used_memory`, `MEMORY USAGE`);
@@ -35,14 +37,11 @@ type Allocator = std::alloc::System;
 #[cfg(test)]
 const ALLOCATOR: Allocator = std::alloc::System;
 
-/// `ratelimit.max-log-entries`: the largest L a sliding log accepts (memory is per entry).
-pub static MAX_LOG_ENTRIES: AtomicI64 = AtomicI64::new(10_000);
-
 /// Module arguments: `DEBUG-CLOCK yes|no`, `CELL-COMPAT yes|no` (see `command::throttle`) and `max-log-entries <n>` (the latter read by the
 /// configuration table). Anything else fails the load, so a typo is never silently ignored.
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
     let found = server::detect(ctx);
-    if found.too_old() || !ffi::api_present() {
+    if found.too_old() || !load::api_present() {
         ctx.log_warning(&format!(
             "not loaded: this server is {}; the module needs Redis 7.0 or later (or Valkey)",
             found.describe()
@@ -85,8 +84,8 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
         clock::enable_debug_clock();
         ctx.log_warning("DEBUG-CLOCK is on: RL.DEBUG can move this server's limiter clock. Never in production.");
     }
-    ffi::set_module_options(ctx);
-    ffi::watch_role(ctx);
+    load::set_module_options(ctx);
+    load::watch_role(ctx);
     match command::dispatch::register_all(ctx).and_then(|()| metrics::register(ctx)) {
         Ok(()) => {
             ctx.log_notice(&format!(
@@ -111,7 +110,7 @@ redis_module! {
     init: init,
     configurations: [
         i64: [
-            ["max-log-entries", &MAX_LOG_ENTRIES, 10_000, 1, algo::sliding_log::MAX_LOG_LIMIT as i64, ConfigurationFlags::DEFAULT, None],
+            ["max-log-entries", &config::MAX_LOG_ENTRIES, 10_000, 1, algo::sliding_log::MAX_LOG_LIMIT as i64, ConfigurationFlags::DEFAULT, None],
         ],
         string: [],
         bool: [],

@@ -13,7 +13,7 @@
 //!
 //! `CONFIG RESETSTAT` resets the counters, not the gauges, as Redis does for its own statistics.
 //! Redis has no server event for it (7.0 through 7.4), so a command filter watches for it
-//! (`ffi::register_info`).
+//! (`host::load::register_info`).
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -183,9 +183,9 @@ pub fn command_stats(index: usize) -> CommandStats {
 
 // ---- INFO and CONFIG RESETSTAT ------------------------------------------------------------
 
-/// Registers `INFO ratelimit` and the `CONFIG RESETSTAT` hook (see `ffi::register_info`).
+/// Registers `INFO ratelimit` and the `CONFIG RESETSTAT` hook (see `host::load::register_info`).
 pub fn register(ctx: &Context) -> Result<(), String> {
-    crate::command::ffi::register_info(ctx, info_fields, reset_counters)
+    crate::host::load::register_info(ctx, info_fields, reset_counters)
 }
 
 /// The INFO field prefix of a command: `RL.TOKENBUCKET` → `rl_tokenbucket`.
@@ -209,8 +209,12 @@ pub fn info_fields() -> Vec<(String, i64)> {
     fields.insert(1, ("memory".into(), memory));
     fields.push(("sliding_log_entries".into(), log_entries()));
     fields.push((
+        "keys_with_several_configurations".into(),
+        crate::state::gauges::remembering_keys(),
+    ));
+    fields.push((
         "max_log_entries".into(),
-        crate::MAX_LOG_ENTRIES.load(Relaxed),
+        crate::config::MAX_LOG_ENTRIES.load(Relaxed),
     ));
     for &(index, name) in COMMANDS.get().map_or(&[][..], Vec::as_slice) {
         let prefix = field_prefix(name);

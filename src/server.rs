@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis_module::Context;
 
-use crate::command::ffi;
+use crate::host::load;
 
 /// The oldest server the module supports (0x00MMmmpp, as `RedisModule_GetServerVersion`).
 pub const MIN_VERSION: i32 = 0x0007_0000;
@@ -55,14 +55,14 @@ pub fn version_string(v: i32) -> String {
     format!("{}.{}.{}", (v >> 16) & 0xff, (v >> 8) & 0xff, v & 0xff)
 }
 
-/// Asks the running server (through `ffi`: a missing API function is `None`).
+/// Asks the running server (through `host::load`: a missing API function is `None`).
 pub fn detect(ctx: &Context) -> Server {
     let mut server = Server {
         name: "Redis".to_string(),
         version: None,
-        redis_version: ffi::server_version(),
+        redis_version: load::server_version(),
     };
-    let fields = ffi::server_info(ctx, c"server", &[c"server_name", c"redis_version"]);
+    let fields = load::server_info(ctx, c"server", &[c"server_name", c"redis_version"]);
     let field = |name: &str| {
         fields
             .iter()
@@ -72,7 +72,7 @@ pub fn detect(ctx: &Context) -> Server {
     match field("server_name") {
         Some(name) => {
             let own = CString::new(format!("{name}_version")).unwrap_or_default();
-            server.version = ffi::server_info(ctx, c"server", &[own.as_c_str()])
+            server.version = load::server_info(ctx, c"server", &[own.as_c_str()])
                 .into_iter()
                 .next()
                 .map(|(_, v)| v);
@@ -92,7 +92,7 @@ static OWN_CATEGORY: AtomicBool = AtomicBool::new(false);
 /// Adds `@ratelimit` where the server can (`RedisModule_AddACLCategory`, only during load).
 /// A category of that name that already exists (another module's) is used as it is.
 pub fn add_acl_category(ctx: &Context) -> bool {
-    let added = ffi::add_acl_category(ctx, c"ratelimit");
+    let added = load::add_acl_category(ctx, c"ratelimit");
     OWN_CATEGORY.store(added, Ordering::Relaxed);
     added
 }
@@ -101,7 +101,7 @@ pub fn add_acl_category(ctx: &Context) -> bool {
 /// `ratelimit` where the server has no such category (7.2). None where the server has no
 /// categories for module commands at all (7.0: grant by command name).
 pub fn acl_categories(row: &str) -> Option<CString> {
-    if !ffi::has_command_acl_categories() {
+    if !load::has_command_acl_categories() {
         return None;
     }
     CString::new(categories_for(row, OWN_CATEGORY.load(Ordering::Relaxed))).ok()
@@ -116,7 +116,7 @@ fn categories_for(row: &str, own_category: bool) -> String {
 
 /// The module API features the module uses where the server offers them, for the load line.
 pub fn features() -> String {
-    let categories = ffi::has_command_acl_categories();
+    let categories = load::has_command_acl_categories();
     let acl = match (categories, OWN_CATEGORY.load(Ordering::Relaxed)) {
         (true, true) => "ACL categories built-in + @ratelimit",
         (true, false) => "ACL categories built-in only (no @ratelimit before Redis 7.4)",
@@ -157,22 +157,6 @@ mod tests {
         };
         assert_eq!(old.describe(), "Redis 6.2.14");
         assert!(old.too_old());
-    }
-
-    #[test]
-    fn every_command_is_either_for_gateways_or_dangerous() {
-        for spec in crate::command::table::COMMANDS {
-            let words: Vec<&str> = spec.acl.split_whitespace().collect();
-            let dangerous = words.contains(&"dangerous");
-            assert_ne!(dangerous, words.contains(&ACL_CATEGORY), "{}", spec.name);
-            let operator_only = ["RL.SETSTATE", "RL.DEBUG"].contains(&spec.name);
-            assert_eq!(dangerous, operator_only, "{}", spec.name);
-            assert!(
-                words.contains(&"fast") || words.contains(&"slow"),
-                "{}",
-                spec.name
-            );
-        }
     }
 
     #[test]

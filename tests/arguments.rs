@@ -201,6 +201,18 @@ const CASES: &[(&[&str], Text)] = &[
     (&["RL.DEBUG", "CLOCK", "JUMP"], Has("unknown CLOCK action 'JUMP'")),
     (&["RL.DEBUG", "NOPE", "x"], Has("unknown subcommand 'NOPE'")),
     (&["RL.DEBUG", "CLOCK"], Has("wrong number of arguments")),
+    // RL.SHARE and RL.DEMAND (the budget controller's, docs/regions.md)
+    (&["RL.SHARE", "GCRA", "10", "1000", "10", "k"], Has("wrong number of arguments")),
+    (&["RL.SHARE", "GCRA", "10", "1000", "10", "k", "1", "9000000000000", "k2"], Has("wrong number of arguments")),
+    (&["RL.SHARE", "NOPE", "10", "1000", "10", "k", "1", "9000000000000"], Has("unknown algorithm 'NOPE'")),
+    (&["RL.SHARE", "GCRA", "0", "1000", "10", "k", "1", "9000000000000"], Has("invalid L '0'")),
+    (&["RL.SHARE", "FIXEDWINDOW", "10", "1000", "11", "k", "1", "9000000000000"], Has("B must equal L")),
+    (&["RL.SHARE", "GCRA", "10", "1000", "10", "k", "1", "0"], Has("needs an expiry")),
+    (&["RL.SHARE", "GCRA", "10", "1000", "10", "k", "-1", "9000000000000"], Has("invalid share")),
+    (&["RL.SHARE", "GCRA", "10", "1000", "10", "str", "1", "9000000000000"], Has("WRONGTYPE the key holds a string")),
+    (&["RL.SHARE", "GCRA", "10", "1000", "10", "k", "1", "1"], Has("share expiry 1 has passed")),
+    (&["RL.DEMAND"], Has("wrong number of arguments")),
+    (&["RL.DEMAND", "str"], Has("WRONGTYPE the key holds a string")),
     // RL.PEEK and RL.INSPECT: one key, read only.
     (&["RL.PEEK"], Has("wrong number of arguments")),
     (&["RL.PEEK", "gcra", "extra"], Has("wrong number of arguments")),

@@ -68,6 +68,8 @@ const OTHER_COMMANDS: &[&str] = &[
     "RL.ALL",
     "RL.PEEK",
     "RL.INSPECT",
+    "RL.SHARE",
+    "RL.DEMAND",
 ];
 
 /// Every command of the module but `RL.DEBUG`: each algorithm's of the registry, then the others.
@@ -133,6 +135,22 @@ fn well_formed(call: &mut redis::Cmd, command: &str, in_all: &[&str], rng: &mut 
     };
     match command {
         "RL.PEEK" | "RL.INSPECT" => {}
+        "RL.DEMAND" => {
+            for _ in 0..rng.next() % 3 {
+                call.arg(rng.pick(&["k", "str", "fresh", "RL.GCRA:1"]));
+            }
+        }
+        "RL.SHARE" => {
+            // The key's share and expiry (far ahead, or a value that may have passed), and now
+            // and then another key's.
+            for more in 0..1 + rng.next() % 2 {
+                if more > 0 {
+                    call.arg(rng.pick(&["k", "fresh", "RL.GCRA:1", "RL.TOKENBUCKET:2"]));
+                }
+                call.arg(value(rng));
+                call.arg(rng.pick(&["9000000000000", "4000000001000", "0", "1"]));
+            }
+        }
         "RL.ALL" | "RL.SETTLE" => {
             // A second key (numkeys 2 wants it), then one limiter per key, now and then one more.
             if rng.next().is_multiple_of(2) {
@@ -241,6 +259,13 @@ fn random_arguments_never_panic_or_crash() {
         if command == "RL.ALL" {
             call.arg(rng.pick(&["1", "2", "2", "0", "33", "x"]));
         }
+        if command == "RL.SHARE" {
+            // The safe policy before the keys: an algorithm, L, W and B.
+            call.arg(rng.pick(&in_all));
+            for _ in 0..3 {
+                call.arg(rng.pick(GOOD));
+            }
+        }
         // Mostly a key of the command's own, sometimes one shared by every command (WRONGTYPE).
         let key = match rng.next() % 5 {
             0 => rng.pick(&["k", "str", "fresh"]).to_string(),
@@ -264,6 +289,16 @@ fn random_arguments_never_panic_or_crash() {
                     "RL.ALL" | "RL.SETTLE" => assert!(fields.len() >= 2, "{command}: {fields:?}"),
                     // Field names and values.
                     "RL.INSPECT" => assert!(fields.len() > 10, "{command}: {fields:?}"),
+                    // One row per key: four integers (RL.SHARE) or five (RL.DEMAND).
+                    "RL.SHARE" | "RL.DEMAND" => {
+                        let width = if command == "RL.SHARE" { 4 } else { 5 };
+                        for row in &fields {
+                            assert!(
+                                matches!(row, Value::Array(r) if r.len() == width),
+                                "{command}: {fields:?}"
+                            );
+                        }
+                    }
                     _ if shaper(command) => assert_eq!(fields.len(), 6, "{command}: {fields:?}"),
                     _ => assert_eq!(fields.len(), 5, "{command}: {fields:?}"),
                 }

@@ -277,7 +277,9 @@ fn peek_and_inspect_agree_with_cost_0() {
             continue; // the key holds another policy than this command's (a later change)
         }
         assert_eq!(rl(&mut c, &["RL.PEEK", key]), expected, "{words:?}");
-        let tail: Vec<_> = fields[fields.len() - 4..fields.len() - 1]
+        // The three fields before `ttl_ms` (a key in a rollout lists its others after it).
+        let ttl = fields.iter().position(|(k, _)| k == "ttl_ms").unwrap();
+        let tail: Vec<_> = fields[ttl - 3..ttl]
             .iter()
             .map(|(_, v)| v.clone())
             .collect();

@@ -142,8 +142,14 @@ fn counters_count_a_scripted_mix() {
     for (name, value) in &after {
         let gauge = name.ends_with("_keys")
             || name.ends_with("_memory")
-            || ["keys", "memory", "sliding_log_entries", "max_log_entries"]
-                .contains(&name.as_str());
+            || [
+                "keys",
+                "memory",
+                "sliding_log_entries",
+                "max_log_entries",
+                "keys_with_several_configurations",
+            ]
+            .contains(&name.as_str());
         if gauge {
             assert_eq!(value, &i[name], "{name}");
         } else {
@@ -167,11 +173,16 @@ fn key(a: usize, n: usize) -> String {
 }
 
 /// Creates keys `from..to` of every algorithm in the selected database; sliding logs get
-/// several entries each (the clock moves between requests).
+/// several entries each (the clock moves between requests). One key in three is called under
+/// another configuration first, so it remembers two.
 fn create(c: &mut Connection, from: usize, to: usize) {
     for n in from..to {
         for (a, algorithm) in algorithms().iter().enumerate() {
             let k = key(a, n);
+            if n % 3 == 0 {
+                cmd(c, &[&algorithm.command, &k, "100", "120000"]).unwrap();
+                clock_advance(c, 3);
+            }
             for _ in 0..=(n % 4) {
                 // RL.SHAPE answers six integers; only success matters here.
                 cmd(c, &[&algorithm.command, &k, "100", "60000"]).unwrap();
@@ -188,6 +199,8 @@ struct Scanned {
     keys: Vec<i64>,
     memory_usage: Vec<i64>,
     log_entries: i64,
+    /// Keys that remember more than one configuration.
+    several: i64,
 }
 
 fn scan(c: &mut Connection) -> Scanned {
@@ -196,6 +209,7 @@ fn scan(c: &mut Connection) -> Scanned {
         keys: vec![0; n],
         memory_usage: vec![0; n],
         log_entries: 0,
+        several: 0,
     };
     for db in [0, 1] {
         cmd(c, &["SELECT", &db.to_string()]).unwrap();
@@ -211,7 +225,7 @@ fn scan(c: &mut Connection) -> Scanned {
                 .unwrap();
             for k in keys {
                 // Expired meanwhile (the expiry test): counted on neither side.
-                let Some((algorithm, entries)) = inspect_algorithm(c, &k) else {
+                let Some((algorithm, entries, several)) = inspect_algorithm(c, &k) else {
                     continue;
                 };
                 let Some(i) = algorithms().iter().position(|a| a.id == algorithm) else {
@@ -223,6 +237,7 @@ fn scan(c: &mut Connection) -> Scanned {
                 s.keys[i] += 1;
                 s.memory_usage[i] += usage;
                 s.log_entries += entries;
+                s.several += i64::from(several);
             }
             cursor = next;
             if cursor == 0 {
@@ -234,22 +249,40 @@ fn scan(c: &mut Connection) -> Scanned {
     s
 }
 
-/// The `algorithm` and `entries` (0 if absent) fields of `RL.INSPECT`; None for a key that
+/// The `algorithm` field of `RL.INSPECT`, the `entries` (0 if absent) of every configuration
+/// (the current one's and those in `others`), and whether it has `others`; None for a key that
 /// vanished.
-fn inspect_algorithm(c: &mut Connection, k: &str) -> Option<(String, i64)> {
+fn inspect_algorithm(c: &mut Connection, k: &str) -> Option<(String, i64, bool)> {
     let v: Value = redis::cmd("RL.INSPECT").arg(k).query(c).unwrap();
     let Value::Array(items) = v else { return None };
-    let (mut algorithm, mut entries) = (None, 0);
+    let entries_of = |items: &[Value]| {
+        items
+            .chunks(2)
+            .find_map(|pair| match pair {
+                [Value::BulkString(name), Value::Int(n)] if name == b"entries" => Some(*n),
+                _ => None,
+            })
+            .unwrap_or(0)
+    };
+    let (mut algorithm, mut entries, mut several) = (None, entries_of(&items), false);
     for pair in items.chunks(2) {
         match pair {
             [Value::BulkString(name), Value::BulkString(value)] if name == b"algorithm" => {
                 algorithm = Some(String::from_utf8(value.clone()).unwrap());
             }
-            [Value::BulkString(name), Value::Int(n)] if name == b"entries" => entries = *n,
+            [Value::BulkString(name), Value::Array(others)] if name == b"others" => {
+                several = true;
+                for other in others {
+                    let Value::Array(fields) = other else {
+                        panic!("{other:?}")
+                    };
+                    entries += entries_of(fields);
+                }
+            }
             _ => {}
         }
     }
-    algorithm.map(|a| (a, entries))
+    algorithm.map(|a| (a, entries, several))
 }
 
 /// The gauges agree with a SCAN: key counts exactly; memory exactly up to a per-key overhead
@@ -299,6 +332,13 @@ fn gauges_match(c: &mut Connection, overhead: &mut Option<i64>) -> Result<(), St
     if field(&i, "memory") != memory {
         return Err(format!("memory {} != {memory}", field(&i, "memory")));
     }
+    if field(&i, "keys_with_several_configurations") != s.several {
+        return Err(format!(
+            "keys_with_several_configurations {} != {} (SCAN and RL.INSPECT)",
+            field(&i, "keys_with_several_configurations"),
+            s.several
+        ));
+    }
     if field(&i, "sliding_log_entries") != s.log_entries {
         return Err(format!(
             "sliding_log_entries {} != {} (SCAN and RL.INSPECT)",
@@ -343,6 +383,7 @@ fn gauges_follow_every_lifecycle_event_on_master_and_replica() {
     // Created by commands, replicated as RL.SETSTATE effects.
     create(&mut m, 0, 12);
     assert_eq!(keys_gauge(&mut m), 12 * every.len() as i64);
+    assert!(field(&info(&mut m), "keys_with_several_configurations") > 0);
     check(&mut m, &mut r, "create");
     // Changed in place: sliding logs grow and shrink (entries leave the window).
     clock_advance(&mut m, 59_990);

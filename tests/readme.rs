@@ -131,8 +131,43 @@ fn redis_cli(port: u16, command: &str) -> Vec<String> {
     );
     String::from_utf8_lossy(&out.stdout)
         .lines()
+        .filter(|l| !is_latency_line(l))
         .map(str::to_string)
         .collect()
+}
+
+/// The line redis-cli adds after a command that took longer than half a second, `(0.80s)`: it
+/// says how loaded the machine was, not what the command answered, so it is never compared.
+fn is_latency_line(line: &str) -> bool {
+    line.strip_prefix('(')
+        .and_then(|l| l.strip_suffix("s)"))
+        .and_then(|secs| secs.split_once('.'))
+        .is_some_and(|(whole, frac)| {
+            !whole.is_empty()
+                && !frac.is_empty()
+                && whole
+                    .bytes()
+                    .chain(frac.bytes())
+                    .all(|b| b.is_ascii_digit())
+        })
+}
+
+#[test]
+fn latency_lines_are_not_output() {
+    for line in ["(0.80s)", "(12.05s)"] {
+        assert!(is_latency_line(line), "{line}");
+    }
+    for line in [
+        "(integer) 1",
+        "(nil)",
+        "(0.80)",
+        "(s)",
+        "(.5s)",
+        "1) (0.80s)",
+        "(error) x",
+    ] {
+        assert!(!is_latency_line(line), "{line}");
+    }
 }
 
 /// A line diff (longest common subsequence): ` ` both, `-` only in the document, `+` only in

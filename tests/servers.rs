@@ -106,6 +106,7 @@ const PEEKS: &[&[&str]] = &[
     &["RL.SLIDINGLOG", "sl:a", "8", "500", "COST", "0"],
     &["RL.SLIDINGLOG", "sl:b", "3", "60000", "COST", "0"],
     &["RL.SLIDINGLOG", "sl:c", "1000", "86400000", "COST", "0"],
+    &["RL.SLIDINGLOG", "sl:d", "5", "60000", "COST", "0"],
     &["RL.SLIDINGCOUNTER", "sc:a", "20", "2000", "COST", "0"],
     &["RL.SLIDINGCOUNTER", "sc:b", "2", "60000", "COST", "0"],
     &["RL.FIXEDWINDOW", "fw:a", "4", "100", "COST", "0"],
@@ -486,10 +487,22 @@ const GATEWAY_CALLS: &[&[&str]] = &[
 ];
 const SETSTATE: &[&str] = &["RL.SETSTATE", "k", "garbage"];
 const DEBUG: &[&str] = &["RL.DEBUG", "CLOCK", "GET"];
+/// The budget controller's commands (docs/regions.md): dangerous, never `ratelimit`.
+const SHARE: &[&str] = &[
+    "RL.SHARE",
+    "GCRA",
+    "10",
+    "1000",
+    "10",
+    "k",
+    "1",
+    "9000000000000",
+];
+const DEMAND: &[&str] = &["RL.DEMAND", "k"];
 
-/// `GATEWAY_CALLS` calls every command of the module but the two operator commands.
+/// `GATEWAY_CALLS` calls every command of the module but the operator and controller commands.
 fn assert_gateway_calls_cover_the_module() {
-    let operator = [SETSTATE[0], DEBUG[0]];
+    let operator = [SETSTATE[0], DEBUG[0], SHARE[0], DEMAND[0]];
     let missing: Vec<&String> = module_commands()
         .iter()
         .filter(|c| !operator.contains(&c.as_str()) && !GATEWAY_CALLS.iter().any(|w| w[0] == *c))
@@ -518,6 +531,8 @@ fn acl_categories_where_the_server_has_them() {
     // On 7.0 module commands belong to no category: -@dangerous does not remove them.
     assert_eq!(noperm(&mut ops, SETSTATE), categories);
     assert_eq!(noperm(&mut ops, DEBUG), categories);
+    assert_eq!(noperm(&mut ops, SHARE), categories);
+    assert_eq!(noperm(&mut ops, DEMAND), categories);
     // Write/read split: -@write removes the limiters (they write) where categories exist.
     let mut reader = as_user(&s, &mut c, "reader", &["+@all", "-@write"]);
     assert_eq!(noperm(&mut reader, GATEWAY_CALLS[0]), categories);
@@ -529,6 +544,8 @@ fn acl_categories_where_the_server_has_them() {
         }
         assert!(noperm(&mut gw, SETSTATE));
         assert!(noperm(&mut gw, DEBUG));
+        assert!(noperm(&mut gw, SHARE));
+        assert!(noperm(&mut gw, DEMAND));
         assert!(noperm(&mut gw, &["GET", "g"]));
     } else {
         let e = err(&mut c, &["ACL", "SETUSER", "gw", "+@ratelimit"]);
@@ -550,4 +567,6 @@ fn acl_categories_where_the_server_has_them() {
     }
     assert!(noperm(&mut named, SETSTATE));
     assert!(noperm(&mut named, DEBUG));
+    assert!(noperm(&mut named, SHARE));
+    assert!(noperm(&mut named, DEMAND));
 }

@@ -1,5 +1,5 @@
 //! The sliding log's delta effects (`RL.SETSTATE key <effect>` with a delta and the key's expiry,
-//! see `src/state/delta.rs`): a replica and an AOF replay under a random sliding-log workload with
+//! see `core/src/state/delta.rs`): a replica and an AOF replay under a random sliding-log workload with
 //! policy changes and refunds end digest-identical to the master; an admit on a long log
 //! propagates a few dozen bytes, not the log; and a delta for another state than the key's is
 //! refused with the key left as it was.

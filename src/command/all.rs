@@ -17,17 +17,19 @@
 use super::args::{parse_i64, parse_limiter, Amount, Options, Request};
 use super::charge::{self, Creator, Given};
 use super::effect;
-use super::ffi::Key;
-use super::ffi::{Args, Ctx, RString};
 use super::limit::{accepts, of};
 use super::reply::{fields, Reply};
 use super::settle;
 use crate::algo::step::{self, Held, Kept};
-use crate::algo::{sliding_log::Change, Algorithm, Decision, Policy, MAX_LIMIT};
+use crate::algo::{Algorithm, Decision, Policy, MAX_LIMIT};
 use crate::clock;
 use crate::error::{echo, Error};
+use crate::host::call::Key;
+use crate::host::call::{Args, Ctx, RString};
 use crate::metrics;
-use crate::state::{delta::Delta, AlgoState, Limiter, Stored};
+use crate::state::delta::{Change, Delta, IntoDelta};
+use crate::state::replay::{plan_remembered, ChargedDelta};
+use crate::state::{AlgoState, Limiter, Stored};
 
 /// The most limiters one call may name.
 pub const MAX_LIMITERS: u64 = 32;
@@ -47,6 +49,10 @@ struct Plan {
     /// policy it holds): the change to apply when the whole request is admitted, which goes out
     /// as a delta, in time and bytes independent of the log's length.
     in_place: Option<(Change, Applier)>,
+    /// Instead of `charged`, for a sliding log that remembers other configurations, under the
+    /// policy it holds as current: the delta that charges every configuration in place when the
+    /// whole request is admitted, and how long the key must then live.
+    charged_delta: Option<(ChargedDelta, u64)>,
 }
 
 /// Applies a planned change to the state of its algorithm (see [`Stored::apply_delta`]).
@@ -57,7 +63,8 @@ fn apply_in_place<A: Stored>(
     policy: &Policy,
     change: &Change,
 ) -> Option<Delta> {
-    A::of_mut(state)?.apply_delta(policy, change)
+    let change = A::Change::from_change(change)?;
+    A::of_mut(state)?.apply_delta(policy, &change)
 }
 
 type Planner = fn(Option<&Limiter>, &Policy, u64, u64) -> Result<Plan, Error>;
@@ -175,6 +182,11 @@ pub fn all(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
             each.push(plan.decision);
             continue;
         }
+        if let (true, Some((delta, keep_ns))) = (admitted, &plan.charged_delta) {
+            charge_remembered(ctx, key, part, delta, now_ns, *keep_ns)?;
+            each.push(plan.decision);
+            continue;
+        }
         let (store, decision) = match (admitted, plan.charged) {
             (true, Some(charged)) => (Some(charged), plan.decision),
             (true, None) => (plan.carried, plan.decision),
@@ -215,6 +227,29 @@ fn charge_in_place(
         None => effect::propagate(ctx, name, limiter, now_ns, decision.reset_after_ns),
     };
     metrics::limiter_changed(before, limiter);
+    key.expire_at(Some(at));
+    Ok(())
+}
+
+/// Charges a sliding log that remembers other configurations by the delta planned on it, and
+/// propagates that delta.
+fn charge_remembered(
+    ctx: &Ctx,
+    key: &mut Key<'_>,
+    part: &Part<'_>,
+    delta: &ChargedDelta,
+    now_ns: u64,
+    keep_ns: u64,
+) -> Result<(), Error> {
+    let name = part.request.key;
+    let Some(limiter) = key.limiter(part.name)? else {
+        return Ok(());
+    };
+    let before = metrics::Footprint::of(limiter);
+    // Planned on this very limiter in this call: it applies.
+    delta.apply(limiter)?;
+    metrics::limiter_changed(before, limiter);
+    let at = effect::propagate_charged(ctx, name, delta, now_ns, keep_ns);
     key.expire_at(Some(at));
     Ok(())
 }
@@ -373,7 +408,26 @@ fn plan<A: Stored>(
                     uncharged,
                     charged: None,
                     carried: None,
-                    in_place: change.map(|change| (change, apply_in_place::<A> as Applier)),
+                    in_place: change
+                        .and_then(IntoDelta::into_change)
+                        .map(|change| (change, apply_in_place::<A> as Applier)),
+                    charged_delta: None,
+                });
+            }
+        }
+        if limiter.policy == *policy && !limiter.others().is_empty() && cost > 0 {
+            if let Some((decision, charged_delta)) = plan_remembered(limiter, now_ns, cost) {
+                let uncharged = match charged_delta {
+                    Some(_) => A::check(Some(state), policy, now_ns, 0).decision,
+                    None => decision,
+                };
+                return Ok(Plan {
+                    decision,
+                    uncharged,
+                    charged: None,
+                    carried: None,
+                    in_place: None,
+                    charged_delta,
                 });
             }
         }
@@ -391,7 +445,7 @@ fn plan<A: Stored>(
     );
     let limiter = |kept: Kept<A>| {
         let keep_ns = kept.keep_ns;
-        (Limiter::kept(*policy, kept), keep_ns)
+        (Limiter::kept(kept), keep_ns)
     };
     Ok(Plan {
         decision: planned.decision,
@@ -399,6 +453,7 @@ fn plan<A: Stored>(
         charged: planned.charged.map(limiter),
         carried: planned.carried.map(limiter),
         in_place: None,
+        charged_delta: None,
     })
 }
 

@@ -1,9 +1,9 @@
 //! Reading a command's arguments. Every hostile argument is stopped here with an error that
 //! names it; what comes out are values that cannot hold nonsense.
 
-use super::ffi::{Args, RString};
 use crate::algo::{Policy, PolicyError, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::error::{echo, Error};
+use crate::host::call::{Args, RString};
 
 impl Args<'_> {
     /// The next argument as an integer within `min..=max`, named `name` in the error.

@@ -17,12 +17,12 @@
 
 use super::args::{parse_limiter, Amount, Options};
 use super::effect;
-use super::ffi::{Args, Ctx, Key, RString};
 use super::limit::accepts;
 use super::reply::Reply;
 use crate::algo::{settle, Algorithm, Decision, Policy, MAX_LIMIT};
 use crate::clock;
 use crate::error::{echo, Error};
+use crate::host::call::{Args, Ctx, Key, RString};
 use crate::metrics;
 use crate::state::{AlgoState, Limiter, Stored, Visit};
 

@@ -3,10 +3,10 @@
 //! Refused unless the module was loaded with `DEBUG-CLOCK yes`. Replies with the clock in ms.
 
 use super::args::{parse_i64, parse_u64};
-use super::ffi::{Args, Ctx};
 use super::reply::Reply;
 use crate::clock::{self, DebugClock};
 use crate::error::{echo, Error};
+use crate::host::call::{Args, Ctx};
 
 /// Bound on SET and on one ADVANCE step; the clock itself stays at or below it too.
 const MAX_MS: u64 = clock::MAX_DEBUG_MS;

@@ -1,32 +1,33 @@
-//! Between Redis's call and the reply: the router the entry points of `ffi` call (keys-position
+//! Between Redis's call and the reply: the router the entry points of `host::call` call (keys-position
 //! requests, replicas refusing writes, the handler, the counters, the reply), the reply rendered
-//! through `ffi`'s primitives, and the registration of the command table at load.
+//! through `host::call`'s primitives, and the registration of the command table at load.
 
 use std::ffi::CStr;
 
 use redis_module::Context;
 
-use super::ffi::{self, Registration};
-use super::ffi::{Args, Ctx};
 use super::reply::{Field, Reply};
 use super::table::COMMANDS;
 use crate::error::Error;
+use crate::host::call::{self, ENTRIES};
+use crate::host::call::{Args, Ctx};
+use crate::host::load::{self, Registration};
 use crate::metrics;
 
 /// Registers every command of the table the server should have (a row's `condition` may leave
 /// it out: `CL.THROTTLE` without `CELL-COMPAT yes`), installs the router and tells `metrics` which
 /// commands INFO shows.
 pub fn register_all(ctx: &Context) -> Result<(), String> {
-    const _: () = assert!(COMMANDS.len() <= ffi::ENTRIES.len());
+    const _: () = assert!(COMMANDS.len() <= ENTRIES.len());
     const _: () = assert!(COMMANDS.len() <= metrics::MAX_COMMANDS);
-    ffi::route(ffi::Router {
+    call::route(call::Router {
         command,
         run,
         panicked,
     });
     crate::server::add_acl_category(ctx);
     let mut registered = Vec::with_capacity(COMMANDS.len());
-    for (index, (spec, entry)) in COMMANDS.iter().zip(ffi::ENTRIES).enumerate() {
+    for (index, (spec, entry)) in COMMANDS.iter().zip(ENTRIES).enumerate() {
         if let Some(condition) = &spec.condition {
             if !(condition.registered)() {
                 continue;
@@ -42,7 +43,7 @@ pub fn register_all(ctx: &Context) -> Result<(), String> {
             acl: crate::server::acl_categories(spec.acl),
             entry,
         };
-        ffi::register(ctx, registration).map_err(|e| match &spec.condition {
+        load::register(ctx, registration).map_err(|e| match &spec.condition {
             Some(condition) => (condition.explain)(e),
             None => e,
         })?;
@@ -106,20 +107,35 @@ fn send(ctx: &Ctx, reply: &Result<Reply, Error>) {
                 integers(fields);
             }
         }
-        Ok(Reply::Map(fields)) => {
-            ctx.reply_map(fields.len());
-            for (name, value) in fields {
-                ctx.reply_text(name);
-                match value {
-                    Field::Int(n) => ctx.reply_int(*n),
-                    Field::Text(t) => ctx.reply_text(t),
-                    Field::Null => ctx.reply_null(),
-                }
+        Ok(Reply::Rows(rows)) => {
+            ctx.reply_array(rows.len());
+            for fields in rows {
+                integers(fields);
             }
         }
+        Ok(Reply::Map(fields)) => map(ctx, fields),
         Ok(Reply::Integer(n)) => ctx.reply_int(*n),
         Ok(Reply::Ok) => ctx.reply_ok(),
         Ok(Reply::Null) => ctx.reply_null(),
         Err(e) => ctx.reply_error(e),
+    }
+}
+
+/// Named fields as a map (a flat name-value array in RESP2), nested maps included.
+fn map(ctx: &Ctx, fields: &[(&'static str, Field)]) {
+    ctx.reply_map(fields.len());
+    for (name, value) in fields {
+        ctx.reply_text(name);
+        match value {
+            Field::Int(n) => ctx.reply_int(*n),
+            Field::Text(t) => ctx.reply_text(t),
+            Field::Null => ctx.reply_null(),
+            Field::Maps(maps) => {
+                ctx.reply_array(maps.len());
+                for fields in maps {
+                    map(ctx, fields);
+                }
+            }
+        }
     }
 }

@@ -3,9 +3,11 @@
 
 use std::cell::RefCell;
 
-use super::ffi::{Ctx, RString};
 use crate::algo::{ms_ceil, Decision};
-use crate::state::delta::{state_effect_header, Delta};
+use crate::host::call::{Ctx, RString};
+use crate::state::delta::Delta;
+use crate::state::effect::state_effect_header;
+use crate::state::replay::ChargedDelta;
 use crate::state::Limiter;
 
 /// The shortest TTL a limiter key gets: 1 s.
@@ -64,6 +66,22 @@ pub fn propagate_delta(
     decision: &Decision,
 ) -> u64 {
     let expire_at_ms = expire_at_ms(now_ns, decision.reset_after_ns);
+    ctx.replicate(c"RL.SETSTATE", name, &delta.effect(expire_at_ms));
+    ctx.changed(name);
+    expire_at_ms
+}
+
+/// [`propagate`] for an admit that a charged delta carries (a sliding log that remembers other
+/// configurations, see `state::delta::ChargedDelta`): 36 bytes and 20 per other configuration,
+/// whatever the logs' lengths. The key must live `keep_ns` more (the longest `reset_after`).
+pub fn propagate_charged(
+    ctx: &Ctx,
+    name: RString<'_>,
+    delta: &ChargedDelta,
+    now_ns: u64,
+    keep_ns: u64,
+) -> u64 {
+    let expire_at_ms = expire_at_ms(now_ns, keep_ns);
     ctx.replicate(c"RL.SETSTATE", name, &delta.effect(expire_at_ms));
     ctx.changed(name);
     expire_at_ms

@@ -7,17 +7,17 @@ use std::sync::atomic::Ordering;
 
 use super::args::{parse_request, Amount, Options, Request};
 use super::effect;
-use super::ffi::Key;
-use super::ffi::{Args, Ctx};
 use super::reply::Reply;
+use super::share;
 use crate::algo::step::{step, Held, Step};
 use crate::algo::{
     lease, sliding_log::MAX_LOG_LIMIT, token_bucket::TokenBucket, Decision, Outcome, Policy,
 };
 use crate::clock;
 use crate::error::Error;
+use crate::host::call::{Args, Ctx, Key, RString};
 use crate::metrics;
-use crate::state::{Limiter, Stored};
+use crate::state::{replay, Limiter, Stored};
 
 /// `RL.GCRA`, `RL.TOKENBUCKET`, `RL.SLIDINGLOG`, `RL.SLIDINGCOUNTER`, `RL.FIXEDWINDOW`.
 pub fn request<A: Stored>(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
@@ -26,12 +26,12 @@ pub fn request<A: Stored>(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
         amount: Amount::Cost,
     };
     let request = parse_request(args, options)?;
-    let (policy, cost) = (request.policy, request.amount);
+    let cost = request.amount;
     let decision = decide::<A>(
         ctx,
         &request,
         true,
-        |state, now_ns| A::check(state, &policy, now_ns, cost),
+        |state, policy, now_ns| A::check(state, policy, now_ns, cost),
         |d| admitted_cost(d, cost),
     )?;
     Ok(Reply::decision(&decision))
@@ -44,12 +44,12 @@ pub fn lease(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
         amount: Amount::Want,
     };
     let request = parse_request(args, options)?;
-    let (policy, want) = (request.policy, request.amount);
+    let want = request.amount;
     let decision = decide::<TokenBucket>(
         ctx,
         &request,
         false,
-        |state, now_ns| lease::lease(state, &policy, now_ns, want),
+        |state, policy, now_ns| lease::lease(state, policy, now_ns, want),
         |d| d.allowed,
     )?;
     metrics::leased(want, decision.allowed);
@@ -63,12 +63,15 @@ pub fn lease(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
 /// [`Stored::check_in_place`] may stand in for it. What a decision spent is charged to the
 /// other configurations the key remembers: its `allowed` for a lease (the tokens granted), the
 /// request's amount for an admitted request.
+///
+/// A key holding a region's share (`share::prepare`) is decided under the request's policy
+/// scaled to the share, its state carried over, and counts what it was asked and admitted.
 pub fn decide<A: Stored>(
     ctx: &Ctx,
     request: &Request<'_>,
     check: bool,
-    decision: impl FnOnce(Option<&A>, u64) -> Outcome<A>,
-    spent: impl FnOnce(&Decision) -> u64,
+    decision: impl FnOnce(Option<&A>, &Policy, u64) -> Outcome<A>,
+    spent: impl Fn(&Decision) -> u64,
 ) -> Result<Decision, Error> {
     accepts::<A>(&request.policy)?;
     let now_ns = clock::now_ns();
@@ -79,6 +82,14 @@ pub fn decide<A: Stored>(
     // A peek opens read-only: it can neither create nor change the key.
     let mut key = ctx.open(request.key, !peek);
     let mut stored = key.limiter(A::NAME)?;
+    let (policy, moved) = match stored.as_deref_mut() {
+        Some(limiter) => share::prepare::<A>(limiter, &request.policy, now_ns, peek)?,
+        None => (request.policy, false),
+    };
+    if policy != request.policy {
+        // A share larger than the caller's L: the log bound holds for it too.
+        accepts::<A>(&policy)?;
+    }
     // A request under the policy the key already holds, with no other configuration: `step`
     // would start from this state and store its successor with the decision's reset_after as
     // the key's life, so the successor is written where the state is (no new value, no second
@@ -87,33 +98,69 @@ pub fn decide<A: Stored>(
     // the others send their state whole. Everything else (a first write, a policy change, a
     // peek) takes the general path below.
     if let Some(limiter) = stored.as_deref_mut() {
-        if !peek && limiter.others().is_empty() && limiter.policy == request.policy {
-            let (policy, before) = (limiter.policy, metrics::Footprint::of(limiter));
+        if !peek && limiter.others().is_empty() && limiter.policy == policy {
+            let before = metrics::Footprint::of(limiter);
+            let share_ns = share::keep_ns(limiter, now_ns);
             let Some(state) = A::of_mut(&mut limiter.state) else {
                 return Err(wrong_type::<A>(limiter));
             };
-            if check {
-                if let Some((decision, delta)) =
-                    state.check_in_place(&policy, now_ns, request.amount)
-                {
-                    if let Some(delta) = delta {
+            // Only under a share: a cost above the share's capacity waits for the share to move.
+            let (decision, changed) = if check && request.amount > policy.capacity() {
+                let peeked = A::check(Some(state), &policy, now_ns, 0).decision;
+                let denied = Decision {
+                    allowed: 0,
+                    retry_after_ns: Some(share_ns.max(1)),
+                    ..peeked
+                };
+                (denied, false)
+            } else if let Some((decision, delta)) = check
+                .then(|| state.check_in_place(&policy, now_ns, request.amount))
+                .flatten()
+            {
+                match delta {
+                    Some(delta) if !moved => {
                         metrics::limiter_changed(before, limiter);
-                        let at =
-                            effect::propagate_delta(ctx, request.key, &delta, now_ns, &decision);
+                        let keep = Decision {
+                            reset_after_ns: decision.reset_after_ns.max(share_ns),
+                            ..decision
+                        };
+                        let at = effect::propagate_delta(ctx, request.key, &delta, now_ns, &keep);
+                        share::count(limiter, request.amount, spent(&decision));
                         key.expire_at(Some(at));
+                        return Ok(decision);
                     }
-                    return Ok(decision);
+                    delta => (decision, delta.is_some()),
                 }
-            }
-            let Outcome { decision, next } = decision(Some(state), now_ns);
-            if let Some(next) = next {
-                *state = next;
+            } else {
+                let Outcome { decision, next } = decision(Some(state), &policy, now_ns);
+                let changed = next.is_some();
+                if let Some(next) = next {
+                    *state = next;
+                }
+                (decision, changed)
+            };
+            share::count(limiter, request.amount, spent(&decision));
+            if changed || moved {
                 metrics::limiter_changed(before, limiter);
-                let at =
-                    effect::propagate(ctx, request.key, limiter, now_ns, decision.reset_after_ns);
+                let keep = decision.reset_after_ns.max(share_ns);
+                let at = effect::propagate(ctx, request.key, limiter, now_ns, keep);
                 key.expire_at(Some(at));
             }
             return Ok(decision);
+        }
+    }
+    // A sliding log that remembers other configurations, admitted under the one it holds as
+    // current: in place too (see [`admit_remembering`]).
+    if let Some(limiter) = stored.as_deref_mut() {
+        let remembering = !limiter.others().is_empty() && A::of(&limiter.state).is_some();
+        if check && !peek && limiter.policy == request.policy && remembering {
+            let (name, amount) = (request.key, request.amount);
+            if let Some((decision, at)) = admit_remembering(ctx, limiter, name, now_ns, amount) {
+                if at.is_some() {
+                    key.expire_at(at);
+                }
+                return Ok(decision);
+            }
         }
     }
     let others = stored.as_deref().map(Limiter::others_of::<A>);
@@ -130,19 +177,41 @@ pub fn decide<A: Stored>(
             state: *state,
             others: others.as_deref().unwrap_or(&[]),
         }),
-        &request.policy,
+        &policy,
         now_ns,
         peek,
-        |state| decision(state, now_ns),
+        |state| decision(state, &policy, now_ns),
         spent,
     );
     if let Some(kept) = kept {
         let keep_ns = kept.keep_ns;
-        let limiter = key.store(Limiter::kept(request.policy, kept))?;
+        let limiter = key.store(Limiter::kept(kept))?;
         let expire_at_ms = effect::propagate(ctx, request.key, limiter, now_ns, keep_ns);
         key.expire_at(Some(expire_at_ms));
     }
     Ok(decision)
+}
+
+/// A request of `cost` under the policy a sliding log that remembers other configurations holds
+/// as current, in place: every configuration charged and one delta sent for all of them (see
+/// `state::replay::admit_remembered`), where `step` would copy and send every log. None where
+/// that path does not apply (`step` decides); else the decision and, when admitted, the key's
+/// new expiry. Out of line: the admit of a key with one configuration does not carry it.
+#[inline(never)]
+fn admit_remembering(
+    ctx: &Ctx,
+    limiter: &mut Limiter,
+    name: RString<'_>,
+    now_ns: u64,
+    cost: u64,
+) -> Option<(Decision, Option<u64>)> {
+    let before = metrics::Footprint::of(limiter);
+    let (decision, admitted) = replay::admit_remembered(limiter, now_ns, cost)?;
+    let at = admitted.map(|(delta, keep_ns)| {
+        metrics::limiter_changed(before, limiter);
+        effect::propagate_charged(ctx, name, &delta, now_ns, keep_ns)
+    });
+    Some((decision, at))
 }
 
 /// What an admitted request of `cost` spent (nothing when denied): `decide`'s `spent` for
@@ -160,7 +229,7 @@ pub fn of<A: Stored>(limiter: &Limiter) -> Result<&A, Error> {
     A::of(&limiter.state).ok_or_else(|| wrong_type::<A>(limiter))
 }
 
-fn wrong_type<A: Stored>(limiter: &Limiter) -> Error {
+pub fn wrong_type<A: Stored>(limiter: &Limiter) -> Error {
     Error::WrongType {
         holds: format!("a {} limiter", limiter.state.name()),
         wanted: A::NAME,
@@ -184,7 +253,7 @@ pub fn accepts<A: Stored>(policy: &Policy) -> Result<(), Error> {
     if entries == 0 {
         return Ok(());
     }
-    let config = crate::MAX_LOG_ENTRIES.load(Ordering::Relaxed);
+    let config = crate::config::MAX_LOG_ENTRIES.load(Ordering::Relaxed);
     let max = u64::try_from(config).unwrap_or(0).min(MAX_LOG_LIMIT);
     if entries > max {
         return Err(Error::LogTooLong {

@@ -1,16 +1,17 @@
-//! Redis glue. A handler (`limit`, `all`, `shape`, `throttle`, `refund`, `charge`, `peek`,
-//! `inspect`, `setstate`, `debug`) reads as STYLE.md's five steps: parse, load, decide, persist
-//! and propagate the effect, reply. Layers, each using only those below it: `ffi` (every call into Redis's C
-//! API, and nothing of the rest), then `args`, `reply` and `effect`, then the handlers, then
+//! Redis glue. A handler (`limit`, `all`, `shape`, `throttle`, `refund`, `charge`, `settle`,
+//! `peek`, `inspect`, `setstate`, `debug`, `share`, `demand`) reads as STYLE.md's five steps:
+//! parse, load, decide, persist and propagate the effect, reply. Below this layer, `crate::host`
+//! makes every call into Redis's C API. Inside it, each using only those below it: `args`,
+//! `reply` and `effect`, then the handlers, then
 //! `table` (the command table), then `dispatch` (the router and registration).
 
 pub mod all;
 pub mod args;
 pub mod charge;
 pub mod debug;
+pub mod demand;
 pub mod dispatch;
 pub mod effect;
-pub mod ffi;
 pub mod inspect;
 pub mod limit;
 pub mod peek;
@@ -19,5 +20,6 @@ pub mod reply;
 pub mod setstate;
 pub mod settle;
 pub mod shape;
+pub mod share;
 pub mod table;
 pub mod throttle;

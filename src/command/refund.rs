@@ -8,11 +8,11 @@
 //! one that changes nothing (the limiter was already full) writes and propagates nothing.
 
 use super::effect;
-use super::ffi::{Args, Ctx};
 use super::reply::Reply;
 use crate::algo::{settle, Decision, Policy, MAX_LIMIT};
 use crate::clock;
 use crate::error::Error;
+use crate::host::call::{Args, Ctx};
 use crate::metrics;
 use crate::state::{AlgoState, Stored, Visit};
 
@@ -40,6 +40,8 @@ pub fn refund(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
             keep_ns = keep_ns.max(other.after.reset_after_ns);
         }
     }
+    // A key holding a region's share lives until the share's expiry.
+    keep_ns = keep_ns.max(super::share::keep_ns(limiter, now_ns));
     metrics::note(metrics::Outcome::Call);
     metrics::refunded(refunded.given);
     if changed {

@@ -1,4 +1,4 @@
-//! What a command answers, before `dispatch` renders it through `ffi`.
+//! What a command answers, before `dispatch` renders it through `host::call`.
 
 use crate::algo::{ms_ceil, Decision};
 use crate::error::Error;
@@ -12,6 +12,8 @@ pub enum Reply {
     Integers(Vec<i64>),
     /// The combined decision, then one decision per limiter (`RL.ALL`).
     Nested([i64; 5], Vec<[i64; 5]>),
+    /// Rows of integers, one per key (`RL.SHARE`, `RL.DEMAND`).
+    Rows(Vec<Vec<i64>>),
     /// Named fields: a map in RESP3, a flat name-value array in RESP2 (`RL.INSPECT`).
     Map(Vec<(&'static str, Field)>),
     Ok,
@@ -25,6 +27,8 @@ pub enum Field {
     Int(i64),
     Text(&'static str),
     Null,
+    /// An array of maps (`RL.INSPECT`'s other configurations).
+    Maps(Vec<Vec<(&'static str, Field)>>),
 }
 
 /// A decision as the five reply fields: milliseconds rounded up, -1 for "admitted"; the

@@ -11,11 +11,12 @@
 //! of their own so that this one ACL rule covers them.
 
 use super::args::parse_u64;
-use super::ffi::{Args, Ctx, RString};
 use super::reply::Reply;
 use crate::error::{echo, Error};
+use crate::host::call::{Args, Ctx, RString};
 use crate::metrics;
-use crate::state::delta::{Delta, Effect};
+use crate::state::effect::Effect;
+use crate::state::replay::apply_delta;
 use crate::state::Limiter;
 
 /// The largest PXAT accepted: year 33658, far beyond any limiter's reset.
@@ -110,15 +111,16 @@ fn in_range(expire_at_ms: u64) -> Result<u64, Error> {
 /// (missing key, another algorithm or type, another state, a change that does not fit).
 fn set_delta(ctx: &Ctx, name: RString<'_>, delta: &[u8], expire_at: u64) -> Result<Reply, Error> {
     let mut key = ctx.open(name, true);
-    let applied = Delta::decode(delta).and_then(|delta| match key.limiter("sliding log")? {
-        Some(limiter) => {
+    let applied = match key.limiter("sliding log") {
+        Err(e) => Err(e),
+        Ok(Some(limiter)) => {
             let before = metrics::Footprint::of(limiter);
-            delta.apply(limiter)?;
+            apply_delta(delta, limiter)?;
             metrics::limiter_changed(before, limiter);
             Ok(())
         }
-        None => Err(Error::BadState("delta for a missing key")),
-    });
+        Ok(None) => Err(Error::BadState("delta for a missing key")),
+    };
     // A refusal (logged by `set_state`): on a replica or an AOF load that key no longer
     // matches the master's, until its next full state.
     applied?;

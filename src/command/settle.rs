@@ -19,11 +19,11 @@
 
 use super::all::at_key;
 use super::charge::{settle_key, Given};
-use super::ffi::{Ctx, Key, RString};
 use super::reply::{fields, Reply};
 use crate::algo::Decision;
 use crate::clock;
 use crate::error::Error;
+use crate::host::call::{Ctx, Key, RString};
 use crate::metrics;
 
 /// One limiter of a settle.

@@ -9,24 +9,24 @@
 use std::cell::Cell;
 
 use super::args::Request;
-use super::ffi::{Args, Ctx};
 use super::limit::{admitted_cost, decide};
 use super::reply::{fields, Reply};
 use crate::algo::shape::{self, Shape};
 use crate::algo::{ms_ceil, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::error::{echo, Error};
+use crate::host::call::{Args, Ctx};
 
 pub fn shape(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
     let (request, undelayed) = parse(args)?;
-    let (policy, cost) = (request.policy, request.amount);
+    let cost = request.amount;
     let delay_ns = Cell::new(0);
     let decision = decide::<Shape>(
         ctx,
         &request,
         false,
-        |state, now_ns| {
+        |state, policy, now_ns| {
             let configured = Shape::configured(state, undelayed);
-            let shaped = shape::check(Some(&configured), &policy, now_ns, cost);
+            let shaped = shape::check(Some(&configured), policy, now_ns, cost);
             delay_ns.set(shaped.delay_ns);
             let mut outcome = shaped.outcome;
             // d belongs to the policy: a new one holds even when this request is denied (as a new

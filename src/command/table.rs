@@ -5,10 +5,12 @@ use std::ffi::{c_int, CStr};
 
 use redis_module::commands::{BeginSearch, FindKeys, KeySpec, KeySpecFlags};
 
-use super::ffi::{Args, Ctx};
 use super::reply::Reply;
-use super::{all, charge, debug, inspect, limit, peek, refund, setstate, shape, throttle};
+use super::{
+    all, charge, debug, demand, inspect, limit, peek, refund, setstate, shape, share, throttle,
+};
 use crate::error::Error;
+use crate::host::call::{Args, Ctx};
 
 /// Which arguments are keys, and how the command uses them: for key specs, `COMMAND GETKEYS`,
 /// ACL key patterns and cluster routing.
@@ -26,6 +28,10 @@ pub enum Keys {
     Update,
     /// `numkeys key [key ...]`: read and updated, like `ReadWrite`.
     NumKeys,
+    /// Every argument, each read and updated (`RL.DEMAND`).
+    Every,
+    /// Every third argument from the fifth, each read and updated (`RL.SHARE`).
+    Triples,
 }
 
 impl Keys {
@@ -35,6 +41,8 @@ impl Keys {
         match self {
             Keys::None | Keys::NumKeys => (0, 0, 0),
             Keys::ReadWrite | Keys::ReadOnly | Keys::Overwrite | Keys::Update => (1, 1, 1),
+            Keys::Every => (1, -1, 1),
+            Keys::Triples => (share::FIRST_KEY as c_int, -1, 3),
         }
     }
 
@@ -44,7 +52,13 @@ impl Keys {
     pub fn extra_flags(self) -> &'static str {
         match self {
             Keys::NumKeys => " getkeys-api",
-            Keys::None | Keys::ReadWrite | Keys::ReadOnly | Keys::Overwrite | Keys::Update => "",
+            Keys::None
+            | Keys::ReadWrite
+            | Keys::ReadOnly
+            | Keys::Overwrite
+            | Keys::Update
+            | Keys::Every
+            | Keys::Triples => "",
         }
     }
 
@@ -69,6 +83,18 @@ impl Keys {
                 read_write,
                 BeginSearch::new_index(1),
                 FindKeys::new_keys_num(0, 1, 1),
+            )),
+            Keys::Every => Some(KeySpec::new(
+                None,
+                read_write,
+                BeginSearch::new_index(1),
+                FindKeys::new_range(-1, 1, 0),
+            )),
+            Keys::Triples => Some(KeySpec::new(
+                None,
+                read_write,
+                BeginSearch::new_index(share::FIRST_KEY as i32),
+                FindKeys::new_range(-1, 3, 0),
             )),
         }
     }
@@ -278,6 +304,30 @@ macro_rules! command_table {
         condition: None,
     },
     Spec {
+        name: "RL.SHARE",
+        flags: "write deny-oom",
+        arity: -8,
+        keys: Keys::Triples,
+        summary: "Budget controller: stores each key's share of a global limit in this region, with its expiry",
+        event: c"rl.share",
+        acl: "write slow dangerous",
+        handler: share::share,
+        key_positions: None,
+        condition: None,
+    },
+    Spec {
+        name: "RL.DEMAND",
+        flags: "write fast",
+        arity: -2,
+        keys: Keys::Every,
+        summary: "Budget controller: per key, asked and admitted since the last read (then reset), and the share held",
+        event: c"rl.demand",
+        acl: "write fast dangerous",
+        handler: demand::demand,
+        key_positions: None,
+        condition: None,
+    },
+    Spec {
         name: "RL.DEBUG",
         flags: "admin fast",
         arity: -2,
@@ -294,3 +344,26 @@ macro_rules! command_table {
 }
 
 crate::algo::registry!(command_table);
+
+#[cfg(test)]
+mod tests {
+    use super::COMMANDS;
+    use crate::server::ACL_CATEGORY;
+
+    #[test]
+    fn every_command_is_either_for_gateways_or_dangerous() {
+        for spec in COMMANDS {
+            let words: Vec<&str> = spec.acl.split_whitespace().collect();
+            let dangerous = words.contains(&"dangerous");
+            assert_ne!(dangerous, words.contains(&ACL_CATEGORY), "{}", spec.name);
+            let operator_only =
+                ["RL.SETSTATE", "RL.DEBUG", "RL.SHARE", "RL.DEMAND"].contains(&spec.name);
+            assert_eq!(dangerous, operator_only, "{}", spec.name);
+            assert!(
+                words.contains(&"fast") || words.contains(&"slow"),
+                "{}",
+                spec.name
+            );
+        }
+    }
+}

@@ -39,14 +39,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::args::parse_u64;
 use super::effect;
-use super::ffi::Held;
-use super::ffi::{Args, Ctx, RString};
 use super::limit::{of, store};
 use super::reply::Reply;
 use crate::algo::gcra::{self, Gcra};
 use crate::algo::{Algorithm, Decision, Policy, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::clock;
 use crate::error::Error;
+use crate::host::call::Held;
+use crate::host::call::{Args, Ctx, RString};
 use crate::metrics;
 
 /// The redis-cell name, registered only under `CELL-COMPAT yes`.

@@ -28,6 +28,8 @@ pub fn algorithm_name(tag: u8) -> &'static str {
 static KEYS: [AtomicI64; SLOTS] = [const { AtomicI64::new(0) }; SLOTS];
 static MEMORY: [AtomicI64; SLOTS] = [const { AtomicI64::new(0) }; SLOTS];
 static LOG_ENTRIES: AtomicI64 = AtomicI64::new(0);
+/// Live values that remember more than one configuration (a key in a rollout, `algo::step`).
+static REMEMBERING: AtomicI64 = AtomicI64::new(0);
 
 /// What one limiter value contributes to the gauges.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,6 +39,8 @@ pub struct Footprint {
     bytes: usize,
     /// Sliding-log entries (0 for the other algorithms).
     entries: u64,
+    /// Whether it remembers more than one configuration.
+    remembering: bool,
 }
 
 impl Footprint {
@@ -45,6 +49,7 @@ impl Footprint {
             tag: limiter.state.tag(),
             bytes: limiter.value_bytes(),
             entries: limiter.log_entries(),
+            remembering: !limiter.others().is_empty(),
         }
     }
 
@@ -58,6 +63,9 @@ impl Footprint {
         }
         if entries != 0 {
             LOG_ENTRIES.fetch_add(sign.wrapping_mul(entries), Relaxed);
+        }
+        if self.remembering {
+            REMEMBERING.fetch_add(sign, Relaxed);
         }
     }
 }
@@ -93,6 +101,11 @@ pub fn algorithm_gauges(tag: u8) -> (i64, i64) {
 
 pub fn log_entries() -> i64 {
     LOG_ENTRIES.load(Relaxed)
+}
+
+/// Live values that remember more than one configuration.
+pub fn remembering_keys() -> i64 {
+    REMEMBERING.load(Relaxed)
 }
 
 #[cfg(test)]

@@ -615,6 +615,10 @@ pub const WORKLOAD: &[&[&str]] = &[
     &["RL.SLIDINGLOG", "sl:b", "3", "60000"],
     &["RL.SLIDINGLOG", "sl:c", "1000", "86400000", "COST", "7"],
     &["RL.SLIDINGLOG", "sl:a", "8", "500"],
+    // Called once under another W, then admitted under its own: a charged delta (format 2).
+    &["RL.SLIDINGLOG", "sl:d", "5", "60001"],
+    &["RL.SLIDINGLOG", "sl:d", "5", "60000"],
+    &["RL.SLIDINGLOG", "sl:d", "5", "60000"],
     &["RL.SLIDINGCOUNTER", "sc:a", "10", "1000"],
     &["RL.SLIDINGCOUNTER", "sc:a", "10", "1000", "COST", "3"],
     &["RL.SLIDINGCOUNTER", "sc:a", "10", "1000", "COST", "0"],

@@ -1,10 +1,8 @@
-//! The algorithms the module registers (`algo::registry!` in src/algo/mod.rs), as a running
-//! server reports them. The integration tests cannot link the module (its allocator is Redis's),
-//! so they learn the registry from a server started for the purpose, once per test binary:
-//! `INFO ratelimit` has one `<id>_keys` gauge per algorithm; its command is `RL.` and the id
-//! without underscores (checked against `COMMAND LIST FILTERBY MODULE ratelimit` and against the
-//! algorithm `RL.INSPECT` names on a key it created); probes tell whether it takes `BURST` and
-//! whether `RL.ALL` offers it.
+//! The algorithms the module registers: the core crate's registry (`algo::registry!` in
+//! core/src/algo/mod.rs, listed as `ratelimit_core::algo::listed::REGISTRY`), which the tests link; no
+//! server is needed to know them. The module's commands are read once per test binary from a
+//! server started for the purpose, which also checks that `INFO ratelimit` has a gauge for every
+//! algorithm of the registry and no other.
 //!
 //! A suite that covers every algorithm iterates [`algorithms`] (or [`limiter_algorithms`]), or
 //! keeps its own table of algorithm-specific rows and checks it with [`assert_covers`]: a new
@@ -12,7 +10,7 @@
 
 use std::sync::OnceLock;
 
-use super::{clock_set, cmd, Connection, Server, Value, T0_MS};
+use super::{Connection, Server};
 
 /// One algorithm of the registry.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,24 +38,38 @@ impl Algorithm {
     }
 }
 
-/// Every algorithm of the registry, in the order `INFO ratelimit` lists them (the registry's).
+/// Every algorithm of the registry, in its order (also `INFO ratelimit`'s).
 pub fn algorithms() -> &'static [Algorithm] {
-    &registered().1
+    static ALGORITHMS: OnceLock<Vec<Algorithm>> = OnceLock::new();
+    ALGORITHMS.get_or_init(|| {
+        ratelimit_core::algo::listed::REGISTRY
+            .iter()
+            .map(|l| Algorithm {
+                id: l.id.to_string(),
+                command: format!("RL.{}", l.word),
+                word: l.word.to_string(),
+                // A shaper's capacity is not L either, but it is set by QUEUE, not BURST.
+                burst: l.burst && l.limiter,
+                limiter: l.limiter,
+            })
+            .collect()
+    })
 }
 
-/// The module's commands and its algorithms, read from one server started once per test binary.
-fn registered() -> &'static (Vec<String>, Vec<Algorithm>) {
-    static REGISTERED: OnceLock<(Vec<String>, Vec<Algorithm>)> = OnceLock::new();
+/// The module's commands, read from one server started once per test binary; it checks there
+/// that `INFO ratelimit` shows exactly the registry's algorithms.
+fn registered() -> &'static Vec<String> {
+    static REGISTERED: OnceLock<Vec<String>> = OnceLock::new();
     REGISTERED.get_or_init(|| {
         let s = Server::start();
         let mut c = s.connect();
-        clock_set(&mut c, T0_MS);
-        let commands = module_commands_on(&mut c);
-        let algorithms = ids(&mut c)
-            .into_iter()
-            .map(|id| probe(&mut c, &commands, id))
-            .collect();
-        (commands, algorithms)
+        let registry: Vec<&str> = algorithms().iter().map(|a| a.id.as_str()).collect();
+        assert_eq!(
+            ids(&mut c),
+            registry,
+            "INFO ratelimit's <id>_keys gauges differ from the registry"
+        );
+        module_commands_on(&mut c)
     })
 }
 
@@ -76,7 +88,7 @@ pub fn algorithm(name: &str) -> &'static Algorithm {
 
 /// Every command the module registers, upper case, sorted.
 pub fn module_commands() -> &'static [String] {
-    &registered().0
+    registered()
 }
 
 /// Panics, naming them, when some algorithm of `of` has no entry in `covered`: the entries of
@@ -96,7 +108,7 @@ pub fn assert_covers<'a, S: AsRef<str>>(
     assert!(
         missing.is_empty(),
         "{table} has no row for {}: every algorithm of the registry (algo::registry! in \
-         src/algo/mod.rs) needs one (docs/development.md, Adding an algorithm)",
+         core/src/algo/mod.rs) needs one (docs/development.md, Adding an algorithm)",
         missing.join(", ")
     );
 }
@@ -128,72 +140,4 @@ fn ids(c: &mut Connection) -> Vec<String> {
         "no <id>_keys gauge in INFO ratelimit:\n{info}"
     );
     ids
-}
-
-/// What the server says of the algorithm `id`.
-fn probe(c: &mut Connection, commands: &[String], id: String) -> Algorithm {
-    let word = id.replace('_', "").to_ascii_uppercase();
-    let command = format!("RL.{word}");
-    assert!(
-        commands.contains(&command),
-        "INFO ratelimit has the gauge {id}_keys but the module registers no {command} \
-         (COMMAND LIST FILTERBY MODULE ratelimit: {commands:?}); the tests expect an \
-         algorithm's command to be its INFO id without underscores"
-    );
-    let key = format!("registry:{id}");
-    cmd(c, &[command.as_str(), &key, "10", "1000"])
-        .unwrap_or_else(|e| panic!("{command} {key} 10 1000: {e}"));
-    let inspected = inspected_algorithm(c, &key);
-    assert_eq!(
-        inspected, id,
-        "{command} stored a limiter RL.INSPECT names {inspected:?}, not {id:?}"
-    );
-    let accepts = |c: &mut Connection, words: &[&str]| cmd(c, words).is_ok();
-    let burst = accepts(
-        c,
-        &[
-            command.as_str(),
-            "registry:burst",
-            "10",
-            "1000",
-            "BURST",
-            "10",
-            "COST",
-            "0",
-        ],
-    );
-    let limiter = accepts(
-        c,
-        &[
-            "RL.ALL",
-            "1",
-            "registry:all",
-            &word,
-            "10",
-            "1000",
-            "COST",
-            "0",
-        ],
-    );
-    Algorithm {
-        id,
-        command,
-        word,
-        burst,
-        limiter,
-    }
-}
-
-/// The `algorithm` field of `RL.INSPECT key`.
-fn inspected_algorithm(c: &mut Connection, key: &str) -> String {
-    let fields: Vec<Value> = redis::cmd("RL.INSPECT").arg(key).query(c).unwrap();
-    fields
-        .chunks(2)
-        .find_map(|pair| match pair {
-            [Value::BulkString(name), Value::BulkString(value)] if name == b"algorithm" => {
-                Some(String::from_utf8_lossy(value).into_owned())
-            }
-            _ => None,
-        })
-        .unwrap_or_else(|| panic!("RL.INSPECT {key} has no algorithm field: {fields:?}"))
 }

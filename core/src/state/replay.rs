@@ -1,0 +1,749 @@
+//! A delta replayed on a stored limiter (a replica, an AOF replay): checked against the
+//! fingerprint of the limiter it was made on, then applied in place (see `state::delta`).
+//!
+//! A log that remembers other configurations (see `algo::step`) sends a [`ChargedDelta`]
+//! (format 2) for an admit under its current policy: its change and each other configuration's
+//! charge, checked against the fingerprint of every configuration; when the admit drops a
+//! configuration, or another is kin of the current one, the full state.
+
+use crate::algo::bytes::Reader;
+use crate::algo::sliding_log::{self, Change, SlidingLog};
+use crate::error::Error;
+use crate::state::delta::{Delta, DELTA_LEN, SLIDING_LOG};
+use crate::state::effect::{EFFECT_DELTA, EFFECT_HEADER};
+use crate::state::{AlgoState, Limiter};
+
+/// A 64-bit fingerprint of a sliding-log limiter: its policy, entry count, total, newest instant
+/// and the hash of its entries (kept up to date by every change, so this is O(1)). Two limiters
+/// with different policies or entries have the same fingerprint with probability about 2^-64.
+/// None for other algorithms (they have no deltas).
+pub fn fingerprint(limiter: &Limiter) -> Option<u64> {
+    let AlgoState::SlidingLog(log) = &limiter.state else {
+        return None;
+    };
+    Some(sliding_log::fingerprint(&limiter.policy, log))
+}
+
+impl Delta {
+    /// The delta of `change`, made on `prior` (before the change is applied). None if `prior`
+    /// is not a sliding log.
+    pub fn of(prior: &Limiter, change: Change) -> Option<Delta> {
+        Some(Delta {
+            prior: fingerprint(prior)?,
+            change,
+        })
+    }
+
+    /// Applies the delta to the limiter it was made on. Refused — an error, `limiter` untouched
+    /// — if `limiter` is not a sliding log, its fingerprint is not the delta's, or the change
+    /// does not fit it (see `SlidingLog::check_change`). O(entries dropped).
+    pub fn apply(&self, limiter: &mut Limiter) -> Result<(), Error> {
+        let policy = limiter.policy;
+        let found = fingerprint(limiter);
+        let AlgoState::SlidingLog(log) = &mut limiter.state else {
+            return Err(Error::BadState(
+                "delta for a sliding log, key holds another limiter",
+            ));
+        };
+        if found != Some(self.prior) {
+            return Err(Error::BadState(
+                "delta made for another state (fingerprint differs): key unchanged",
+            ));
+        }
+        log.check_change(&policy, &self.change)
+            .map_err(Error::BadState)?;
+        log.apply(&policy, &self.change);
+        Ok(())
+    }
+}
+
+/// Version byte of a delta for a sliding log that remembers other configurations.
+const CHARGED_FORMAT: u8 = 2;
+/// Encoded length of a charged delta's fixed part, and of each other configuration's charge.
+const CHARGED_HEAD: usize = DELTA_LEN + 1;
+const CHARGE_LEN: usize = 20;
+
+/// An admit on a sliding log that remembers other configurations (see `algo::step`), under the
+/// policy it holds as current: the current log's change, and the charge of what it admitted to
+/// each other configuration, in the order the key holds them, made on the limiter whose
+/// fingerprint (every configuration's, [`fingerprint_all`]) is `prior`.
+///
+/// Layout, version 2, integers little-endian (27 + 20 n bytes): version 1's fields (with format
+/// 2), then `[n u8]` and n times `[dropped u32][merged u32][at_ns u64][count u32]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChargedDelta {
+    pub prior: u64,
+    pub change: Change,
+    pub others: Vec<sliding_log::Charge>,
+}
+
+/// The fingerprint of every configuration of a sliding log that remembers others: the
+/// current one's and each other's, in order. None if the limiter is not such a log.
+pub fn fingerprint_all(limiter: &Limiter) -> Option<u64> {
+    let AlgoState::Remembered(r) = &limiter.state else {
+        return None;
+    };
+    let AlgoState::SlidingLog(current) = &r.current else {
+        return None;
+    };
+    let mut h = sliding_log::fingerprint(&limiter.policy, current);
+    for (p, s) in &r.others {
+        let AlgoState::SlidingLog(log) = s else {
+            return None;
+        };
+        h = sliding_log::mix(h ^ sliding_log::fingerprint(p, log));
+    }
+    Some(h)
+}
+
+/// The admit of `cost` at `now_ns` on a sliding log that remembers other configurations, under
+/// the policy it holds as current, planned without changing it: the decision and, when
+/// admitted, the delta that carries it out ([`ChargedDelta::apply`], on this very limiter) and
+/// how long the key must then live. Exactly what `algo::step` decides and stores (a denial
+/// stores nothing; every other configuration is charged), in time independent of the logs'
+/// lengths. None where this path does not apply and `step` must decide: not such a log, an
+/// other configuration that can be dropped or is kin of the current one (`step::droppable`,
+/// `step::kin`), or a charge that is not a change in place.
+pub fn plan_remembered(
+    limiter: &Limiter,
+    now_ns: u64,
+    cost: u64,
+) -> Option<(crate::algo::Decision, Option<(ChargedDelta, u64)>)> {
+    use crate::algo::step::kin;
+    use crate::algo::Algorithm;
+    let policy = limiter.policy;
+    let AlgoState::Remembered(r) = &limiter.state else {
+        return None;
+    };
+    let AlgoState::SlidingLog(current) = &r.current else {
+        return None;
+    };
+    let mut logs = Vec::with_capacity(r.others.len());
+    for (p, s) in &r.others {
+        let AlgoState::SlidingLog(log) = s else {
+            return None;
+        };
+        let fresh = SlidingLog::check(None, p, now_ns, 0).decision;
+        if kin::<SlidingLog>(p, &policy)
+            || SlidingLog::check(Some(log), p, now_ns, 0).decision == fresh
+        {
+            return None;
+        }
+        logs.push((p, log));
+    }
+    let (decision, change) = sliding_log::decide(Some(current), &policy, now_ns, cost);
+    let Some(change) = change else {
+        return Some((decision, None));
+    };
+    let mut keep_ns = decision.reset_after_ns;
+    let mut others = Vec::with_capacity(logs.len());
+    for (p, log) in logs {
+        let charge = log.charge_change(p, now_ns, cost)?;
+        // Charged, the log's newest entry is at the charge's instant: it is full again a
+        // window after it.
+        let gone = u128::from(charge.change.at_ns) + u128::from(p.window_ns());
+        let reset = u64::try_from(gone.saturating_sub(u128::from(now_ns))).unwrap_or(u64::MAX);
+        keep_ns = keep_ns.max(reset);
+        others.push(charge);
+    }
+    let delta = ChargedDelta {
+        prior: fingerprint_all(limiter)?,
+        change,
+        others,
+    };
+    Some((decision, Some((delta, keep_ns))))
+}
+
+/// [`plan_remembered`], carried out on `limiter` at once when admitted.
+pub fn admit_remembered(
+    limiter: &mut Limiter,
+    now_ns: u64,
+    cost: u64,
+) -> Option<(crate::algo::Decision, Option<(ChargedDelta, u64)>)> {
+    let (decision, admitted) = plan_remembered(limiter, now_ns, cost)?;
+    if let Some((delta, _)) = &admitted {
+        // Planned on this very limiter: it applies.
+        delta.apply(limiter).ok()?;
+    }
+    Some((decision, admitted))
+}
+
+impl ChargedDelta {
+    /// Appends the encoding to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut head = [0u8; DELTA_LEN];
+        Delta {
+            prior: self.prior,
+            change: self.change,
+        }
+        .encode_into(&mut head);
+        head[0] = CHARGED_FORMAT;
+        out.extend_from_slice(&head);
+        // At most 7 others: always fits.
+        out.push(u8::try_from(self.others.len()).unwrap_or(u8::MAX));
+        for charge in &self.others {
+            // A count is at most 10^6 (checked again on apply).
+            let count = u32::try_from(charge.change.count).unwrap_or(u32::MAX);
+            out.extend_from_slice(&charge.change.dropped.to_le_bytes());
+            out.extend_from_slice(&charge.merged.to_le_bytes());
+            out.extend_from_slice(&charge.change.at_ns.to_le_bytes());
+            out.extend_from_slice(&count.to_le_bytes());
+        }
+    }
+
+    /// The whole effect of this delta with the key's expiry.
+    pub fn effect(&self, expire_at_ms: u64) -> Vec<u8> {
+        let mut out =
+            Vec::with_capacity(EFFECT_HEADER + CHARGED_HEAD + CHARGE_LEN * self.others.len());
+        out.push(EFFECT_DELTA);
+        out.extend_from_slice(&expire_at_ms.to_le_bytes());
+        self.encode(&mut out);
+        out
+    }
+
+    /// Decodes; a wrong version or algorithm, a count of others out of range, a truncated or a
+    /// trailing byte is an error. The values are checked against the state when applied.
+    pub fn decode(bytes: &[u8]) -> Result<ChargedDelta, Error> {
+        let mut r = Reader(bytes);
+        if r.u8()? != CHARGED_FORMAT {
+            return Err(Error::BadState("unknown delta format version"));
+        }
+        if r.u8()? != SLIDING_LOG {
+            return Err(Error::BadState("delta for an algorithm without deltas"));
+        }
+        let prior = r.u64()?;
+        let change = Change {
+            dropped: r.u32()?,
+            at_ns: r.u64()?,
+            count: u64::from(r.u32()?),
+        };
+        let n = usize::from(r.u8()?);
+        if !(1..crate::algo::step::MAX_CONFIGURATIONS).contains(&n) {
+            return Err(Error::BadState("remembered configurations out of range"));
+        }
+        let mut others = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (dropped, merged, at_ns, count) = (r.u32()?, r.u32()?, r.u64()?, r.u32()?);
+            others.push(sliding_log::Charge {
+                change: Change {
+                    dropped,
+                    at_ns,
+                    count: u64::from(count),
+                },
+                merged,
+            });
+        }
+        if !r.0.is_empty() {
+            return Err(Error::BadState("trailing bytes"));
+        }
+        Ok(ChargedDelta {
+            prior,
+            change,
+            others,
+        })
+    }
+
+    /// Applies the delta to the limiter it was made on. Refused — an error, `limiter` untouched
+    /// — if `limiter` is not a sliding log remembering as many other configurations, its
+    /// fingerprint is not the delta's, or a change does not fit its log. O(entries dropped and
+    /// merged).
+    pub fn apply(&self, limiter: &mut Limiter) -> Result<(), Error> {
+        let policy = limiter.policy;
+        if fingerprint_all(limiter) != Some(self.prior) {
+            return Err(Error::BadState(
+                "delta made for another state (fingerprint differs): key unchanged",
+            ));
+        }
+        let AlgoState::Remembered(r) = &mut limiter.state else {
+            return Err(Error::BadState(
+                "delta for a sliding log, key holds another limiter",
+            ));
+        };
+        if r.others.len() != self.others.len() {
+            return Err(Error::BadState(
+                "delta for another number of configurations",
+            ));
+        }
+        let AlgoState::SlidingLog(current) = &mut r.current else {
+            return Err(Error::BadState(
+                "delta for a sliding log, key holds another limiter",
+            ));
+        };
+        current
+            .check_change(&policy, &self.change)
+            .map_err(Error::BadState)?;
+        for ((p, s), charge) in r.others.iter().zip(&self.others) {
+            let AlgoState::SlidingLog(log) = s else {
+                return Err(Error::BadState(
+                    "delta for a sliding log, key holds another limiter",
+                ));
+            };
+            log.check_charge(p, charge).map_err(Error::BadState)?;
+        }
+        current.apply(&policy, &self.change);
+        for ((p, s), charge) in r.others.iter_mut().zip(&self.others) {
+            if let AlgoState::SlidingLog(log) = s {
+                log.apply_charge(p, charge);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Applies the body of a delta effect, of either version, to the limiter it was made on (see
+/// [`Delta::apply`] and [`ChargedDelta::apply`]).
+pub fn apply_delta(bytes: &[u8], limiter: &mut Limiter) -> Result<(), Error> {
+    match bytes.first() {
+        Some(&CHARGED_FORMAT) => ChargedDelta::decode(bytes)?.apply(limiter),
+        _ => Delta::decode(bytes)?.apply(limiter),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::props::T0;
+    use crate::algo::sliding_log;
+    use crate::algo::Policy;
+    use crate::state::delta::DELTA_LEN;
+    use crate::state::effect::{state_effect_header, Effect};
+    use proptest::prelude::*;
+
+    const MS: u64 = 1_000_000;
+
+    /// What the master sends after a command: nothing, the full state, or a delta.
+    #[derive(Debug)]
+    enum Sent {
+        Full(Vec<u8>),
+        Delta(Vec<u8>),
+    }
+
+    /// One request on the master, as the command layer does it: a delta for an admit on a log
+    /// held under the same policy, else the full state of whatever changed.
+    fn admit(stored: &mut Option<Limiter>, policy: Policy, now: u64, cost: u64) -> Option<Sent> {
+        let cost = cost.min(policy.limit());
+        match stored {
+            Some(limiter) if limiter.policy == policy => {
+                let AlgoState::SlidingLog(log) = &limiter.state else {
+                    unreachable!()
+                };
+                let (_, change) = sliding_log::decide(Some(log), &policy, now, cost);
+                let change = change?;
+                let delta = Delta::of(limiter, change).unwrap();
+                let AlgoState::SlidingLog(log) = &mut limiter.state else {
+                    unreachable!()
+                };
+                log.apply(&policy, &change);
+                let mut buf = Vec::new();
+                delta.encode(&mut buf);
+                Some(Sent::Delta(buf))
+            }
+            Some(limiter) => {
+                let AlgoState::SlidingLog(log) = &limiter.state else {
+                    unreachable!()
+                };
+                let carried = sliding_log::rescale(log, &limiter.policy, &policy, now);
+                let next = sliding_log::check(Some(&carried), &policy, now, cost).next?;
+                *limiter = Limiter {
+                    policy,
+                    state: AlgoState::SlidingLog(next),
+                };
+                Some(full(limiter))
+            }
+            None => {
+                let next = sliding_log::check(None, &policy, now, cost).next?;
+                let limiter = stored.insert(Limiter {
+                    policy,
+                    state: AlgoState::SlidingLog(next),
+                });
+                Some(full(limiter))
+            }
+        }
+    }
+
+    fn refund(stored: &mut Option<Limiter>, now: u64, n: u64) -> Option<Sent> {
+        let limiter = stored.as_mut()?;
+        let AlgoState::SlidingLog(log) = &limiter.state else {
+            unreachable!()
+        };
+        let next = sliding_log::refund(log, &limiter.policy, now, n);
+        if &next == log {
+            return None;
+        }
+        limiter.state = AlgoState::SlidingLog(next);
+        Some(full(limiter))
+    }
+
+    fn full(limiter: &Limiter) -> Sent {
+        let mut buf = Vec::new();
+        limiter.encode(&mut buf);
+        Sent::Full(buf)
+    }
+
+    /// The replica's side: RL.SETSTATE stores a full state; a delta applies or is refused.
+    fn receive(replica: &mut Option<Limiter>, effect: &Sent) -> Result<(), Error> {
+        match effect {
+            Sent::Full(bytes) => {
+                *replica = Some(Limiter::decode(bytes)?);
+                Ok(())
+            }
+            Sent::Delta(bytes) => {
+                let delta = Delta::decode(bytes)?;
+                let limiter = replica
+                    .as_mut()
+                    .ok_or(Error::BadState("delta for a missing key"))?;
+                delta.apply(limiter)
+            }
+        }
+    }
+
+    fn encoded(l: &Option<Limiter>) -> Option<Vec<u8>> {
+        l.as_ref().map(|l| {
+            let mut buf = Vec::new();
+            l.encode(&mut buf);
+            buf
+        })
+    }
+
+    fn policy(l: u64, w: u64) -> Policy {
+        Policy::new(l, w, l).unwrap()
+    }
+
+    #[test]
+    fn an_admit_on_a_held_log_is_26_bytes_whatever_its_length() {
+        for l in [10, 10_000] {
+            let p = policy(l, 10_000);
+            let step = 10_000 * MS / l;
+            let mut master = None;
+            let mut now = T0;
+            for _ in 0..l {
+                admit(&mut master, p, now, 1);
+                now += step;
+            }
+            // Full: each admit drops the oldest entry and appends one.
+            for _ in 0..5 {
+                match admit(&mut master, p, now, 1) {
+                    Some(Sent::Delta(bytes)) => assert_eq!(bytes.len(), DELTA_LEN),
+                    other => panic!("{other:?}"),
+                }
+                now += step;
+            }
+        }
+    }
+
+    #[test]
+    fn refused_on_another_state_and_untouched() {
+        let p = policy(10, 1000);
+        let mut master = None;
+        admit(&mut master, p, T0, 1);
+        admit(&mut master, p, T0 + MS, 2);
+        let before = master.clone();
+        let Some(Sent::Delta(bytes)) = admit(&mut master, p, T0 + 2 * MS, 1) else {
+            panic!("expected a delta")
+        };
+        let delta = Delta::decode(&bytes).unwrap();
+        // The state it was made on: applies, and gives the master's.
+        let mut replica = before.clone();
+        delta.apply(replica.as_mut().unwrap()).unwrap();
+        assert_eq!(encoded(&replica), encoded(&master));
+        // Applied twice (a replayed effect): refused, unchanged.
+        let again = replica.clone();
+        assert!(delta.apply(replica.as_mut().unwrap()).is_err());
+        assert_eq!(replica, again);
+        // One entry's count differs; the policy differs; another algorithm: refused.
+        let mut other = None;
+        admit(&mut other, p, T0, 2);
+        admit(&mut other, p, T0 + MS, 1);
+        let untouched = other.clone();
+        assert!(delta.apply(other.as_mut().unwrap()).is_err());
+        assert_eq!(other, untouched);
+        let mut repolicied = before.clone().unwrap();
+        repolicied.policy = policy(11, 1000);
+        assert!(delta.apply(&mut repolicied).is_err());
+        let mut gcra = Limiter {
+            policy: p,
+            state: AlgoState::Gcra(crate::algo::gcra::Gcra { tat: 1 }),
+        };
+        assert!(delta.apply(&mut gcra).is_err());
+    }
+
+    #[test]
+    fn malformed_deltas_are_refused() {
+        let p = policy(10, 1000);
+        let mut master = None;
+        admit(&mut master, p, T0, 1);
+        let prior = master.clone().unwrap();
+        let good = Delta {
+            prior: fingerprint(&prior).unwrap(),
+            change: Change {
+                dropped: 0,
+                at_ns: T0 + MS,
+                count: 1,
+            },
+        };
+        let refused = |d: Delta| {
+            let mut l = prior.clone();
+            let r = d.apply(&mut l);
+            if r.is_err() {
+                assert_eq!(l, prior, "untouched");
+            }
+            r.is_err()
+        };
+        assert!(!refused(good));
+        let with = |f: fn(&mut Change)| {
+            let mut d = good;
+            f(&mut d.change);
+            d
+        };
+        assert!(refused(with(|c| c.dropped = 2)), "drops more than held");
+        assert!(refused(with(|c| c.count = 0)), "count 0");
+        assert!(refused(with(|c| c.count = 10)), "above L");
+        assert!(refused(with(|c| c.at_ns = T0 - 1)), "before the newest");
+        assert!(
+            refused(with(|c| c.at_ns = u64::MAX)),
+            "too far from the oldest"
+        );
+        let mut buf = Vec::new();
+        good.encode(&mut buf);
+        assert_eq!(buf.len(), DELTA_LEN);
+        assert_eq!(Delta::decode(&buf), Ok(good));
+        for cut in 0..buf.len() {
+            assert!(Delta::decode(&buf[..cut]).is_err());
+        }
+        let mut long = buf.clone();
+        long.push(0);
+        assert!(Delta::decode(&long).is_err());
+        let mut v2 = buf.clone();
+        v2[0] = 2;
+        assert!(Delta::decode(&v2).is_err());
+        let mut gcra = buf;
+        gcra[1] = 1;
+        assert!(Delta::decode(&gcra).is_err());
+    }
+
+    #[test]
+    fn effect_envelopes() {
+        let delta = Delta {
+            prior: 7,
+            change: Change {
+                dropped: 1,
+                at_ns: 5,
+                count: 2,
+            },
+        };
+        let effect = delta.effect(1_800_000_000_000);
+        let mut body = Vec::new();
+        delta.encode(&mut body);
+        assert_eq!(
+            Effect::parse(&effect),
+            Some(Effect::Delta {
+                delta: &body,
+                expire_at_ms: 1_800_000_000_000
+            })
+        );
+        let mut full = Vec::new();
+        state_effect_header(42, &mut full);
+        full.extend_from_slice(b"state");
+        assert_eq!(
+            Effect::parse(&full),
+            Some(Effect::State {
+                state: b"state",
+                expire_at_ms: 42
+            })
+        );
+        // A bare state (format 1), an empty argument or a cut header: not an effect.
+        assert_eq!(Effect::parse(&[1, 3, 0]), None);
+        assert_eq!(Effect::parse(&[]), None);
+        assert_eq!(Effect::parse(&effect[..8]), None);
+    }
+
+    /// One step of a workload: a request (gap ms, cost, which policy), or a refund.
+    fn step_strategy() -> impl Strategy<Value = (u64, u64, usize, Option<u64>)> {
+        (
+            0u64..400,
+            0u64..4,
+            prop::sample::select(vec![0usize, 0, 0, 0, 0, 0, 1, 2]),
+            prop::option::weighted(0.05, 1u64..5),
+        )
+    }
+
+    proptest! {
+        /// For random workloads with policy changes and refunds, the effects the master emits,
+        /// applied in order to a replica copy, give byte-identical encodings after every step;
+        /// and every delta, applied to the state before the previous one, is refused.
+        #[test]
+        fn replica_applying_the_effects_stays_identical(
+            l in 1u64..30,
+            w in 1u64..3000,
+            steps in prop::collection::vec(step_strategy(), 1..200),
+        ) {
+            let policies = [policy(l, w), policy(l + 3, w), policy(l.max(2) - 1, w * 2 + 1)];
+            let (mut master, mut replica) = (None, None);
+            let mut stale: Option<Limiter> = None;
+            let mut now = T0;
+            for (gap_ms, cost, which, refund_n) in steps {
+                now += gap_ms * MS;
+                let effect = match refund_n {
+                    Some(n) => refund(&mut master, now, n),
+                    None => admit(&mut master, policies[which], now, cost),
+                };
+                let before = replica.clone();
+                if let Some(effect) = &effect {
+                    prop_assert!(receive(&mut replica, effect).is_ok(), "{:?}", effect);
+                    if let Sent::Delta(bytes) = effect {
+                        prop_assert_eq!(bytes.len(), DELTA_LEN);
+                        // The same delta on an older state: refused, that state untouched.
+                        if let Some(old) = stale.as_mut() {
+                            if Some(&*old) != before.as_ref() {
+                                let kept = old.clone();
+                                prop_assert!(Delta::decode(bytes).unwrap().apply(old).is_err());
+                                prop_assert_eq!(&*old, &kept);
+                            }
+                        }
+                    }
+                }
+                prop_assert_eq!(encoded(&replica), encoded(&master));
+                if effect.is_some() {
+                    stale = before;
+                }
+            }
+        }
+    }
+
+    /// The general rule (`algo::step`) on a stored limiter: what the command layer's general
+    /// path stores, and the decision.
+    fn stepped(
+        limiter: Option<&Limiter>,
+        p: &Policy,
+        now: u64,
+        cost: u64,
+    ) -> (crate::algo::Decision, Option<Limiter>, u64) {
+        use crate::algo::step::{step, Held};
+        let others: Vec<(Policy, SlidingLog)> = limiter
+            .map(Limiter::others_of::<SlidingLog>)
+            .unwrap_or_default();
+        let current = limiter.and_then(|l| <SlidingLog as crate::state::Stored>::of(&l.state));
+        let out = step(
+            limiter.zip(current).map(|(l, state)| Held {
+                policy: &l.policy,
+                state,
+                others: &others,
+            }),
+            p,
+            now,
+            cost == 0,
+            |s| sliding_log::check(s, p, now, cost),
+            |d| if d.allowed == 0 { 0 } else { cost },
+        );
+        let keep_ns = out.store.as_ref().map_or(0, |k| k.keep_ns);
+        (out.decision, out.store.map(Limiter::kept), keep_ns)
+    }
+
+    proptest! {
+        /// A sliding log that remembers other configurations, admitted under its current one in
+        /// place (`admit_remembered`), decides and stores exactly what the general rule does,
+        /// and its charged delta, applied to a replica's copy, gives the same bytes; applied to
+        /// any other state, it is refused.
+        #[test]
+        fn admitting_in_place_with_others_is_the_rule(
+            l in 1u64..12,
+            w in 1u64..40,
+            steps in prop::collection::vec((0u64..30, 0u64..5, prop::sample::select(vec![0usize, 0, 0, 0, 1, 2])), 1..150),
+        ) {
+            let policies = [policy(l, w), policy(l + 2, w * 3 + 1), policy(l.max(2) - 1, w * 7 + 3)];
+            let (mut master, mut replica): (Option<Limiter>, Option<Limiter>) = (None, None);
+            let mut now = T0;
+            for (gap_ms, cost, which) in steps {
+                now += gap_ms * MS / 2;
+                let p = policies[which];
+                let cost = cost.min(p.limit());
+                let (decision, stored, keep_ns) = stepped(master.as_ref(), &p, now, cost);
+                let fast = master.as_mut().filter(|m| m.policy == p && cost > 0 && !m.others().is_empty());
+                if let Some(limiter) = fast {
+                    let before = limiter.clone();
+                    if let Some((d, admitted)) = admit_remembered(limiter, now, cost) {
+                        prop_assert_eq!(d, decision);
+                        match admitted {
+                            Some((delta, keep)) => {
+                                prop_assert_eq!(Some(&*limiter), stored.as_ref());
+                                prop_assert_eq!(keep, keep_ns);
+                                let mut bytes = Vec::new();
+                                delta.encode(&mut bytes);
+                                prop_assert_eq!(bytes.len(), CHARGED_HEAD + CHARGE_LEN * delta.others.len());
+                                let r = replica.as_mut().unwrap();
+                                prop_assert_eq!(apply_delta(&bytes, r), Ok(()));
+                                prop_assert_eq!(encoded(&replica), encoded(&master));
+                                // Once more: the state it was made on is gone.
+                                let mut again = replica.clone().unwrap();
+                                prop_assert!(apply_delta(&bytes, &mut again).is_err());
+                                prop_assert_eq!(Some(again), replica.clone());
+                            }
+                            None => {
+                                prop_assert!(stored.is_none());
+                                prop_assert_eq!(&*limiter, &before);
+                            }
+                        }
+                        continue;
+                    }
+                    prop_assert_eq!(&*limiter, &before, "untouched when it does not apply");
+                }
+                if let Some(limiter) = stored {
+                    master = Some(limiter.clone());
+                    replica = Some(Limiter::decode(&encoded(&master).unwrap()).unwrap());
+                }
+            }
+        }
+    }
+
+    /// The path the property above checks is taken: a log called once under another W, then
+    /// admitted under its own, sends charged deltas of 47 bytes (one other configuration).
+    #[test]
+    fn a_log_called_once_under_another_w_admits_in_place() {
+        let (p, other) = (policy(5, 10), policy(5, 11));
+        let (_, first, _) = stepped(None, &other, T0, 1);
+        let (_, mut master, _) = stepped(first.as_ref(), &p, T0 + MS, 1);
+        let mut deltas = 0;
+        for i in 2..40 {
+            let limiter = master.as_mut().unwrap();
+            assert_eq!(limiter.others().len(), 1, "at {i}");
+            let (d, admitted) = admit_remembered(limiter, T0 + 2 * i * MS, 1).unwrap();
+            assert_eq!(d.allowed, 1);
+            let (delta, _) = admitted.unwrap();
+            let mut bytes = Vec::new();
+            delta.encode(&mut bytes);
+            assert_eq!(bytes.len(), 47);
+            deltas += 1;
+        }
+        assert_eq!(deltas, 38);
+    }
+
+    proptest! {
+        /// A charged delta with any bytes (a valid one mutated, or garbage after its version
+        /// byte) never panics: it applies, or is refused with the key untouched.
+        #[test]
+        fn hostile_charged_deltas_are_refused_or_apply(
+            at in any::<prop::sample::Index>(),
+            byte in any::<u8>(),
+            garbage in prop::collection::vec(any::<u8>(), 0..80),
+        ) {
+            let (p, other) = (policy(5, 10), policy(5, 11));
+            let (_, first, _) = stepped(None, &other, T0, 1);
+            let (_, master, _) = stepped(first.as_ref(), &p, T0 + MS, 1);
+            let master = master.unwrap();
+            let mut admitted = master.clone();
+            let (_, delta) = admit_remembered(&mut admitted, T0 + 3 * MS, 1).unwrap();
+            let mut bytes = Vec::new();
+            delta.unwrap().0.encode(&mut bytes);
+            let i = at.index(bytes.len());
+            bytes[i] = byte;
+            let mut wild = vec![CHARGED_FORMAT];
+            wild.extend(&garbage);
+            for candidate in [bytes, wild] {
+                let mut limiter = master.clone();
+                if apply_delta(&candidate, &mut limiter).is_err() {
+                    prop_assert_eq!(&limiter, &master);
+                }
+            }
+        }
+    }
+}

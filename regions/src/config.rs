@@ -1,0 +1,246 @@
+//! The controller's configuration file (TOML): the regions, the globally limited keys with their
+//! policy, and the control loop's settings. See docs/regions.md for an example.
+
+use serde::Deserialize;
+
+/// The whole file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// How often shares are rebalanced, in ms.
+    #[serde(default = "default_period_ms")]
+    pub period_ms: u64,
+    /// How long a written share holds, in ms: a region the controller cannot reach keeps it that
+    /// long, then falls back to its safe share. Refreshed when less than half of it is left.
+    #[serde(default = "default_lifetime_ms")]
+    pub lifetime_ms: u64,
+    /// A key's shares move only when one of them would move by more than this fraction of L.
+    #[serde(default = "default_hysteresis")]
+    pub hysteresis: f64,
+    /// How far the regions' clocks may be from the controller's, in ms: every share is counted
+    /// that much longer than its expiry.
+    #[serde(default = "default_clock_margin_ms")]
+    pub clock_margin_ms: u64,
+    /// Keys per `RL.DEMAND` or `RL.SHARE` call.
+    #[serde(default = "default_batch")]
+    pub batch: usize,
+    /// How long one region may take to answer a step of a period, in ms (default: period / 4).
+    pub timeout_ms: Option<u64>,
+    pub regions: Vec<Region>,
+    pub keys: Vec<KeyGroup>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Region {
+    pub name: String,
+    /// `redis://host:port[/db]` of the region's store (a standalone server with the module).
+    pub url: String,
+}
+
+/// Keys sharing one global policy.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyGroup {
+    /// Key names; `{a..b}` in a name expands to every integer from a to b.
+    pub keys: Vec<String>,
+    /// GCRA, TOKENBUCKET, SLIDINGLOG, SLIDINGCOUNTER or FIXEDWINDOW.
+    pub algorithm: String,
+    /// The global L per W ms, with a burst of B (default L; the window algorithms have B = L).
+    pub limit: u64,
+    pub window_ms: u64,
+    pub burst: Option<u64>,
+    /// A region's share when it holds none (or its share expired): what its gateways call the
+    /// keys with. Default L / number of regions, rounded down.
+    pub safe: Option<u64>,
+    /// The least share a region gets, so a quiet region still admits. Default L / 200 (at least 1).
+    pub floor: Option<u64>,
+}
+
+fn default_period_ms() -> u64 {
+    2000
+}
+fn default_lifetime_ms() -> u64 {
+    30_000
+}
+fn default_hysteresis() -> f64 {
+    0.02
+}
+fn default_clock_margin_ms() -> u64 {
+    50
+}
+fn default_batch() -> usize {
+    1000
+}
+
+/// One group's policy, as the controller uses it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Policy {
+    pub algorithm: String,
+    pub limit: u64,
+    pub window_ms: u64,
+    pub burst: u64,
+    pub safe: u64,
+    /// The burst gateways call with: B × safe / L, rounded down (at least 1).
+    pub safe_burst: u64,
+    pub floor: u64,
+}
+
+const ALGORITHMS: [&str; 5] = [
+    "GCRA",
+    "TOKENBUCKET",
+    "SLIDINGLOG",
+    "SLIDINGCOUNTER",
+    "FIXEDWINDOW",
+];
+
+impl Config {
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let config: Config = toml::from_str(text).map_err(|e| e.to_string())?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.regions.is_empty() {
+            return Err("no regions".into());
+        }
+        if self.period_ms == 0 || self.lifetime_ms < 2 * self.period_ms {
+            return Err("lifetime_ms must be at least two periods".into());
+        }
+        if !(0.0..1.0).contains(&self.hysteresis) || self.batch == 0 {
+            return Err("hysteresis must be in [0, 1) and batch at least 1".into());
+        }
+        for group in &self.keys {
+            self.policy(group)?;
+            expand(&group.keys)?;
+        }
+        Ok(())
+    }
+
+    /// The group's policy with its defaults filled in, checked: the safe shares and the floors
+    /// of all regions fit in L.
+    pub fn policy(&self, group: &KeyGroup) -> Result<Policy, String> {
+        let n = self.regions.len() as u64;
+        let algorithm = group.algorithm.to_ascii_uppercase();
+        if !ALGORITHMS.contains(&algorithm.as_str()) {
+            return Err(format!("unknown algorithm '{}'", group.algorithm));
+        }
+        let windowed = !matches!(algorithm.as_str(), "GCRA" | "TOKENBUCKET");
+        let limit = group.limit;
+        let burst = group.burst.unwrap_or(limit);
+        if limit == 0 || group.window_ms == 0 || burst == 0 || (windowed && burst != limit) {
+            return Err(format!(
+                "bad policy L {limit} W {} B {burst} for {algorithm}",
+                group.window_ms
+            ));
+        }
+        let safe = group.safe.unwrap_or(limit / n);
+        let floor = group.floor.unwrap_or((limit / 200).max(1));
+        if safe == 0 || safe.saturating_mul(n) > limit || floor.saturating_mul(n) > limit {
+            return Err(format!(
+                "L {limit} is too small for {n} regions with safe {safe} and floor {floor}"
+            ));
+        }
+        let safe_burst = if windowed {
+            safe
+        } else {
+            u64::try_from(u128::from(burst) * u128::from(safe) / u128::from(limit))
+                .unwrap_or(u64::MAX)
+                .max(1)
+        };
+        Ok(Policy {
+            algorithm,
+            limit,
+            window_ms: group.window_ms,
+            burst,
+            safe,
+            safe_burst,
+            floor,
+        })
+    }
+
+    pub fn timeout_ms(&self) -> u64 {
+        self.timeout_ms.unwrap_or(self.period_ms / 4).max(1)
+    }
+}
+
+/// Every key name, `{a..b}` ranges expanded.
+pub fn expand(names: &[String]) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    for name in names {
+        match range(name) {
+            Some((prefix, a, b, suffix)) => {
+                if b < a || b - a >= 10_000_000 {
+                    return Err(format!("bad range in '{name}'"));
+                }
+                out.extend((a..=b).map(|i| format!("{prefix}{i}{suffix}")));
+            }
+            None => out.push(name.clone()),
+        }
+    }
+    Ok(out)
+}
+
+fn range(name: &str) -> Option<(&str, u64, u64, &str)> {
+    let open = name.find('{')?;
+    let close = open + name[open..].find('}')?;
+    let (a, b) = name[open + 1..close].split_once("..")?;
+    Some((
+        &name[..open],
+        a.parse().ok()?,
+        b.parse().ok()?,
+        &name[close + 1..],
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+        period_ms = 2000
+        [[regions]]
+        name = "a"
+        url = "redis://127.0.0.1:6379"
+        [[regions]]
+        name = "b"
+        url = "redis://127.0.0.1:6380"
+        [[regions]]
+        name = "c"
+        url = "redis://127.0.0.1:6381"
+        [[keys]]
+        keys = ["tenant:{1..3}", "search"]
+        algorithm = "gcra"
+        limit = 3000
+        window_ms = 1000
+        burst = 6000
+    "#;
+
+    #[test]
+    fn defaults_and_expansion() {
+        let config = Config::parse(EXAMPLE).unwrap();
+        assert_eq!(config.lifetime_ms, 30_000);
+        let policy = config.policy(&config.keys[0]).unwrap();
+        assert_eq!(
+            (policy.safe, policy.safe_burst, policy.floor),
+            (1000, 2000, 15)
+        );
+        assert_eq!(
+            expand(&config.keys[0].keys).unwrap(),
+            ["tenant:1", "tenant:2", "tenant:3", "search"]
+        );
+    }
+
+    #[test]
+    fn refuses_what_cannot_hold() {
+        for (from, to) in [
+            ("limit = 3000", "limit = 2"),
+            ("algorithm = \"gcra\"", "algorithm = \"shape\""),
+            ("period_ms = 2000", "period_ms = 20000"),
+            ("burst = 6000", "burst = 0"),
+        ] {
+            assert!(Config::parse(&EXAMPLE.replace(from, to)).is_err(), "{to}");
+        }
+    }
+}

@@ -1,0 +1,56 @@
+//! The binary: `--help`, a configuration it refuses, and one period against a real store.
+
+mod world;
+
+use std::process::Command;
+
+const BIN: &str = env!("CARGO_BIN_EXE_redis-ratelimit-regions");
+
+#[test]
+fn help_and_refusals() {
+    let out = Command::new(BIN).arg("--help").output().expect("run");
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("--config FILE"), "{text}");
+    let dir = std::env::temp_dir().join(format!("rl-regions-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "period_ms = 2000\nregions = []\nkeys = []\n").expect("write");
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&bad)
+        .output()
+        .expect("run");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no regions"));
+}
+
+#[test]
+fn one_period_against_a_real_store() {
+    let server = world::Server::start();
+    let dir = std::env::temp_dir().join(format!("rl-regions-once-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let config = dir.join("regions.toml");
+    let text = format!(
+        "[[regions]]\nname = \"a\"\nurl = \"redis://127.0.0.1:{}\"\n[[keys]]\nkeys = [\"cli:{{1..3}}\"]\n\
+         algorithm = \"FIXEDWINDOW\"\nlimit = 100\nwindow_ms = 1000\n",
+        server.port
+    );
+    std::fs::write(&config, text).expect("write");
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .arg("--once")
+        .output()
+        .expect("run");
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{line}");
+    // The first period writes every key's safe share (the keys did not exist).
+    assert!(line.contains("keys_refreshed=3 shares_written=3"), "{line}");
+    let mut c = server.connect().expect("connect");
+    let rows: Vec<Vec<i64>> = redis::cmd("RL.DEMAND")
+        .arg("cli:2")
+        .query(&mut c)
+        .expect("demand");
+    assert_eq!(rows[0][2], 100);
+}

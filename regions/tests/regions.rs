@@ -1,0 +1,160 @@
+//! The budget controller against three real regions (issue 30, docs/regions.md): three
+//! redis-servers with the module on loopback, the controller's links through TCP proxies that
+//! add latency, drop connections and partition, gateways in each region that call only their own
+//! store. Demand moves: all in A, then all in B, then even, then a flash crowd in C. Time is the
+//! module's debug clock, stepped by the test; every assertion is on counts and invariants.
+
+mod world;
+
+use ratelimit_regions::Controller;
+use world::*;
+
+const STEPS_PER_PERIOD: usize = (PERIOD_MS / STEP_MS) as usize;
+const STEPS_PER_WINDOW: usize = (W_MS / STEP_MS) as usize;
+const PERIODS_PER_PHASE: usize = 6;
+
+/// Requests per step (50 ms) in each region: 60 a step is 1,200 a second, 1.2 L.
+const PHASES: [(&str, [u64; 3]); 4] = [
+    ("all in A", [60, 0, 0]),
+    ("all in B", [0, 60, 0]),
+    ("even", [20, 20, 20]),
+    ("flash crowd in C", [6, 6, 80]),
+];
+
+/// What a run saw, step by step, and what the controller reported each period.
+struct Run {
+    seen: Vec<Seen>,
+    demand: Vec<[u64; 3]>,
+    reports: Vec<Option<ratelimit_regions::Report>>,
+}
+
+/// Runs the phases; before each period, `faults(period, world, controller)` may partition,
+/// delay, kill or restart; then the controller (if any) runs its period.
+fn run(
+    world: &mut World,
+    controller: &mut Option<Controller>,
+    mut faults: impl FnMut(usize, &mut World, &mut Option<Controller>),
+) -> Run {
+    let mut out = Run {
+        seen: Vec::new(),
+        demand: Vec::new(),
+        reports: Vec::new(),
+    };
+    let mut period = 0;
+    for (_, demand) in PHASES {
+        for _ in 0..PERIODS_PER_PHASE {
+            faults(period, world, controller);
+            let now = world.now_ms();
+            out.reports.push(controller.as_mut().map(|c| c.period(now)));
+            for _ in 0..STEPS_PER_PERIOD {
+                out.seen.push(world.step(&demand));
+                out.demand.push(demand);
+            }
+            period += 1;
+        }
+    }
+    out
+}
+
+/// The bound on admissions summed over the regions in any window W: L plus the burst B, plus B
+/// for a share that rose in the window (the raised region's burst is fresh; the lowered one's
+/// spend carries). With W shorter than a period, at most one rise per window.
+const WINDOW_BOUND: u64 = L + 2 * B;
+
+fn assert_safe(run: &Run) {
+    for (i, seen) in run.seen.iter().enumerate() {
+        let sum: u64 = seen.limit.iter().sum();
+        assert!(
+            sum <= L,
+            "step {i}: shares in force {:?} sum above L",
+            seen.limit
+        );
+    }
+    let per_step: Vec<u64> = run.seen.iter().map(|s| s.admitted.iter().sum()).collect();
+    for (i, window) in per_step.windows(STEPS_PER_WINDOW).enumerate() {
+        let sum: u64 = window.iter().sum();
+        assert!(sum <= WINDOW_BOUND, "window from step {i}: {sum} admitted");
+    }
+}
+
+/// Admitted in each period, summed over the regions.
+fn per_period(run: &Run) -> Vec<u64> {
+    run.seen
+        .chunks(STEPS_PER_PERIOD)
+        .map(|p| p.iter().map(|s| s.admitted.iter().sum::<u64>()).sum())
+        .collect()
+}
+
+#[test]
+fn shares_follow_demand_and_never_sum_above_l() {
+    let mut world = World::new(20);
+    let mut controller = Some(world.controller());
+    let run = run(&mut world, &mut controller, |_, _, _| {});
+    assert_safe(&run);
+    // From the third period after each shift on, at least 98 % of L (demand is 1.2 L or more).
+    let full = L * PERIOD_MS / W_MS;
+    for (i, admitted) in per_period(&run).into_iter().enumerate() {
+        if i % PERIODS_PER_PHASE >= 3 {
+            assert!(
+                admitted * 100 >= full * 98,
+                "period {i} ({}): {admitted} of {full}",
+                PHASES[i / PERIODS_PER_PHASE].0
+            );
+        }
+    }
+    // No gateway call left its region: each store saw exactly its own gateways' calls.
+    assert_eq!(world.gcra_calls(), world.calls);
+}
+
+#[test]
+fn partitions_drops_and_a_controller_restart_stay_safe_and_every_region_decides() {
+    let mut world = World::new(20);
+    let mut controller = Some(world.controller());
+    let run = run(&mut world, &mut controller, |period, world, controller| {
+        match period {
+            // C cut off from the controller while demand moves to B (its share expires, it
+            // falls back to its safe share, B never gets what C might still use).
+            7 => world.proxies[2].partition(true),
+            12 => world.proxies[2].partition(false),
+            // Every link drops connections; then B is cut off for a period (writes it may have
+            // received are never confirmed).
+            15 => world.proxies.iter().for_each(|p| p.drops(30)),
+            17 => {
+                world.proxies.iter().for_each(|p| p.drops(0));
+                world.proxies[1].partition(true);
+            }
+            18 => world.proxies[1].partition(false),
+            // The controller dies in the flash crowd; a new one starts a period later while C
+            // (holding most of L) is cut off: it must not hand A and B what C may still use.
+            20 => *controller = None,
+            21 => {
+                world.proxies[2].partition(true);
+                *controller = Some(world.controller());
+            }
+            _ => {}
+        }
+    });
+    assert_safe(&run);
+    // Every region with demand keeps deciding locally, controller or not.
+    for (i, period) in run.seen.chunks(STEPS_PER_PERIOD).enumerate() {
+        let demand = run.demand[i * STEPS_PER_PERIOD];
+        for (r, asked) in demand.iter().enumerate() {
+            let admitted: u64 = period.iter().map(|s| s.admitted[r]).sum();
+            assert!(
+                *asked == 0 || admitted > 0,
+                "period {i}: region {r} admitted nothing"
+            );
+        }
+    }
+    let unreachable: usize = run
+        .reports
+        .iter()
+        .flatten()
+        .filter(|r| r.unreachable.iter().any(|n| n == "c"))
+        .count();
+    assert!(
+        unreachable >= 4,
+        "C was reported unreachable {unreachable} times"
+    );
+    assert_eq!(world.gcra_calls(), world.calls);
+}

@@ -1,0 +1,263 @@
+//! Three regions on loopback for the controller's tests and bench: a redis-server with the
+//! module (debug clock) per region, a TCP proxy in front of each for the controller's links
+//! (latency, dropped connections, partitions), and gateways that call only their own region.
+#![allow(dead_code)]
+
+pub mod proxy;
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ratelimit_regions::{Config, Controller};
+use redis::{Connection, Value};
+
+pub use proxy::Proxy;
+
+/// A far-future instant (2096) for the debug clocks: Redis never expires keys on its own clock.
+pub const T0_MS: u64 = 4_000_000_000_000;
+
+/// The module: `$RL_MODULE`, else the workspace's debug build (`cargo build` first).
+fn module_path() -> PathBuf {
+    if let Ok(path) = std::env::var("RL_MODULE") {
+        return PathBuf::from(path);
+    }
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/libredis_ratelimit.so");
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build` first",
+        path.display()
+    );
+    path
+}
+
+pub struct Server {
+    pub port: u16,
+    child: Child,
+}
+
+impl Server {
+    pub fn start() -> Server {
+        for _ in 0..5 {
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map(|a| a.port())
+                .expect("a free port");
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no", "--dir", "/tmp"])
+                .arg("--loadmodule")
+                .arg(module_path())
+                .args(["DEBUG-CLOCK", "yes"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("redis-server");
+            let mut server = Server { port, child };
+            let began = Instant::now();
+            while began.elapsed() < Duration::from_secs(10) {
+                if let Ok(mut c) = server.connect() {
+                    if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                        return server;
+                    }
+                }
+                if let Ok(Some(_)) = server.child.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = server.child.kill();
+        }
+        panic!("redis-server did not start");
+    }
+
+    pub fn connect(&self) -> redis::RedisResult<Connection> {
+        redis::Client::open(format!("redis://127.0.0.1:{}", self.port))?.get_connection()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One key's global policy in the tests: GCRA, L 1000 per second, burst 100; each region's safe
+/// share L/3 = 333 (burst 33), floor 5.
+pub const KEY: &str = "tenant:1";
+pub const L: u64 = 1000;
+pub const W_MS: u64 = 1000;
+pub const B: u64 = 100;
+pub const SAFE: u64 = 333;
+pub const SAFE_BURST: u64 = 33;
+pub const PERIOD_MS: u64 = 2000;
+/// The module clock advances this much per step; gateways call at each step's instant.
+pub const STEP_MS: u64 = 50;
+
+pub struct World {
+    pub servers: Vec<Server>,
+    pub proxies: Vec<Proxy>,
+    /// One connection per region, straight to its own server: the gateways.
+    gateways: Vec<Connection>,
+    /// The test's own look at each store (INSPECT): straight to the server.
+    pub looks: Vec<Connection>,
+    pub t_ms: u64,
+    /// Gateway calls made in each region.
+    pub calls: Vec<u64>,
+}
+
+/// What one step saw: admitted per region, and each region's share in force (INSPECT's `limit`).
+#[derive(Clone, Debug, Default)]
+pub struct Seen {
+    pub admitted: Vec<u64>,
+    pub limit: Vec<u64>,
+}
+
+impl World {
+    pub fn new(latency_ms: u64) -> World {
+        let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+        let proxies = servers
+            .iter()
+            .map(|s| Proxy::start(s.port, latency_ms))
+            .collect();
+        let gateways = servers
+            .iter()
+            .map(|s| s.connect().expect("gateway"))
+            .collect();
+        let looks = servers.iter().map(|s| s.connect().expect("look")).collect();
+        let mut world = World {
+            servers,
+            proxies,
+            gateways,
+            looks,
+            t_ms: 0,
+            calls: vec![0; 3],
+        };
+        world.set_clocks();
+        world
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        T0_MS + self.t_ms
+    }
+
+    fn set_clocks(&mut self) {
+        let now = self.now_ms();
+        for c in self.looks.iter_mut() {
+            let _: Value = redis::cmd("RL.DEBUG")
+                .arg("CLOCK")
+                .arg("SET")
+                .arg(now)
+                .query(c)
+                .expect("clock");
+        }
+    }
+
+    /// The controller's configuration: the three regions through their proxies, `keys` as
+    /// the test's policy, the period and a 10 s lifetime.
+    pub fn config(&self, keys: &str) -> Config {
+        let regions: String = self
+            .proxies
+            .iter()
+            .zip(["a", "b", "c"])
+            .map(|(p, name)| {
+                format!(
+                    "[[regions]]\nname = \"{name}\"\nurl = \"redis://127.0.0.1:{}\"\n",
+                    p.port
+                )
+            })
+            .collect();
+        let text = format!(
+            "period_ms = {PERIOD_MS}\nlifetime_ms = 10000\nclock_margin_ms = 0\ntimeout_ms = 10000\n\
+             {regions}\n[[keys]]\nkeys = [{keys}]\nalgorithm = \"GCRA\"\nlimit = {L}\n\
+             window_ms = {W_MS}\nburst = {B}\nfloor = 5\n"
+        );
+        Config::parse(&text).expect("config")
+    }
+
+    pub fn controller(&self) -> Controller {
+        Controller::new(self.config(&format!("\"{KEY}\""))).expect("controller")
+    }
+
+    /// Advances every clock one step, then each region's gateways ask `demand[r]` requests of
+    /// `KEY` at that instant (pipelined); answers what was admitted and the limits in force.
+    pub fn step(&mut self, demand: &[u64]) -> Seen {
+        self.t_ms += STEP_MS;
+        self.set_clocks();
+        let mut seen = Seen::default();
+        for (r, c) in self.gateways.iter_mut().enumerate() {
+            let n = demand.get(r).copied().unwrap_or(0);
+            let mut pipe = redis::pipe();
+            for _ in 0..n {
+                pipe.cmd("RL.GCRA")
+                    .arg(KEY)
+                    .arg(SAFE)
+                    .arg(W_MS)
+                    .arg("BURST")
+                    .arg(SAFE_BURST);
+            }
+            let replies: Vec<Vec<i64>> = if n > 0 {
+                pipe.query(c).expect("gateway")
+            } else {
+                vec![]
+            };
+            self.calls[r] += n;
+            seen.admitted
+                .push(replies.iter().filter(|r| r.first() == Some(&1)).count() as u64);
+        }
+        for c in self.looks.iter_mut() {
+            seen.limit.push(limit_now(c, KEY));
+        }
+        seen
+    }
+
+    /// `cmdstat_rl.gcra` calls of each server.
+    pub fn gcra_calls(&mut self) -> Vec<u64> {
+        self.looks
+            .iter_mut()
+            .map(|c| {
+                let info: String = redis::cmd("INFO")
+                    .arg("commandstats")
+                    .query(c)
+                    .expect("info");
+                info.lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("cmdstat_rl.gcra:calls=")
+                            .map(String::from)
+                    })
+                    .and_then(|rest| rest.split(',').next().and_then(|n| n.parse().ok()))
+                    .unwrap_or(0)
+            })
+            .collect()
+    }
+}
+
+/// The L the key is decided under in that store now: its share while in force, else the safe
+/// share the gateways call with (also for a missing key).
+pub fn limit_now(c: &mut Connection, key: &str) -> u64 {
+    let fields: Vec<Value> = redis::cmd("RL.INSPECT")
+        .arg(key)
+        .query(c)
+        .unwrap_or_default();
+    let mut share = None;
+    let mut share_ttl = 0;
+    for pair in fields.chunks(2) {
+        if let [name, value] = pair {
+            let name: String = redis::from_redis_value(name).unwrap_or_default();
+            let value: i64 = redis::from_redis_value(value).unwrap_or(0);
+            match name.as_str() {
+                "share" => share = Some(value as u64),
+                "share_ttl_ms" => share_ttl = value,
+                _ => {}
+            }
+        }
+    }
+    match share {
+        Some(s) if share_ttl > 0 => s,
+        _ => SAFE,
+    }
+}

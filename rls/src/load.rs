@@ -1,0 +1,471 @@
+//! YAML files to a [`Config`], with the peer's checks (unknown field, empty or duplicate domain,
+//! empty or duplicate descriptor key, bad unit, a unit with `unlimited`, an empty `replaces` or one
+//! naming its own rule, values that are neither strings, integers nor booleans) and ours on the
+//! extensions. Every error names the file and the entry: `file: descriptors[0].descriptors[1]
+//! (key 'path'): invalid rate limit unit 'fortnight'`.
+
+use std::sync::Arc;
+
+use ratelimit_client::{Algorithm, Class};
+use yaml_rust2::yaml::Hash;
+use yaml_rust2::{Yaml, YamlLoader};
+
+use crate::config::{Config, Node, Options, Rule, Unit};
+
+/// The fields the peer knows, then ours.
+const FIELDS: &[&str] = &[
+    "domain",
+    "key",
+    "value",
+    "descriptors",
+    "rate_limit",
+    "unit",
+    "requests_per_unit",
+    "unlimited",
+    "shadow_mode",
+    "name",
+    "replaces",
+    "detailed_metric",
+    "algorithm",
+    "burst",
+    "class",
+    "lease",
+];
+
+/// Why a set of files was refused; the text names the file and the entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Builds one config from `(file name, contents)` pairs, in order. `merge` is the peer's
+/// `MERGE_DOMAIN_CONFIG`: a domain in two files is merged instead of refused.
+pub fn load(files: &[(String, String)], merge: bool) -> Result<Config, ConfigError> {
+    let mut config = Config::default();
+    for (name, text) in files {
+        load_file(&mut config, name, text, merge)?;
+        config.files.push(name.clone());
+    }
+    Ok(config)
+}
+
+fn load_file(config: &mut Config, file: &str, text: &str, merge: bool) -> Result<(), ConfigError> {
+    let err = |at: &str, what: String| {
+        ConfigError(if at.is_empty() {
+            format!("{file}: {what}")
+        } else {
+            format!("{file}: {at}: {what}")
+        })
+    };
+    let docs = YamlLoader::load_from_str(text)
+        .map_err(|e| err("", format!("error loading config file: {e}")))?;
+    let root = match docs.into_iter().next() {
+        Some(Yaml::Hash(h)) => h,
+        Some(Yaml::Null) | None => {
+            return Err(err("", "config file cannot have empty domain".into()))
+        }
+        Some(_) => return Err(err("", "the file is not a mapping".into())),
+    };
+    check_fields(&root, "", &err)?;
+    let domain = match root.get(&Yaml::String("domain".into())) {
+        None | Some(Yaml::Null) => String::new(),
+        Some(v) => scalar(v).ok_or_else(|| err("domain", "must be a string".into()))?,
+    };
+    if domain.is_empty() {
+        return Err(err("", "config file cannot have empty domain".into()));
+    }
+    if config.domains.contains_key(&domain) && !merge {
+        return Err(err(
+            "",
+            format!("duplicate domain '{domain}' in config file"),
+        ));
+    }
+    let descriptors = list(&root, "descriptors", "", &err)?;
+    let node = config.domains.entry(domain.clone()).or_default();
+    load_level(node, &descriptors, &domain, "", &err)
+}
+
+type Err<'a> = dyn Fn(&str, String) -> ConfigError + 'a;
+
+/// Every key a string the format knows; every value a string, integer, boolean, list of
+/// mappings or mapping (a float or anything else is refused, as the peer refuses it).
+fn check_fields(map: &Hash, at: &str, err: &Err<'_>) -> Result<(), ConfigError> {
+    for (k, v) in map {
+        let Yaml::String(name) = k else {
+            return Err(err(
+                at,
+                format!("config error, key is not of type string: {k:?}"),
+            ));
+        };
+        if !FIELDS.contains(&name.as_str()) {
+            return Err(err(at, format!("config error, unknown key '{name}'")));
+        }
+        let here = if at.is_empty() {
+            name.clone()
+        } else {
+            format!("{at}.{name}")
+        };
+        match v {
+            Yaml::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    let Yaml::Hash(h) = item else {
+                        return Err(err(
+                            &format!("{here}[{i}]"),
+                            "config error, yaml file contains list of type other than map".into(),
+                        ));
+                    };
+                    check_fields(h, &format!("{here}[{i}]"), err)?;
+                }
+            }
+            Yaml::Hash(h) => check_fields(h, &here, err)?,
+            Yaml::String(_) | Yaml::Integer(_) | Yaml::Boolean(_) | Yaml::Null => {}
+            other => {
+                return Err(err(
+                    &here,
+                    format!("config error, a value of unsupported type: {other:?}"),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+fn load_level(
+    node: &mut Node,
+    descriptors: &[Hash],
+    parent: &str,
+    at: &str,
+    err: &Err<'_>,
+) -> Result<(), ConfigError> {
+    for (i, d) in descriptors.iter().enumerate() {
+        let key = text(d, "key").unwrap_or_default();
+        let here = format!(
+            "{}descriptors[{i}]{}",
+            if at.is_empty() {
+                String::new()
+            } else {
+                format!("{at}.")
+            },
+            if key.is_empty() {
+                String::new()
+            } else {
+                format!(" (key '{key}')")
+            }
+        );
+        let field = |name: &str| -> Result<String, ConfigError> {
+            match d.get(&Yaml::String(name.into())) {
+                None | Some(Yaml::Null) => Ok(String::new()),
+                Some(v) => {
+                    scalar(v).ok_or_else(|| err(&here, format!("'{name}' must be a string")))
+                }
+            }
+        };
+        let key = field("key")?;
+        if key.is_empty() {
+            return Err(err(&here, "descriptor has empty key".into()));
+        }
+        let value = field("value")?;
+        let composite = if value.is_empty() {
+            key.clone()
+        } else {
+            format!("{key}_{value}")
+        };
+        let full = format!("{parent}.{composite}");
+        if node.children.contains_key(&composite) {
+            return Err(err(
+                &here,
+                format!("duplicate descriptor composite key '{full}'"),
+            ));
+        }
+        let shadow_mode = flag(d, "shadow_mode", &here, err)?;
+        let detailed_metric = flag(d, "detailed_metric", &here, err)?;
+        let rule = match d.get(&Yaml::String("rate_limit".into())) {
+            None | Some(Yaml::Null) => None,
+            Some(Yaml::Hash(rl)) => Some(Arc::new(rule(
+                rl,
+                &full,
+                shadow_mode,
+                detailed_metric,
+                &format!("{here}.rate_limit"),
+                err,
+            )?)),
+            Some(_) => return Err(err(&here, "'rate_limit' must be a mapping".into())),
+        };
+        let mut child = Node {
+            rule,
+            ..Node::default()
+        };
+        let nested = list(d, "descriptors", &here, err)?;
+        load_level(&mut child, &nested, &full, &here, err)?;
+        if composite.ends_with('*') {
+            node.wildcards.push(composite.clone());
+        }
+        node.children.insert(composite, child);
+    }
+    Ok(())
+}
+
+fn rule(
+    rl: &Hash,
+    full: &str,
+    shadow_mode: bool,
+    detailed_metric: bool,
+    at: &str,
+    err: &Err<'_>,
+) -> Result<Rule, ConfigError> {
+    let unlimited = flag(rl, "unlimited", at, err)?;
+    let unit_text = text(rl, "unit").unwrap_or_default();
+    let unit = Unit::parse(&unit_text);
+    if unlimited && unit.is_some() {
+        return Err(err(
+            at,
+            "should not specify rate limit unit when unlimited".into(),
+        ));
+    }
+    if !unlimited && unit.is_none() {
+        return Err(err(at, format!("invalid rate limit unit '{unit_text}'")));
+    }
+    let requests_per_unit = match rl.get(&Yaml::String("requests_per_unit".into())) {
+        None | Some(Yaml::Null) => 0,
+        Some(Yaml::Integer(n)) => u32::try_from(*n).map_err(|_| {
+            err(
+                at,
+                format!("requests_per_unit {n} is not between 0 and 4294967295"),
+            )
+        })?,
+        Some(_) => return Err(err(at, "requests_per_unit must be an integer".into())),
+    };
+    let name = text(rl, "name").unwrap_or_default();
+    let mut replaces = Vec::new();
+    for r in list(rl, "replaces", at, err)? {
+        let n = text(&r, "name").unwrap_or_default();
+        if n.is_empty() {
+            return Err(err(at, "should not have an empty replaces entry".into()));
+        }
+        if n == name {
+            return Err(err(
+                at,
+                "replaces should not contain name of same descriptor".into(),
+            ));
+        }
+        replaces.push(n);
+    }
+    let options = options(rl, at, err)?;
+    let unit = unit.unwrap_or(Unit::Second);
+    let stats_key = full.to_string();
+    Ok(Rule {
+        limit: (!unlimited).then(|| options.limit(&stats_key, requests_per_unit, unit)),
+        stats_key,
+        name,
+        replaces,
+        unlimited,
+        unit,
+        requests_per_unit,
+        shadow_mode,
+        detailed_metric,
+    })
+}
+
+/// `algorithm`, `burst`, `class`, `lease`: our extensions.
+fn options(rl: &Hash, at: &str, err: &Err<'_>) -> Result<Options, ConfigError> {
+    let mut o = Options::default();
+    if let Some(a) = text(rl, "algorithm") {
+        o.algorithm = match a.as_str() {
+            "fixed_window" => Algorithm::FixedWindow,
+            "gcra" => Algorithm::Gcra,
+            "token_bucket" => Algorithm::TokenBucket,
+            "sliding_log" => Algorithm::SlidingLog,
+            "sliding_counter" => Algorithm::SlidingCounter,
+            _ => {
+                return Err(err(
+                    at,
+                    format!(
+                        "unknown algorithm '{a}' (fixed_window, gcra, token_bucket, sliding_log, \
+                         sliding_counter)"
+                    ),
+                ))
+            }
+        };
+    }
+    if let Some(c) = text(rl, "class") {
+        o.class = match c.as_str() {
+            "security" => Class::Security,
+            "contract" => Class::Contract,
+            "billing" => Class::Billing,
+            _ => {
+                return Err(err(
+                    at,
+                    format!("unknown class '{c}' (security, contract, billing)"),
+                ))
+            }
+        };
+    }
+    o.burst = positive(rl, "burst", at, err)?;
+    o.lease = positive(rl, "lease", at, err)?;
+    if o.burst.is_some() && !o.algorithm.has_burst() && o.lease.is_none() {
+        return Err(err(
+            at,
+            "burst is for the gcra and token_bucket algorithms only".into(),
+        ));
+    }
+    if o.lease.is_some() && !matches!(o.algorithm, Algorithm::TokenBucket) {
+        return Err(err(
+            at,
+            "lease needs algorithm token_bucket (leases are taken from a token bucket)".into(),
+        ));
+    }
+    Ok(o)
+}
+
+fn positive(rl: &Hash, name: &str, at: &str, err: &Err<'_>) -> Result<Option<u64>, ConfigError> {
+    match rl.get(&Yaml::String(name.into())) {
+        None | Some(Yaml::Null) => Ok(None),
+        Some(Yaml::Integer(n)) if *n > 0 => Ok(u64::try_from(*n).ok()),
+        Some(_) => Err(err(at, format!("{name} must be a positive integer"))),
+    }
+}
+
+fn flag(map: &Hash, name: &str, at: &str, err: &Err<'_>) -> Result<bool, ConfigError> {
+    match map.get(&Yaml::String(name.into())) {
+        None | Some(Yaml::Null) => Ok(false),
+        Some(Yaml::Boolean(b)) => Ok(*b),
+        Some(_) => Err(err(at, format!("{name} must be true or false"))),
+    }
+}
+
+fn list(map: &Hash, name: &str, at: &str, err: &Err<'_>) -> Result<Vec<Hash>, ConfigError> {
+    match map.get(&Yaml::String(name.into())) {
+        None | Some(Yaml::Null) => Ok(Vec::new()),
+        Some(Yaml::Array(items)) => Ok(items
+            .iter()
+            .filter_map(|i| match i {
+                Yaml::Hash(h) => Some(h.clone()),
+                _ => None,
+            })
+            .collect()),
+        Some(_) => Err(err(at, format!("'{name}' must be a list"))),
+    }
+}
+
+/// A scalar as text: strings as they are, integers and booleans written out (as the peer's YAML
+/// decoder reads them into its string fields).
+fn scalar(v: &Yaml) -> Option<String> {
+    match v {
+        Yaml::String(s) => Some(s.clone()),
+        Yaml::Integer(i) => Some(i.to_string()),
+        Yaml::Boolean(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn text(map: &Hash, name: &str) -> Option<String> {
+    map.get(&Yaml::String(name.into())).and_then(scalar)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(text: &str) -> Result<Config, ConfigError> {
+        load(&[("config/t.yaml".into(), text.into())], false)
+    }
+
+    fn rule_of(c: &Config, domain: &str, entries: &[(&str, &str)]) -> Option<String> {
+        c.rule_for(domain, entries).map(|r| r.stats_key.clone())
+    }
+
+    #[test]
+    fn matching_follows_the_peer() {
+        let c = one("domain: d
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: second, requests_per_unit: 10}
+  - key: remote_address
+    value: 10.0.0.1
+  - key: path
+    value: /admin*
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: path
+    rate_limit: {unit: minute, requests_per_unit: 100}
+    descriptors:
+      - key: user
+        rate_limit: {unit: hour, requests_per_unit: 5}
+")
+        .unwrap();
+        let r = |e: &[(&str, &str)]| rule_of(&c, "d", e);
+        assert_eq!(
+            r(&[("remote_address", "1.2.3.4")]).as_deref(),
+            Some("d.remote_address")
+        );
+        // A key/value entry without rate_limit whitelists that value.
+        assert_eq!(r(&[("remote_address", "10.0.0.1")]), None);
+        assert_eq!(
+            r(&[("path", "/admin/users")]).as_deref(),
+            Some("d.path_/admin*")
+        );
+        assert_eq!(r(&[("path", "/api")]).as_deref(), Some("d.path"));
+        assert_eq!(
+            r(&[("path", "/api"), ("user", "bob")]).as_deref(),
+            Some("d.path.user")
+        );
+        // The request is deeper than the config: no rule.
+        assert_eq!(r(&[("remote_address", "1.2.3.4"), ("x", "y")]), None);
+        // Shallower than the config at a level with a rule: that level's rule.
+        assert_eq!(r(&[("nothing", "here")]), None);
+        assert_eq!(rule_of(&c, "other", &[("path", "/")]), None);
+    }
+
+    #[test]
+    fn every_rejection_names_file_and_entry() {
+        let cases: &[(&str, &str)] = &[
+            ("domain: d\nfoo: 1\n", "config/t.yaml: config error, unknown key 'foo'"),
+            ("descriptors: []\n", "config/t.yaml: config file cannot have empty domain"),
+            (
+                "domain: d\ndescriptors:\n  - value: v\n",
+                "config/t.yaml: descriptors[0]: descriptor has empty key",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+                "config/t.yaml: descriptors[0] (key 'k').rate_limit: invalid rate limit unit 'fortnight'",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: second}\n",
+                "config/t.yaml: descriptors[0] (key 'k').rate_limit: should not specify rate limit unit when unlimited",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n  - key: k\n",
+                "config/t.yaml: descriptors[1] (key 'k'): duplicate descriptor composite key 'd.k'",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: a, replaces: [{name: a}]}\n",
+                "config/t.yaml: descriptors[0] (key 'k').rate_limit: replaces should not contain name of same descriptor",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1.5}\n",
+                "config/t.yaml: descriptors[0].rate_limit.requests_per_unit: config error, a value of unsupported type: Real(\"1.5\")",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: leaky}\n",
+                "config/t.yaml: descriptors[0] (key 'k').rate_limit: unknown algorithm 'leaky' (fixed_window, gcra, token_bucket, sliding_log, sliding_counter)",
+            ),
+        ];
+        for (text, want) in cases {
+            assert_eq!(one(text).unwrap_err().0, *want, "{text}");
+        }
+        let two = [
+            ("a.yaml".to_string(), "domain: d\n".to_string()),
+            ("b.yaml".to_string(), "domain: d\n".to_string()),
+        ];
+        assert_eq!(
+            load(&two, false).unwrap_err().0,
+            "b.yaml: duplicate domain 'd' in config file"
+        );
+        assert!(load(&two, true).is_ok());
+    }
+}

@@ -1,0 +1,235 @@
+//! `RL.SHARE algorithm L W B key share expire_at_ms [key share expire_at_ms ...]` — the budget
+//! controller stores each key's share of a global limit in this region (see docs/regions.md and
+//! `state::share`). `algorithm L W B` is the region's *safe* policy, the one its gateways call
+//! the keys with: a missing key is created under it, full, holding the share (so the region
+//! counts its demand from now on); an existing key must hold a limiter of that algorithm. A
+//! share of 0 removes the key's share (the key is decided under the caller's policy again). The
+//! key lives at least until the share's expiry.
+//!
+//! The reply, one row per key: `[share, expire_at_ms, limit, burst]`, what the key holds now
+//! (share 0: none) and the policy it is decided under now, so the controller reads back what it
+//! wrote. On an error (a key holding something else), the keys before it hold their new share.
+//!
+//! Also the request path's hook: [`prepare`] (the policy a request is decided under, the state
+//! carried to it), [`count`] (the demand counters) and [`keep_ns`].
+
+use super::args::policy;
+use super::effect;
+use super::limit::{accepts, wrong_type};
+use super::reply::Reply;
+use crate::algo::{Algorithm, Policy, MAX_LIMIT, MAX_WINDOW_MS};
+use crate::clock;
+use crate::error::{echo, Error};
+use crate::host::call::{Args, Ctx, RString};
+use crate::metrics;
+use crate::state::share::{Share, MAX_EXPIRE_AT_MS};
+use crate::state::{AlgoState, Limiter, Stored};
+
+/// Keys one call may name: bounds the work of one call (the controller batches).
+pub const MAX_KEYS: usize = 10_000;
+
+/// The policy a request under `called` is decided under: the caller's, scaled to the share the
+/// key holds while it is in force. Unless the request is a peek, the key's state is carried to
+/// that policy here (what was spent stays spent) and `true` says the key changed, to be stored
+/// and propagated whatever the decision (a lowered share that denies must still hold).
+pub fn prepare<A: Stored>(
+    limiter: &mut Limiter,
+    called: &Policy,
+    now_ns: u64,
+    peek: bool,
+) -> Result<(Policy, bool), Error> {
+    let Some(shared) = limiter.shared() else {
+        return Ok((*called, false));
+    };
+    let to = shared.share.policy_for(called, now_ns);
+    if peek || limiter.policy == to {
+        return Ok((to, false));
+    }
+    let (from, before) = (limiter.policy, metrics::Footprint::of(limiter));
+    let Some(state) = A::of_mut(&mut limiter.state) else {
+        return Err(wrong_type::<A>(limiter));
+    };
+    *state = state.rescale(&from, &to, now_ns);
+    limiter.policy = to;
+    metrics::limiter_changed(before, limiter);
+    Ok((to, true))
+}
+
+/// Counts a request of a key holding a share: `asked` (its cost, or a lease's WANT) and what
+/// was `admitted`. Memory only: nothing is stored or propagated.
+pub fn count(limiter: &mut Limiter, asked: u64, admitted: u64) {
+    if let Some(shared) = limiter.shared_mut() {
+        shared.asked = shared.asked.saturating_add(asked);
+        shared.admitted = shared.admitted.saturating_add(admitted);
+    }
+}
+
+/// How long a key must live for the share it holds (0: none).
+pub fn keep_ns(limiter: &Limiter, now_ns: u64) -> u64 {
+    limiter.shared().map_or(0, |s| s.share.keep_ns(now_ns))
+}
+
+/// One algorithm `RL.SHARE` accepts: its word and its handler for one key.
+type Entry = (&'static str, bool, Setter);
+type Setter = fn(&Ctx, RString<'_>, &Policy, Option<Share>, u64) -> Result<[i64; 4], Error>;
+
+macro_rules! entry {
+    (limiter, $state:ty, $word:literal) => {
+        Some(($word, <$state as Algorithm>::BURST, set::<$state> as Setter))
+    };
+    ($other:ident, $state:ty, $word:literal) => {
+        None
+    };
+}
+
+/// The limiter algorithms of the registry (`algo::registry!`); the shaper takes no share.
+macro_rules! share_table {
+    ($($module:ident::$variant:ident, $word:literal, $event:literal, $kind:ident, $summary:literal;)*) => {
+        const ALGORITHMS: &[Option<Entry>] =
+            &[$(entry!($kind, crate::algo::$module::$variant, $word),)*];
+    };
+}
+
+crate::algo::registry!(share_table);
+
+/// Where the keys are: every third argument from the fifth (for a keys-position request).
+pub const FIRST_KEY: usize = 5;
+
+pub fn share(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
+    let word = args.next_bytes()?;
+    let Some((_, burst, set)) = ALGORITHMS
+        .iter()
+        .flatten()
+        .find(|(w, ..)| w.as_bytes().eq_ignore_ascii_case(word))
+    else {
+        let words: Vec<&str> = ALGORITHMS.iter().flatten().map(|e| e.0).collect();
+        return Err(Error::Syntax(format!(
+            "unknown algorithm '{}'; expected one of {}",
+            echo(word),
+            words.join(", ")
+        )));
+    };
+    let limit = args.next_u64("L", 1, MAX_LIMIT)?;
+    let window_ms = args.next_u64("W", 1, MAX_WINDOW_MS)?;
+    let capacity = args.next_u64("B", 1, MAX_LIMIT)?;
+    if !burst && capacity != limit {
+        return Err(Error::Syntax(format!("B must equal L for {}", echo(word))));
+    }
+    let safe = policy(limit, window_ms, capacity)?;
+    if args.remaining() == 0 || !args.remaining().is_multiple_of(3) {
+        return Err(Error::WrongArity);
+    }
+    if args.remaining() / 3 > MAX_KEYS {
+        return Err(Error::Syntax(format!("at most {MAX_KEYS} keys per call")));
+    }
+    // Every number is read before any key changes. A share whose expiry has passed is refused:
+    // a write the controller gave up on can never land after it stopped counting it.
+    let now_ns = clock::now_ns();
+    let mut rows = Vec::with_capacity(args.remaining() / 3);
+    while args.remaining() > 0 {
+        let key = args.next_string()?;
+        let share = args.next_u64("share", 0, MAX_LIMIT)?;
+        let expire_at_ms = args.next_u64("expire_at_ms", 0, MAX_EXPIRE_AT_MS)?;
+        let share = match (share, expire_at_ms) {
+            (0, _) => None,
+            (_, 0) => {
+                return Err(Error::Syntax(
+                    "a share needs an expiry (unix time in ms)".into(),
+                ))
+            }
+            (limit, expire_at_ms) => {
+                let share = Share {
+                    limit,
+                    expire_at_ms,
+                };
+                if !share.active(now_ns) {
+                    return Err(Error::Syntax(format!(
+                        "share expiry {expire_at_ms} has passed"
+                    )));
+                }
+                Some(share)
+            }
+        };
+        rows.push((key, share));
+    }
+    let mut out = Vec::with_capacity(rows.len());
+    for (key, share) in rows {
+        out.push(set(ctx, key, &safe, share, now_ns)?.to_vec());
+    }
+    metrics::note(metrics::Outcome::Call);
+    Ok(Reply::Rows(out))
+}
+
+/// Stores `share` (None: removes it) in the key `name` holding a limiter of algorithm `A`.
+fn set<A: Stored>(
+    ctx: &Ctx,
+    name: RString<'_>,
+    safe: &Policy,
+    share: Option<Share>,
+    now_ns: u64,
+) -> Result<[i64; 4], Error> {
+    if let Some(share) = share {
+        accepts::<A>(&share.policy_for(safe, now_ns))?;
+    }
+    let mut key = ctx.open(name, true);
+    let expires_at_ms = key.expires_at_ms();
+    let limiter = match (key.limiter(A::NAME)?, share) {
+        (None, None) => return Ok([0; 4]),
+        (None, Some(share)) => {
+            // Full: what a first request under the share would start from.
+            let to = share.policy_for(safe, now_ns);
+            let Some(full) = A::check(None, &to, now_ns, 1)
+                .next
+                .map(|s| s.refund(&to, now_ns, 1))
+            else {
+                return Err(Error::Internal);
+            };
+            Limiter::new(to, AlgoState::shared(share, full.wrap()))
+        }
+        (Some(held), share) => {
+            let from = held.policy;
+            let to = share.map_or(*safe, |s| s.policy_for(safe, now_ns));
+            let Some(state) = A::of(&held.state) else {
+                return Err(wrong_type::<A>(held));
+            };
+            let state = state.rescale(&from, &to, now_ns).wrap();
+            let (asked, admitted) = held.shared().map_or((0, 0), |s| (s.asked, s.admitted));
+            let state = match share {
+                Some(share) => AlgoState::shared(share, state),
+                None => state,
+            };
+            let mut limiter = Limiter::new(to, state);
+            if let Some(shared) = limiter.shared_mut() {
+                (shared.asked, shared.admitted) = (asked, admitted);
+            }
+            limiter
+        }
+    };
+    // The key lives as long as it had to, and at least until the share's expiry.
+    let until_ns =
+        expires_at_ms.map_or(0, |ms| ms.saturating_mul(1_000_000).saturating_sub(now_ns));
+    let keep = A::check(A::of(&limiter.state), &limiter.policy, now_ns, 0)
+        .decision
+        .reset_after_ns
+        .max(until_ns)
+        .max(keep_ns(&limiter, now_ns));
+    let stored = key.store(limiter)?;
+    let at = effect::propagate(ctx, name, stored, now_ns, keep);
+    let held = row(stored);
+    key.expire_at(Some(at));
+    Ok(held)
+}
+
+/// `[share, expire_at_ms, limit, burst]` of a stored limiter.
+fn row(limiter: &Limiter) -> [i64; 4] {
+    let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+    let (share, expire_at_ms) = limiter
+        .shared()
+        .map_or((0, 0), |s| (s.share.limit, s.share.expire_at_ms));
+    [
+        int(share),
+        int(expire_at_ms),
+        int(limiter.policy.limit()),
+        int(limiter.policy.capacity()),
+    ]
+}
