@@ -2,7 +2,8 @@
 //! p50/p99 with the store healthy, with leases (most requests never leave the process), while
 //! the store is stalled (SIGSTOP: p99 bounded by the deadline, the circuit skips the stall), with
 //! 1, 16 and 256 requests in flight when it freezes, while it answers `OOM`, and what the billing
-//! journal costs per request admitted without the store (and its fsync, the journal's window).
+//! journal costs per request admitted without the store (and its fsync, the journal's window),
+//! and a streaming token gateway (tokens per second, and what a settle adds per request).
 //!
 //! `make bench-client` (or `cargo run --release -p redis-ratelimit-client --example bench --
 //! [REQUESTS]`) starts its own redis-server on 127.0.0.1 with `target/release/libredis_ratelimit.so`
@@ -175,6 +176,101 @@ async fn run(url: &str, pid: u32, n: usize) -> Result<(), Box<dyn std::error::Er
     }
     out_of_memory(url, &mut raw, n).await?;
     journal_cost(url, &mut raw, n).await?;
+    token_gateway(url, n / 10).await?;
+    Ok(())
+}
+
+/// A fake model's answer of `left` tokens ("tok "), 8 to a data frame.
+struct Completion {
+    left: usize,
+}
+
+impl http_body::Body for Completion {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        if self.left == 0 {
+            return std::task::Poll::Ready(None);
+        }
+        let k = self.left.min(8);
+        self.left -= k;
+        let frame = http_body::Frame::data(bytes::Bytes::from("tok ".repeat(k)));
+        std::task::Poll::Ready(Some(Ok(frame)))
+    }
+}
+
+/// The streaming gateway of `examples/tokens.rs` in process (an axum router called with
+/// `oneshot`, no HTTP connection): responses of 1,000 tokens behind `RateLimitLayer` (one check,
+/// nothing settled) and behind `TokenLimitLayer` (a reservation of 500, the body metered and
+/// settled at 1,000: one `RL.SETTLE` more). Tokens per second, and what the settle adds.
+async fn token_gateway(url: &str, n: usize) -> Result<(), Box<dyn std::error::Error>> {
+    use axum::body::Body;
+    use http_body_util::BodyExt;
+    use ratelimit_client::layer::{RateLimitLayer, TokenLimitLayer};
+    use tower::ServiceExt;
+
+    const TOKENS: usize = 1000;
+    let n = n.max(200);
+    let limiter = Limiter::new(Store::connect(url).await?, Config::default());
+    let policy = Policy::gcra(1_000_000_000, 1000);
+    let model = || async { Body::new(Completion { left: TOKENS }) };
+    let checked = axum::Router::new()
+        .route("/", axum::routing::get(model))
+        .layer(RateLimitLayer::new(
+            limiter.clone(),
+            Limit::new("requests", policy, Class::Contract),
+            |_: &http::Request<Body>| Some("bench:tok:checked".to_string()),
+        ));
+    let tokens = TokenLimitLayer::new(
+        limiter.clone(),
+        vec![Limit::new("tokens", policy, Class::Contract)],
+        |_: &http::Request<Body>| Some(vec!["bench:tok:settled".to_string()]),
+        500,
+    )
+    .count(|frame: &bytes::Bytes| frame.iter().filter(|b| **b == b' ').count() as u64);
+    let settled = axum::Router::new()
+        .route("/", axum::routing::get(model))
+        .layer(tokens);
+    let mut rows = Vec::new();
+    for (case, app) in [
+        ("1,000-token stream, RateLimitLayer", checked),
+        ("1,000-token stream, TokenLimitLayer", settled),
+    ] {
+        let calls = limiter.stats().store_calls;
+        let mut samples = Vec::with_capacity(n);
+        let started = Instant::now();
+        for i in 0..n + 100 {
+            let t = Instant::now();
+            let req = http::Request::get("/").body(Body::empty())?;
+            let resp = app.clone().oneshot(req).await?;
+            let body = resp.into_body().collect().await?.to_bytes();
+            if body.len() != TOKENS * 4 {
+                return Err(format!("{case}: {} bytes", body.len()).into());
+            }
+            if i >= 100 {
+                samples.push(t.elapsed());
+            }
+        }
+        let took = started.elapsed();
+        let calls = limiter.stats().store_calls - calls;
+        rows.push(print(case, samples));
+        println!(
+            "{:<44} {:.0} tokens/s, {:.2} store calls per request",
+            "",
+            ((n + 100) * TOKENS) as f64 / took.as_secs_f64(),
+            calls as f64 / (n + 100) as f64
+        );
+    }
+    println!(
+        "{:<44} p50 {:+.1} µs  p99 {:+.1} µs",
+        "  the settle per request",
+        (rows[1].0.as_secs_f64() - rows[0].0.as_secs_f64()) * 1e6,
+        (rows[1].1.as_secs_f64() - rows[0].1.as_secs_f64()) * 1e6
+    );
     Ok(())
 }
 

@@ -1,7 +1,8 @@
 //! A `tower::Layer` that limits each request by a key taken from it: `429 Too Many Requests` with
 //! `Retry-After` and the RateLimit fields when denied, the fields added to the inner response
 //! when admitted. The client's address for a key: [`client_ip`] (re-exported from
-//! [`crate::client_ip`]).
+//! [`crate::client_ip`]). For a cost known only once the response is done (model tokens),
+//! [`TokenLimitLayer`] reserves an estimate and settles from the response.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -13,6 +14,10 @@ use tower::{Layer, Service};
 
 pub use crate::client_ip::{client_ip, Prefixes, Trusted};
 use crate::http::Headers;
+pub use crate::metered::{
+    Count, DefaultEstimate, Estimate, Metered, Settles, TokenLimit, TokenLimitLayer, Uncounted,
+    UsedTokens,
+};
 use crate::{Limit, Limiter};
 
 /// Limits every request by `key(&request)` under `limit`; a request whose key is `None` passes

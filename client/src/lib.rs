@@ -31,6 +31,7 @@ mod ledger;
 mod limit;
 mod limiter;
 mod local;
+mod metered;
 pub mod observe;
 mod reservation;
 pub mod store;
@@ -51,3 +52,8 @@ pub use store::Store;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/client.md")]
 pub struct ClientGuide;
+
+/// docs/tokens.md, whose Rust snippets are compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/tokens.md")]
+pub struct TokensGuide;
