@@ -189,7 +189,7 @@ end
 
 -- GCRA (src/algo/gcra.rs). State { tm, tr, tf }: the theoretical arrival time, (tm·L + tr)·10^6
 -- + tf units of a nanosecond.
-local gcra = { tag = 'g', name = 'GCRA', burst = true, max_w = MAX_RATE_WINDOW, fields = 6, short = 2, remembers = true }
+local gcra = { tag = 'g', word = 'GCRA', fname = 'rl_gcra', hot = true, name = 'GCRA', burst = true, max_w = MAX_RATE_WINDOW, fields = 6, short = 2, remembers = true }
 
 -- The debt at now, (u, f): how far the arrival time is ahead of now.
 local function gcra_debt(s, p, now)
@@ -281,7 +281,7 @@ end
 -- in between, and may be below empty (t < 0): the bucket is a function of absolute time, as
 -- GCRA's arrival time is. The module stores a debt as a refill that starts later, to the
 -- nanosecond; here it is the negative balance itself, the same at every instant.
-local bucket = { tag = 't', name = 'token bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 6, short = 1, remembers = true }
+local bucket = { tag = 't', word = 'TOKENBUCKET', fname = 'rl_tokenbucket', hot = true, name = 'token bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 6, short = 1, remembers = true }
 
 -- (u, f) capped at the capacity `cap` (whole units).
 local function capped(u, f, cap)
@@ -404,7 +404,7 @@ end
 
 -- The leaky bucket as a queue, RL.SHAPE (src/algo/shape.rs): GCRA with capacity q + 1, and d,
 -- how many beyond the rate go undelayed. State { tm, tr, tf, d }.
-local shape = { tag = 'h', name = 'leaky bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 7, remembers = true }
+local shape = { tag = 'h', word = 'SHAPE', fname = 'rl_shape', shaper = true, name = 'leaky bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 7, remembers = true }
 
 -- The five-field decision, as RL.PEEK and RL.REFUND answer for a shaper; d is kept.
 function shape.check(s, p, now, cost)
@@ -464,7 +464,7 @@ function shape.decode(a, b, c, d)
 end
 
 -- Fixed window (src/algo/fixed_window.rs). State { start, count }.
-local fixed = { tag = 'f', name = 'fixed window', burst = false, max_w = MAX_WINDOW, fields = 4, remembers = true }
+local fixed = { tag = 'f', word = 'FIXEDWINDOW', fname = 'rl_fixedwindow', name = 'fixed window', burst = false, max_w = MAX_WINDOW, fields = 4, remembers = true }
 
 local function fixed_current(s, p, now)
   local start = window_start(p, now)
@@ -510,7 +510,7 @@ function fixed.decode(a, b)
 end
 
 -- Sliding counter (src/algo/sliding_counter.rs). State { start, prev, curr }.
-local counter = { tag = 'c', name = 'sliding counter', burst = false, max_w = MAX_RATE_WINDOW, fields = 5, remembers = true }
+local counter = { tag = 'c', word = 'SLIDINGCOUNTER', fname = 'rl_slidingcounter', name = 'sliding counter', burst = false, max_w = MAX_RATE_WINDOW, fields = 5, remembers = true }
 
 local function counter_current(s, p, now)
   local start = window_start(p, now)
@@ -616,7 +616,7 @@ end
 -- reads and writes only what changes; a refund's state holds its entries in memory.
 -- Every entry read is checked against the header (`bad` raises WRONGTYPE): loops run at most
 -- `len` times, and the header's len is at most L and the list's own length.
-local log = { tag = 's', name = 'sliding log', burst = false, max_w = MAX_WINDOW }
+local log = { tag = 's', word = 'SLIDINGLOG', fname = 'rl_slidinglog', name = 'sliding log', burst = false, max_w = MAX_WINDOW }
 
 local CHUNK = 32
 -- The entries read with the header: a decision usually needs the oldest one or two.
@@ -854,7 +854,18 @@ end
 ------------------------------------------------------------------------------------------------
 -- Keys: what a key holds, and storing a state with its expiry.
 
-local ALGORITHMS = { g = gcra, t = bucket, f = fixed, c = counter, s = log, h = shape }
+-- The one list of algorithms, in the module's registry order (core/src/algo/mod.rs): each
+-- table's `tag` names it in stored values, its `word` in commands (inside rl_all for a limiter),
+-- `fname` its function (`rl_<word>` in lower case: the loading environment has no `string`); `shaper` marks the one that is not a limiter, `hot` the ones with a
+-- fast path. Everything below that names algorithms is derived from it; tests/functions.rs
+-- checks the functions it registers against the registry.
+local LIST = { gcra, bucket, log, counter, fixed, shape }
+
+local ALGORITHMS = {}
+for i = 1, #LIST do
+  local algo = LIST[i]
+  ALGORITHMS[algo.tag] = algo
+end
 
 local TYPE_NAMES = {
   string = 'a string', list = 'a list', hash = 'a hash', set = 'a set', zset = 'a sorted set',
@@ -1992,9 +2003,20 @@ local function shaped(keys, args)
   return out
 end
 
-local ALL = {
-  GCRA = gcra, TOKENBUCKET = bucket, SLIDINGLOG = log, SLIDINGCOUNTER = counter, FIXEDWINDOW = fixed,
-}
+local ALL, ALL_WORDS = {}, {}
+for i = 1, #LIST do
+  local algo = LIST[i]
+  if not algo.shaper then
+    ALL[algo.word] = algo
+    ALL_WORDS[#ALL_WORDS + 1] = algo.word
+  end
+end
+-- As the module's error names them: "GCRA, TOKENBUCKET, … or FIXEDWINDOW".
+-- (Built by hand: the loading environment has no `table` library.)
+local ALL_EXPECTED = ALL_WORDS[1]
+for i = 2, #ALL_WORDS do
+  ALL_EXPECTED = ALL_EXPECTED .. (i == #ALL_WORDS and ' or ' or ', ') .. ALL_WORDS[i]
+end
 
 local function is_algorithm(word)
   return ALL[string.upper(word)] ~= nil
@@ -2024,7 +2046,7 @@ local function all(keys, args)
     end
     local algo = ALL[string.upper(word)]
     if not algo then
-      fail("ERR unknown algorithm '" .. echo(word) .. "'; expected GCRA, TOKENBUCKET, SLIDINGLOG, SLIDINGCOUNTER or FIXEDWINDOW")
+      fail("ERR unknown algorithm '" .. echo(word) .. "'; expected " .. ALL_EXPECTED)
     end
     local p, cost
     p, cost, i = parse_limiter('rl_all', algo, args, i + 1, false, is_algorithm)
@@ -2129,14 +2151,17 @@ local function lease(keys, args)
   return request('rl_lease', bucket, keys, args, true)
 end
 
--- The hot path first, outside the guard: it raises nothing of its own.
-redis.register_function('rl_gcra', fast(gcra, guarded(limiter('rl_gcra', gcra))))
-redis.register_function('rl_tokenbucket', fast(bucket, guarded(limiter('rl_tokenbucket', bucket))))
-redis.register_function('rl_slidinglog', guarded(limiter('rl_slidinglog', log)))
-redis.register_function('rl_slidingcounter', guarded(limiter('rl_slidingcounter', counter)))
-redis.register_function('rl_fixedwindow', guarded(limiter('rl_fixedwindow', fixed)))
+-- One function per algorithm of the list; for those with a hot path, that path first, outside
+-- the guard: it raises nothing of its own.
+for i = 1, #LIST do
+  local algo = LIST[i]
+  local body = algo.shaper and guarded(shaped) or guarded(limiter(algo.fname, algo))
+  if algo.hot then
+    body = fast(algo, body)
+  end
+  redis.register_function(algo.fname, body)
+end
 redis.register_function('rl_lease', guarded(lease))
-redis.register_function('rl_shape', guarded(shaped))
 redis.register_function('rl_refund', guarded(refund))
 redis.register_function('rl_charge', guarded(charge))
 redis.register_function('rl_all', guarded(all))

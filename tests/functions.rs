@@ -1943,3 +1943,47 @@ fn charge_errors_match_the_module() {
         assert_eq!(m, f.map_err(|e| e.replace("f:", "m:")), "{module:?}");
     }
 }
+
+/// The library registers one function per algorithm of the core's registry (`rl_<word>`), and
+/// its RL.ALL words are the registry's limiters: its one list (`LIST` in ratelimit.lua) cannot
+/// drift from the module's without this failing.
+#[test]
+fn the_library_registers_one_function_per_algorithm_of_the_registry() {
+    let (_s, mut c) = both();
+    let list = reply(
+        &mut c,
+        &words(&["FUNCTION", "LIST", "LIBRARYNAME", "ratelimit"]),
+    )
+    .unwrap();
+    let text = format!("{list:?}");
+    let registered: std::collections::BTreeSet<String> = text
+        .split(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_'))
+        .filter(|w| w.starts_with("rl_") && *w != "rl_test_clock")
+        .map(str::to_string)
+        .collect();
+    let registry = ratelimit_core::algo::listed::REGISTRY;
+    let mut expected: std::collections::BTreeSet<String> = registry
+        .iter()
+        .map(|a| format!("rl_{}", a.word.to_ascii_lowercase()))
+        .collect();
+    for f in ["rl_lease", "rl_refund", "rl_charge", "rl_all", "rl_peek"] {
+        expected.insert(f.to_string());
+    }
+    assert_eq!(registered, expected);
+    let limiters: Vec<&str> = registry
+        .iter()
+        .filter(|a| a.limiter)
+        .map(|a| a.word)
+        .collect();
+    let (last, first) = limiters.split_last().expect("the registry lists limiters");
+    let wanted = format!(
+        "ERR unknown algorithm 'NOPE'; expected {} or {last}",
+        first.join(", ")
+    );
+    let err = reply(
+        &mut c,
+        &words(&["FCALL", "rl_all", "1", "k", "NOPE", "10", "1000"]),
+    )
+    .unwrap_err();
+    assert!(err.contains(&wanted[4..]), "{err} vs {wanted}");
+}
