@@ -34,8 +34,13 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 pub struct Region {
     pub name: String,
-    /// `redis://host:port[/db]` of the region's store (a standalone server with the module).
+    /// `redis://host:port[/db]` of the region's store (a standalone server with the module);
+    /// with `cluster`, of any node of the region's Redis Cluster (every node with the module).
     pub url: String,
+    /// The store is a Redis Cluster: the controller learns its masters from the node at `url`
+    /// and sends each the calls for the keys of its slots.
+    #[serde(default)]
+    pub cluster: bool,
 }
 
 /// Keys sharing one global policy.
