@@ -194,13 +194,12 @@ impl Link {
     }
 }
 
+/// Each key's index with its row.
+pub type Rows = Vec<(usize, Vec<u64>)>;
+
 /// Runs a node's calls as one pipeline: each key's index with its row, the calls' rows checked
 /// against their keys.
-pub fn run_calls(
-    server: &mut Server,
-    node: &Node,
-    add: Add<'_>,
-) -> Result<Vec<(usize, Vec<u64>)>, String> {
+pub fn run_calls(server: &mut Server, node: &Node, add: Add<'_>) -> Result<Rows, String> {
     if node.calls.is_empty() {
         return Ok(Vec::new());
     }

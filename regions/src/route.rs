@@ -13,7 +13,7 @@ use std::time::Duration;
 use redis::cluster_routing::get_slot;
 use redis::{ConnectionAddr, ConnectionInfo, Value};
 
-use crate::link::{run_calls, Add, Server};
+use crate::link::{run_calls, Add, Rows, Server};
 
 const SLOTS: usize = 16_384;
 
@@ -100,7 +100,7 @@ impl Cluster {
             })
             .collect();
         // Every master at once: a step takes the slowest master's time, not the sum.
-        let answers: Vec<Result<Vec<(usize, Vec<u64>)>, String>> = std::thread::scope(|s| {
+        let answers: Vec<Result<Rows, String>> = std::thread::scope(|s| {
             let handles: Vec<_> = self
                 .masters
                 .iter_mut()
