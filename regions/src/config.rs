@@ -187,16 +187,21 @@ pub fn expand(names: &[String]) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// The first `{a..b}` in a name (other braces, such as a Cluster hash tag `{tenant}`, stay as
+/// they are): what comes before it, a, b, and what comes after it.
 fn range(name: &str) -> Option<(&str, u64, u64, &str)> {
-    let open = name.find('{')?;
-    let close = open + name[open..].find('}')?;
-    let (a, b) = name[open + 1..close].split_once("..")?;
-    Some((
-        &name[..open],
-        a.parse().ok()?,
-        b.parse().ok()?,
-        &name[close + 1..],
-    ))
+    let mut from = 0;
+    while let Some(open) = name[from..].find('{').map(|i| from + i) {
+        let close = open + name[open..].find('}')?;
+        let bounds = name[open + 1..close]
+            .split_once("..")
+            .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)));
+        if let Some((a, b)) = bounds {
+            return Some((&name[..open], a, b, &name[close + 1..]));
+        }
+        from = open + 1;
+    }
+    None
 }
 
 #[cfg(test)]
@@ -215,7 +220,7 @@ mod tests {
         name = "c"
         url = "redis://127.0.0.1:6381"
         [[keys]]
-        keys = ["tenant:{1..3}", "search"]
+        keys = ["tenant:{1..3}", "search", "{eu}:{7..8}"]
         algorithm = "gcra"
         limit = 3000
         window_ms = 1000
@@ -233,7 +238,7 @@ mod tests {
         );
         assert_eq!(
             expand(&config.keys[0].keys).unwrap(),
-            ["tenant:1", "tenant:2", "tenant:3", "search"]
+            ["tenant:1", "tenant:2", "tenant:3", "search", "{eu}:7", "{eu}:8"]
         );
     }
 
