@@ -26,6 +26,10 @@ pub struct Config {
     pub batch: usize,
     /// How long one region may take to answer a step of a period, in ms (default: period / 4).
     pub timeout_ms: Option<u64>,
+    /// `SCAN` calls (of `batch` keys each) per pattern, per region (per master of a cluster) and
+    /// period, to discover the keys of the groups' `patterns`.
+    #[serde(default = "default_scan_calls")]
+    pub scan_calls: usize,
     pub regions: Vec<Region>,
     pub keys: Vec<KeyGroup>,
 }
@@ -48,7 +52,12 @@ pub struct Region {
 #[serde(deny_unknown_fields)]
 pub struct KeyGroup {
     /// Key names; `{a..b}` in a name expands to every integer from a to b.
+    #[serde(default)]
     pub keys: Vec<String>,
+    /// Glob-style patterns (`SCAN MATCH`): the limiter keys matching one, in any region, join
+    /// the group when found (see docs/regions.md, "Key patterns").
+    #[serde(default)]
+    pub patterns: Vec<String>,
     /// GCRA, TOKENBUCKET, SLIDINGLOG, SLIDINGCOUNTER or FIXEDWINDOW.
     pub algorithm: String,
     /// The global L per W ms, with a burst of B (default L; the window algorithms have B = L).
@@ -76,6 +85,9 @@ fn default_clock_margin_ms() -> u64 {
 }
 fn default_batch() -> usize {
     1000
+}
+fn default_scan_calls() -> usize {
+    4
 }
 
 /// One group's policy, as the controller uses it.

@@ -3,6 +3,7 @@
 //! [`crate::route`]). Any failure drops the connection (a reply that may still arrive must
 //! never be read as the answer to a later call); the next call connects again.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::{Client, Connection, ConnectionInfo, IntoConnectionInfo, RedisResult};
@@ -89,6 +90,8 @@ enum Store {
 
 pub struct Link {
     store: Store,
+    /// Where each `SCAN` stands: by server address and pattern (0: a new pass).
+    cursors: HashMap<(String, String), u64>,
 }
 
 /// Adds one call for the keys at these indices to a pipeline.
@@ -106,7 +109,10 @@ impl Link {
         } else {
             Store::Standalone(Server::new(info, timeout)?)
         };
-        Ok(Link { store })
+        Ok(Link {
+            store,
+            cursors: HashMap::new(),
+        })
     }
 
     /// Every call for keys `0..n` (`key(i)` names key i), `batch` keys a call at most, keys of
@@ -132,6 +138,47 @@ impl Link {
             }
             Store::Cluster(cluster) => cluster.calls(n, key, batch, add),
         }
+    }
+
+    /// Up to `calls` `SCAN … MATCH pattern COUNT count TYPE ratelimit` calls per pattern on
+    /// every server (every master of a cluster), each continuing where the last one stopped (a
+    /// pass over the keyspace spans periods): the limiter keys found, with repeats.
+    pub fn discover(
+        &mut self,
+        patterns: &[String],
+        calls: usize,
+        count: usize,
+    ) -> Result<Vec<String>, String> {
+        let servers: &mut [Server] = match &mut self.store {
+            Store::Standalone(server) => std::slice::from_mut(server),
+            Store::Cluster(cluster) => cluster.masters()?,
+        };
+        let mut found = Vec::new();
+        for server in servers {
+            for pattern in patterns {
+                let at = (server.address(), pattern.clone());
+                let mut cursor = self.cursors.get(&at).copied().unwrap_or(0);
+                for _ in 0..calls {
+                    let cmd = redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(pattern)
+                        .arg("COUNT")
+                        .arg(count)
+                        .arg("TYPE")
+                        .arg("ratelimit")
+                        .clone();
+                    let (next, keys): (u64, Vec<String>) = server.query(&cmd)?;
+                    found.extend(keys);
+                    cursor = next;
+                    if cursor == 0 {
+                        break;
+                    }
+                }
+                self.cursors.insert(at, cursor);
+            }
+        }
+        Ok(found)
     }
 
     /// `RL.DEMAND` for every key, `batch` keys per call, all calls pipelined.

@@ -45,6 +45,14 @@ impl Cluster {
         })
     }
 
+    /// The masters, learned first if need be.
+    pub fn masters(&mut self) -> Result<&mut [Server], String> {
+        if self.slots.is_none() {
+            self.learn()?;
+        }
+        Ok(&mut self.masters)
+    }
+
     /// See [`crate::link::Link`]'s `calls`: here grouped by slot and by master.
     pub fn calls(
         &mut self,
