@@ -113,3 +113,48 @@ fn a_cluster_region_is_read_and_written_per_slot() {
     let report = controller.period(now);
     assert_eq!(report.unreachable, ["a"], "{report:?}");
 }
+
+/// What one region costs the controller at 100,000 keys as a 3-master cluster against a
+/// standalone store (one region each, the first period writing every key, then a quiet one):
+/// `cargo test -p redis-ratelimit-regions --test cluster -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn cluster_against_standalone_at_100k_keys() {
+    const KEYS: u64 = 100_000;
+    let cluster = ClusterStore::start();
+    let standalone = Server::start();
+    let mut looks: Vec<Connection> = cluster
+        .nodes
+        .iter()
+        .chain(std::iter::once(&standalone))
+        .map(|s| s.connect().expect("connect"))
+        .collect();
+    clock(&mut looks, T0_MS);
+    let url = format!("redis://127.0.0.1:{}", standalone.port);
+    for (name, region) in [
+        (
+            "cluster",
+            format!("url = \"{}\"\ncluster = true\n", cluster.url()),
+        ),
+        ("standalone", format!("url = \"{url}\"\n")),
+    ] {
+        let text = format!(
+            "period_ms = 2000\nlifetime_ms = 30000\nclock_margin_ms = 0\ntimeout_ms = 60000\n\
+             [[regions]]\nname = \"a\"\n{region}\
+             [[keys]]\nkeys = [\"scale:{{1..{KEYS}}}\"]\nalgorithm = \"GCRA\"\nlimit = 1000\n\
+             window_ms = 1000\nburst = 100\n"
+        );
+        let mut controller = Controller::new(Config::parse(&text).expect("config")).expect("new");
+        for (label, now) in [("first", T0_MS), ("quiet", T0_MS + 2000)] {
+            clock(&mut looks, now);
+            let r = controller.period(now);
+            assert!(r.unreachable.is_empty(), "{r:?}");
+            println!(
+                "| {name} | {label} | {} ms | {} ms | {} |",
+                r.duration.as_millis(),
+                r.compute.as_millis(),
+                r.shares_written
+            );
+        }
+    }
+}
