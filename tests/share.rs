@@ -169,7 +169,57 @@ fn the_share_persists_and_replicates() {
     share(&mut m, "TOKENBUCKET", &[("a", 7), ("b", 2)], 30_000);
     admit(&mut m, "RL.TOKENBUCKET", "a", 3);
     admit(&mut m, "RL.TOKENBUCKET", "b", 3);
+    // RL.ALL over a shared key and an unshared one, the shared one carried to a caller's
+    // policy it did not hold (BURST 20: the share's B becomes 10), then admitted under it; and
+    // a shared sliding log, admitted in place (a delta).
+    share(&mut m, "TOKENBUCKET", &[("c", 5)], 30_000);
+    share(&mut m, "SLIDINGLOG", &[("e", 5)], 30_000);
+    for _ in 0..2 {
+        let words = [
+            "RL.ALL",
+            "2",
+            "e",
+            "f",
+            "SLIDINGLOG",
+            "10",
+            "1000",
+            "SLIDINGLOG",
+            "10",
+            "1000",
+        ];
+        assert_eq!(nested(&mut m, &words)[0][0], 1);
+    }
+    // The single-key command sends a shared log's delta too.
+    assert_eq!(admit(&mut m, "RL.SLIDINGLOG", "e", 1), 1);
+    for _ in 0..2 {
+        let words = [
+            "RL.ALL",
+            "2",
+            "c",
+            "d",
+            "TOKENBUCKET",
+            "10",
+            "1000",
+            "BURST",
+            "20",
+            "TOKENBUCKET",
+            "10",
+            "1000",
+        ];
+        assert_eq!(nested(&mut m, &words)[0][0], 1);
+    }
     wait_replica(&mut m);
+    for key in ["c", "d", "e", "f"] {
+        let digest = |c: &mut Connection| -> Vec<String> {
+            redis::cmd("DEBUG")
+                .arg("DIGEST-VALUE")
+                .arg(key)
+                .query(c)
+                .unwrap()
+        };
+        assert_eq!(digest(&mut m), digest(&mut r), "{key}");
+    }
+    assert_eq!(pexpiretime(&mut r, "c"), (T0_MS + 30_000) as i64);
     for key in ["a", "b"] {
         let digest = |c: &mut Connection| -> Vec<String> {
             redis::cmd("DEBUG")
