@@ -169,7 +169,57 @@ fn the_share_persists_and_replicates() {
     share(&mut m, "TOKENBUCKET", &[("a", 7), ("b", 2)], 30_000);
     admit(&mut m, "RL.TOKENBUCKET", "a", 3);
     admit(&mut m, "RL.TOKENBUCKET", "b", 3);
+    // RL.ALL over a shared key and an unshared one, the shared one carried to a caller's
+    // policy it did not hold (BURST 20: the share's B becomes 10), then admitted under it; and
+    // a shared sliding log, admitted in place (a delta).
+    share(&mut m, "TOKENBUCKET", &[("c", 5)], 30_000);
+    share(&mut m, "SLIDINGLOG", &[("e", 5)], 30_000);
+    for _ in 0..2 {
+        let words = [
+            "RL.ALL",
+            "2",
+            "e",
+            "f",
+            "SLIDINGLOG",
+            "10",
+            "1000",
+            "SLIDINGLOG",
+            "10",
+            "1000",
+        ];
+        assert_eq!(nested(&mut m, &words)[0][0], 1);
+    }
+    // The single-key command sends a shared log's delta too.
+    assert_eq!(admit(&mut m, "RL.SLIDINGLOG", "e", 1), 1);
+    for _ in 0..2 {
+        let words = [
+            "RL.ALL",
+            "2",
+            "c",
+            "d",
+            "TOKENBUCKET",
+            "10",
+            "1000",
+            "BURST",
+            "20",
+            "TOKENBUCKET",
+            "10",
+            "1000",
+        ];
+        assert_eq!(nested(&mut m, &words)[0][0], 1);
+    }
     wait_replica(&mut m);
+    for key in ["c", "d", "e", "f"] {
+        let digest = |c: &mut Connection| -> Vec<String> {
+            redis::cmd("DEBUG")
+                .arg("DIGEST-VALUE")
+                .arg(key)
+                .query(c)
+                .unwrap()
+        };
+        assert_eq!(digest(&mut m), digest(&mut r), "{key}");
+    }
+    assert_eq!(pexpiretime(&mut r, "c"), (T0_MS + 30_000) as i64);
     for key in ["a", "b"] {
         let digest = |c: &mut Connection| -> Vec<String> {
             redis::cmd("DEBUG")
@@ -262,4 +312,145 @@ fn bad_arguments_are_refused_with_the_argument_named() {
         .query(&mut c)
         .unwrap();
     assert_eq!(keys, ["a", "b"]);
+}
+
+/// A call answered with rows (`RL.ALL`, `RL.SETTLE`: the combined answer, then one per key).
+fn nested(c: &mut Connection, words: &[&str]) -> Vec<Vec<i64>> {
+    let mut command = redis::cmd(words[0]);
+    for w in &words[1..] {
+        command.arg(*w);
+    }
+    command
+        .query(c)
+        .unwrap_or_else(|e| panic!("{words:?}: {e}"))
+}
+
+/// `RL.ALL` (the Envoy RLS's call for every multi-descriptor request) decides a key holding a
+/// share as the single-key commands do: under the caller's policy scaled to the share, counting
+/// what it was asked and admitted, and keeps the share (never a remembered configuration).
+#[test]
+fn rl_all_decides_a_shared_key_under_its_share_and_keeps_it() {
+    let (_s, mut c) = server();
+    at(&mut c, 0);
+    for algorithm in [
+        "GCRA",
+        "TOKENBUCKET",
+        "SLIDINGLOG",
+        "SLIDINGCOUNTER",
+        "FIXEDWINDOW",
+    ] {
+        let (a, b) = (format!("a:{algorithm}"), format!("b:{algorithm}"));
+        share(&mut c, algorithm, &[(&a, 3)], 60_000);
+        let all = |c: &mut Connection| -> (Vec<i64>, Vec<i64>, Vec<i64>) {
+            let words = ["RL.ALL", "2", &a, &b, algorithm, "10", "1000"];
+            let rows = nested(c, &[&words[..], &[algorithm, "10", "1000"]].concat());
+            (rows[0].clone(), rows[1].clone(), rows[2].clone())
+        };
+        let mut admitted = 0;
+        for _ in 0..5 {
+            let (combined, shared, unshared) = all(&mut c);
+            // The shared key answers with its share's capacity, the other with the caller's.
+            assert_eq!((shared[1], unshared[1]), (3, 10), "{algorithm}");
+            admitted += combined[0];
+        }
+        assert_eq!(admitted, 3, "{algorithm}");
+        let rows = demand(&mut c, &[&a]);
+        assert_eq!(
+            rows,
+            vec![vec![5, 3, 3, (T0_MS + 60_000) as i64, 3]],
+            "{algorithm}"
+        );
+        // The unshared key was charged only what the call admitted, and holds no share.
+        assert_eq!(
+            rl(
+                &mut c,
+                &[&format!("RL.{algorithm}"), &b, "10", "1000", "COST", "0"]
+            )[2],
+            7
+        );
+        assert_eq!(demand(&mut c, &[&b]), vec![vec![0, 0, 0, 0, 10]]);
+        // Raised to 5 by the controller: RL.ALL carries the spend (3 spent, 2 more), the share
+        // still one configuration.
+        share(&mut c, algorithm, &[(&a, 5)], 60_000);
+        let more: i64 = (0..4).map(|_| all(&mut c).0[0]).sum();
+        let exact = ["GCRA", "SLIDINGLOG", "FIXEDWINDOW"].contains(&algorithm);
+        assert!(more <= 2 && (!exact || more == 2), "{algorithm}: {more}");
+        let inspect: Vec<redis::Value> = redis::cmd("RL.INSPECT").arg(&a).query(&mut c).unwrap();
+        let text = format!("{inspect:?}");
+        assert!(
+            text.contains("share") && !text.contains("configurations"),
+            "{algorithm}: {text}"
+        );
+        assert_eq!(demand(&mut c, &[&a])[0][..3], [4, more, 5], "{algorithm}");
+    }
+}
+
+/// A shared key denied by another limiter of the call was still asked: its demand counts the
+/// request, its share is not charged. A cost above the share's capacity waits for the share.
+#[test]
+fn rl_all_counts_a_shared_key_held_back_by_another_limiter() {
+    let (_s, mut c) = server();
+    at(&mut c, 0);
+    share(&mut c, "GCRA", &[("a", 4)], 60_000);
+    let all = |c: &mut Connection, cost: &str| -> Vec<i64> {
+        let words = [
+            "RL.ALL", "2", "a", "tight", "GCRA", "10", "1000", "COST", cost, "GCRA", "1", "1000",
+        ];
+        nested(c, &words)[0].clone()
+    };
+    assert_eq!(all(&mut c, "1")[0], 1);
+    assert_eq!(all(&mut c, "1")[0], 0);
+    // COST 5 is within the caller's B of 10 but above the share's 4: denied until the share
+    // expires (retry_after_ms), asked all the same.
+    let over = all(&mut c, "5");
+    assert_eq!(over[0], 0);
+    assert_eq!(over[3], 60_000);
+    assert_eq!(
+        demand(&mut c, &["a"]),
+        vec![vec![7, 1, 4, (T0_MS + 60_000) as i64, 4]]
+    );
+    // The share's 3 left are still there for the single-key command.
+    assert_eq!(admit(&mut c, "RL.GCRA", "a", 5), 3);
+    // After the share's expiry RL.ALL decides under the caller's safe policy.
+    at(&mut c, 60_000);
+    let rows = nested(&mut c, &["RL.ALL", "1", "a", "GCRA", "10", "1000"]);
+    assert_eq!(rows[1][..2], [1, 10]);
+}
+
+/// The settles decide nothing but spend and give back: on a key holding a share they act under
+/// the share's policy, count into its demand, keep the share and the key's life to its expiry.
+#[test]
+fn settles_charge_and_refund_a_shared_key_under_its_share() {
+    let (_s, mut c) = server();
+    at(&mut c, 0);
+    share(&mut c, "GCRA", &[("a", 4)], 60_000);
+    // RL.CHARGE of 2: under the share (L 4), two of its four spent.
+    let charged = rl(
+        &mut c,
+        &["RL.CHARGE", "a", "2", "POLICY", "GCRA", "10", "1000"],
+    );
+    assert_eq!(charged[..3], [2, 4, 2]);
+    let charged = rl(&mut c, &["RL.CHARGE", "a", "1"]);
+    assert_eq!(charged[..3], [1, 4, 1]);
+    // RL.SETTLE charges one more, then gives two back.
+    let settle = |c: &mut Connection, by: &str| -> Vec<i64> {
+        nested(c, &["RL.SETTLE", "1", "a", "GCRA", "10", "1000", "BY", by])[0].clone()
+    };
+    assert_eq!(settle(&mut c, "1")[..3], [1, 4, 0]);
+    assert_eq!(settle(&mut c, "-2")[..3], [1, 4, 2]);
+    // RL.REFUND gives one back: 3 of 4 left.
+    assert_eq!(rl(&mut c, &["RL.REFUND", "a", "1"])[..3], [1, 4, 3]);
+    // Asked 2 + 1 + 1 and admitted as much; 2 + 1 given back from both.
+    assert_eq!(
+        demand(&mut c, &["a"]),
+        vec![vec![1, 1, 4, (T0_MS + 60_000) as i64, 4]]
+    );
+    assert_eq!(pexpiretime(&mut c, "a"), (T0_MS + 60_000) as i64);
+    // After the share's expiry RL.SETTLE acts under the caller's policy (the spend carried),
+    // and the key still holds its share row (expired) rather than another configuration.
+    at(&mut c, 60_000);
+    assert_eq!(settle(&mut c, "1")[..3], [1, 10, 9]);
+    let inspect: Vec<redis::Value> = redis::cmd("RL.INSPECT").arg("a").query(&mut c).unwrap();
+    let text = format!("{inspect:?}");
+    assert!(!text.contains("configurations"), "{text}");
 }

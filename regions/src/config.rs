@@ -26,6 +26,10 @@ pub struct Config {
     pub batch: usize,
     /// How long one region may take to answer a step of a period, in ms (default: period / 4).
     pub timeout_ms: Option<u64>,
+    /// `SCAN` calls (of `batch` keys each) per pattern, per region (per master of a cluster) and
+    /// period, to discover the keys of the groups' `patterns`.
+    #[serde(default = "default_scan_calls")]
+    pub scan_calls: usize,
     pub regions: Vec<Region>,
     pub keys: Vec<KeyGroup>,
 }
@@ -34,8 +38,13 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 pub struct Region {
     pub name: String,
-    /// `redis://host:port[/db]` of the region's store (a standalone server with the module).
+    /// `redis://host:port[/db]` of the region's store (a standalone server with the module);
+    /// with `cluster`, of any node of the region's Redis Cluster (every node with the module).
     pub url: String,
+    /// The store is a Redis Cluster: the controller learns its masters from the node at `url`
+    /// and sends each the calls for the keys of its slots.
+    #[serde(default)]
+    pub cluster: bool,
 }
 
 /// Keys sharing one global policy.
@@ -43,7 +52,12 @@ pub struct Region {
 #[serde(deny_unknown_fields)]
 pub struct KeyGroup {
     /// Key names; `{a..b}` in a name expands to every integer from a to b.
+    #[serde(default)]
     pub keys: Vec<String>,
+    /// Glob-style patterns (`SCAN MATCH`): the limiter keys matching one, in any region, join
+    /// the group when found (see docs/regions.md, "Key patterns").
+    #[serde(default)]
+    pub patterns: Vec<String>,
     /// GCRA, TOKENBUCKET, SLIDINGLOG, SLIDINGCOUNTER or FIXEDWINDOW.
     pub algorithm: String,
     /// The global L per W ms, with a burst of B (default L; the window algorithms have B = L).
@@ -71,6 +85,9 @@ fn default_clock_margin_ms() -> u64 {
 }
 fn default_batch() -> usize {
     1000
+}
+fn default_scan_calls() -> usize {
+    4
 }
 
 /// One group's policy, as the controller uses it.
@@ -182,16 +199,21 @@ pub fn expand(names: &[String]) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
+/// The first `{a..b}` in a name (other braces, such as a Cluster hash tag `{tenant}`, stay as
+/// they are): what comes before it, a, b, and what comes after it.
 fn range(name: &str) -> Option<(&str, u64, u64, &str)> {
-    let open = name.find('{')?;
-    let close = open + name[open..].find('}')?;
-    let (a, b) = name[open + 1..close].split_once("..")?;
-    Some((
-        &name[..open],
-        a.parse().ok()?,
-        b.parse().ok()?,
-        &name[close + 1..],
-    ))
+    let mut from = 0;
+    while let Some(open) = name[from..].find('{').map(|i| from + i) {
+        let close = open + name[open..].find('}')?;
+        let bounds = name[open + 1..close]
+            .split_once("..")
+            .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)));
+        if let Some((a, b)) = bounds {
+            return Some((&name[..open], a, b, &name[close + 1..]));
+        }
+        from = open + 1;
+    }
+    None
 }
 
 #[cfg(test)]
@@ -210,7 +232,7 @@ mod tests {
         name = "c"
         url = "redis://127.0.0.1:6381"
         [[keys]]
-        keys = ["tenant:{1..3}", "search"]
+        keys = ["tenant:{1..3}", "search", "{eu}:{7..8}"]
         algorithm = "gcra"
         limit = 3000
         window_ms = 1000
@@ -228,7 +250,7 @@ mod tests {
         );
         assert_eq!(
             expand(&config.keys[0].keys).unwrap(),
-            ["tenant:1", "tenant:2", "tenant:3", "search"]
+            ["tenant:1", "tenant:2", "tenant:3", "search", "{eu}:7", "{eu}:8"]
         );
     }
 

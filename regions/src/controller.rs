@@ -2,6 +2,7 @@
 //! the shares that go down, wait for the regions to confirm, then raise the shares that go up,
 //! each raise capped by the ledger (`ledger::largest`) so the shares never sum above L.
 
+use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use crate::config::{expand, Config, Policy};
@@ -17,6 +18,72 @@ pub struct Group {
     pub slots: Vec<Vec<Slot>>,
     /// `[key][region]`: the last demand read (None: the region did not answer).
     pub demand: Vec<Vec<Option<Demand>>>,
+    /// The patterns whose keys join the group when found (`SCAN`), and every key it holds.
+    pub patterns: Vec<String>,
+    known: HashSet<String>,
+    /// `[key]`: found by a pattern (such a key is forgotten once idle, see `forget`).
+    found: Vec<bool>,
+    /// `[key][region]`: a found key whose only claim is the one a restarted controller starts
+    /// with, until a read of it one period after the start clears it.
+    fresh: Vec<Vec<bool>>,
+    /// `[key]`: when the key was last asked for in some region (or a region did not answer).
+    active_ms: Vec<u64>,
+}
+
+impl Group {
+    /// A key found by a pattern at `now_ms`, with the claims `start` a restarted controller
+    /// gives every key while it learns (None once that is over).
+    fn add(&mut self, key: String, regions: usize, now_ms: u64, start: Option<Claim>) {
+        let mut slot = Slot::default();
+        slot.pending.extend(start);
+        self.keys.push(key);
+        self.slots.push(vec![slot; regions]);
+        self.demand.push(vec![None; regions]);
+        self.found.push(true);
+        self.fresh.push(vec![start.is_some(); regions]);
+        self.active_ms.push(now_ms);
+    }
+
+    /// Drops the found keys idle for a lifetime whose claims have all ended (no share of the
+    /// controller's can still be in force: a key found again starts from nothing, as it is).
+    fn forget(&mut self, now_ms: u64, lifetime: u64) -> usize {
+        let ended = |slots: &[Slot]| {
+            slots.iter().all(|s| {
+                s.confirmed.is_none_or(|c| c.until_ms <= now_ms)
+                    && s.pending.iter().all(|c| c.until_ms <= now_ms)
+            })
+        };
+        let keep: Vec<bool> = (0..self.keys.len())
+            .map(|k| {
+                !(self.found[k]
+                    && now_ms >= self.active_ms[k].saturating_add(lifetime)
+                    && ended(&self.slots[k]))
+            })
+            .collect();
+        let dropped = keep.iter().filter(|&&k| !k).count();
+        if dropped == 0 {
+            return 0;
+        }
+        fn retain<T>(v: &mut Vec<T>, keep: &[bool]) {
+            let mut i = 0;
+            v.retain(|_| {
+                i += 1;
+                keep.get(i - 1).copied().unwrap_or(true)
+            });
+        }
+        for (key, &kept) in self.keys.iter().zip(&keep) {
+            if !kept {
+                self.known.remove(key);
+            }
+        }
+        retain(&mut self.keys, &keep);
+        retain(&mut self.slots, &keep);
+        retain(&mut self.demand, &keep);
+        retain(&mut self.found, &keep);
+        retain(&mut self.fresh, &keep);
+        retain(&mut self.active_ms, &keep);
+        dropped
+    }
 }
 
 /// What one period did: the controller's metrics.
@@ -36,6 +103,9 @@ pub struct Report {
     pub raises_capped: usize,
     /// Regions that did not answer one of the steps.
     pub unreachable: Vec<String>,
+    /// Keys found by a pattern this period, and found keys forgotten (idle, their shares over).
+    pub keys_found: usize,
+    pub keys_forgotten: usize,
 }
 
 pub struct Controller {
@@ -57,16 +127,22 @@ impl Controller {
         let links = config
             .regions
             .iter()
-            .map(|r| Link::new(&r.url, timeout))
+            .map(|r| Link::new(&r.url, r.cluster, timeout))
             .collect::<Result<Vec<_>, _>>()?;
         let n = config.regions.len();
         let mut groups = Vec::new();
         for group in &config.keys {
             let keys = expand(&group.keys)?;
+            let count = keys.len();
             groups.push(Group {
                 policy: config.policy(group)?,
-                slots: vec![vec![Slot::default(); n]; keys.len()],
-                demand: vec![vec![None; n]; keys.len()],
+                slots: vec![vec![Slot::default(); n]; count],
+                demand: vec![vec![None; n]; count],
+                patterns: group.patterns.clone(),
+                known: keys.iter().cloned().collect(),
+                found: vec![false; count],
+                fresh: vec![vec![false; n]; count],
+                active_ms: vec![0; count],
                 keys,
             });
         }
@@ -110,9 +186,41 @@ impl Controller {
             now_ms
         });
         let mut down = vec![false; n];
+        let batch = self.config.batch;
+
+        // 0. Find the keys of the patterns (a part of a SCAN pass per period). A key found while
+        // the controller still learns starts with the claims every key started with.
+        if self.groups.iter().any(|g| !g.patterns.is_empty()) {
+            let calls = self.config.scan_calls;
+            let groups = &self.groups;
+            let found: Vec<Vec<Vec<String>>> = parallel(&mut self.links, |_, link| {
+                groups
+                    .iter()
+                    .map(|g| match g.patterns.is_empty() {
+                        true => Vec::new(),
+                        // A region that fails to answer is seen at the read.
+                        false => link.discover(&g.patterns, calls, batch).unwrap_or_default(),
+                    })
+                    .collect()
+            });
+            let learning = started + lifetime + margin;
+            for per_group in found {
+                for (g, names) in self.groups.iter_mut().zip(per_group) {
+                    let start = (now_ms < learning).then_some(Claim {
+                        share: g.policy.limit,
+                        until_ms: learning,
+                    });
+                    for name in names {
+                        if g.known.insert(name.clone()) {
+                            g.add(name, n, now_ms, start);
+                            report.keys_found += 1;
+                        }
+                    }
+                }
+            }
+        }
 
         // 1. Read.
-        let batch = self.config.batch;
         let groups = &self.groups;
         let reads: Vec<Result<Vec<Vec<Demand>>, String>> = parallel(&mut self.links, |_, link| {
             groups.iter().map(|g| link.demand(&g.keys, batch)).collect()
@@ -129,8 +237,12 @@ impl Controller {
                                 share: d.share,
                                 until_ms: d.expire_at_ms + margin,
                             });
-                            if settle {
+                            // A found key has no write of this controller's before its first
+                            // read: only the start's claim goes.
+                            let fresh = &mut g.fresh[k][r];
+                            if settle || (*fresh && now_ms >= started + self.config.period_ms) {
                                 slot.pending.clear();
+                                *fresh = false;
                             }
                             g.demand[k][r] = Some(d);
                         }
@@ -166,6 +278,12 @@ impl Controller {
                 }
                 let asked: Vec<Option<u64>> =
                     g.demand[k].iter().map(|d| d.map(|d| d.asked)).collect();
+                // A found key nobody asked for in a lifetime is left to expire (then forgotten).
+                if asked.iter().any(|a| a.is_none_or(|a| a > 0)) {
+                    g.active_ms[k] = now_ms;
+                } else if g.found[k] && now_ms >= g.active_ms[k].saturating_add(lifetime) {
+                    continue;
+                }
                 let reserved: u64 = (0..n)
                     .filter(|&r| asked[r].is_none())
                     .map(|r| slots[r].peak(now_ms, p.safe))
@@ -266,6 +384,9 @@ impl Controller {
                 }
             }
             spent += started.elapsed();
+        }
+        for g in &mut self.groups {
+            report.keys_forgotten += g.forget(now_ms, lifetime);
         }
         report.unreachable = (0..n)
             .filter(|&r| down[r])

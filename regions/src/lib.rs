@@ -7,6 +7,7 @@ pub mod config;
 pub mod controller;
 pub mod ledger;
 pub mod link;
+pub mod route;
 pub mod split;
 
 pub use config::Config;

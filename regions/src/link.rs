@@ -1,12 +1,15 @@
 //! One region's store, as the controller talks to it: `RL.DEMAND` and `RL.SHARE` in batches,
-//! pipelined, under a timeout. Any failure drops the connection (a reply that may still arrive
-//! must never be read as the answer to a later call); the next call connects again.
+//! pipelined, under a timeout. The store is a standalone server or a Redis Cluster (see
+//! [`crate::route`]). Any failure drops the connection (a reply that may still arrive must
+//! never be read as the answer to a later call); the next call connects again.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
-use redis::{Client, Connection, RedisResult};
+use redis::{Client, Connection, ConnectionInfo, IntoConnectionInfo, RedisResult};
 
 use crate::config::Policy;
+use crate::route::{Cluster, Node};
 
 /// What `RL.DEMAND` answers for one key: asked and admitted since the last read, the share it
 /// holds (0: none) with its expiry, and the L it is decided under now.
@@ -26,16 +29,18 @@ pub struct Held {
     pub expire_at_ms: u64,
 }
 
-pub struct Link {
+/// One server the controller talks to: a standalone store or one master of a cluster.
+pub struct Server {
     client: Client,
     connection: Option<Connection>,
     timeout: Duration,
 }
 
-impl Link {
-    pub fn new(url: &str, timeout: Duration) -> Result<Link, String> {
-        let client = Client::open(url).map_err(|e| format!("{url}: {e}"))?;
-        Ok(Link {
+impl Server {
+    pub fn new(info: ConnectionInfo, timeout: Duration) -> Result<Server, String> {
+        let name = info.addr.to_string();
+        let client = Client::open(info).map_err(|e| format!("{name}: {e}"))?;
+        Ok(Server {
             client,
             connection: None,
             timeout,
@@ -56,7 +61,7 @@ impl Link {
     }
 
     /// Runs `pipe`; drops the connection on any error.
-    fn run<T: redis::FromRedisValue>(&mut self, pipe: &redis::Pipeline) -> Result<T, String> {
+    pub fn run<T: redis::FromRedisValue>(&mut self, pipe: &redis::Pipeline) -> Result<T, String> {
         let result = self.connection().and_then(|c| pipe.query::<T>(c));
         if result.is_err() {
             self.connection = None;
@@ -64,16 +69,129 @@ impl Link {
         result.map_err(|e| e.to_string())
     }
 
+    /// One command (`CLUSTER SLOTS`); drops the connection on any error.
+    pub fn query<T: redis::FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Result<T, String> {
+        let result = self.connection().and_then(|c| cmd.query::<T>(c));
+        if result.is_err() {
+            self.connection = None;
+        }
+        result.map_err(|e| e.to_string())
+    }
+
+    pub fn address(&self) -> String {
+        self.client.get_connection_info().addr.to_string()
+    }
+}
+
+enum Store {
+    Standalone(Server),
+    Cluster(Cluster),
+}
+
+pub struct Link {
+    store: Store,
+    /// Where each `SCAN` stands: by server address and pattern (0: a new pass).
+    cursors: HashMap<(String, String), u64>,
+}
+
+/// Adds one call for the keys at these indices to a pipeline.
+pub type Add<'a> = &'a (dyn Fn(&mut redis::Pipeline, &[usize]) + Sync);
+
+impl Link {
+    /// `url`: the store's URL; with `cluster`, the URL of any node of the cluster, from which
+    /// the controller learns the others (`CLUSTER SLOTS`).
+    pub fn new(url: &str, cluster: bool, timeout: Duration) -> Result<Link, String> {
+        let info = url
+            .into_connection_info()
+            .map_err(|e| format!("{url}: {e}"))?;
+        let store = if cluster {
+            Store::Cluster(Cluster::new(info, timeout)?)
+        } else {
+            Store::Standalone(Server::new(info, timeout)?)
+        };
+        Ok(Link {
+            store,
+            cursors: HashMap::new(),
+        })
+    }
+
+    /// Every call for keys `0..n` (`key(i)` names key i), `batch` keys a call at most, keys of
+    /// one call in one hash slot on a cluster: one row per key, in key order.
+    fn calls(
+        &mut self,
+        n: usize,
+        key: &dyn Fn(usize) -> String,
+        batch: usize,
+        add: Add<'_>,
+    ) -> Result<Vec<Vec<u64>>, String> {
+        match &mut self.store {
+            Store::Standalone(server) => {
+                let indices: Vec<usize> = (0..n).collect();
+                let node = Node {
+                    calls: indices
+                        .chunks(batch.max(1))
+                        .map(<[usize]>::to_vec)
+                        .collect(),
+                };
+                let rows = run_calls(server, &node, add)?;
+                Ok(rows.into_iter().map(|(_, row)| row).collect())
+            }
+            Store::Cluster(cluster) => cluster.calls(n, key, batch, add),
+        }
+    }
+
+    /// Up to `calls` `SCAN … MATCH pattern COUNT count TYPE ratelimit` calls per pattern on
+    /// every server (every master of a cluster), each continuing where the last one stopped (a
+    /// pass over the keyspace spans periods): the limiter keys found, with repeats.
+    pub fn discover(
+        &mut self,
+        patterns: &[String],
+        calls: usize,
+        count: usize,
+    ) -> Result<Vec<String>, String> {
+        let servers: &mut [Server] = match &mut self.store {
+            Store::Standalone(server) => std::slice::from_mut(server),
+            Store::Cluster(cluster) => cluster.masters()?,
+        };
+        let mut found = Vec::new();
+        for server in servers {
+            for pattern in patterns {
+                let at = (server.address(), pattern.clone());
+                let mut cursor = self.cursors.get(&at).copied().unwrap_or(0);
+                for _ in 0..calls {
+                    let cmd = redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(pattern)
+                        .arg("COUNT")
+                        .arg(count)
+                        .arg("TYPE")
+                        .arg("ratelimit")
+                        .clone();
+                    let (next, keys): (u64, Vec<String>) = server.query(&cmd)?;
+                    found.extend(keys);
+                    cursor = next;
+                    if cursor == 0 {
+                        break;
+                    }
+                }
+                self.cursors.insert(at, cursor);
+            }
+        }
+        Ok(found)
+    }
+
     /// `RL.DEMAND` for every key, `batch` keys per call, all calls pipelined.
     pub fn demand(&mut self, keys: &[String], batch: usize) -> Result<Vec<Demand>, String> {
-        let mut pipe = redis::pipe();
-        for chunk in keys.chunks(batch.max(1)) {
-            pipe.cmd("RL.DEMAND").arg(chunk);
-        }
-        let calls: Vec<Vec<Vec<u64>>> = self.run(&pipe)?;
-        let rows: Vec<Demand> = calls
-            .into_iter()
-            .flatten()
+        let add = |pipe: &mut redis::Pipeline, indices: &[usize]| {
+            let cmd = pipe.cmd("RL.DEMAND");
+            for &i in indices {
+                cmd.arg(keys.get(i).map_or("", String::as_str));
+            }
+        };
+        let key = |i: usize| keys.get(i).cloned().unwrap_or_default();
+        let rows = self.calls(keys.len(), &key, batch, &add)?;
+        rows.into_iter()
             .map(|r| match r[..] {
                 [asked, admitted, share, expire_at_ms, limit] => Ok(Demand {
                     asked,
@@ -84,15 +202,7 @@ impl Link {
                 }),
                 _ => Err(format!("RL.DEMAND row {r:?}")),
             })
-            .collect::<Result<_, _>>()?;
-        if rows.len() != keys.len() {
-            return Err(format!(
-                "RL.DEMAND: {} rows for {} keys",
-                rows.len(),
-                keys.len()
-            ));
-        }
-        Ok(rows)
+            .collect()
     }
 
     /// `RL.SHARE` of `(key, share, expire_at_ms)` under the group's safe policy, `batch` keys per
@@ -106,22 +216,20 @@ impl Link {
         if writes.is_empty() {
             return Ok(Vec::new());
         }
-        let mut pipe = redis::pipe();
-        for chunk in writes.chunks(batch.max(1)) {
+        let add = |pipe: &mut redis::Pipeline, indices: &[usize]| {
             let cmd = pipe
                 .cmd("RL.SHARE")
                 .arg(&policy.algorithm)
                 .arg(policy.safe)
                 .arg(policy.window_ms)
                 .arg(policy.safe_burst);
-            for (key, share, expire_at_ms) in chunk {
+            for (key, share, expire_at_ms) in indices.iter().filter_map(|&i| writes.get(i)) {
                 cmd.arg(*key).arg(*share).arg(*expire_at_ms);
             }
-        }
-        let calls: Vec<Vec<Vec<u64>>> = self.run(&pipe)?;
-        let rows: Vec<Held> = calls
-            .into_iter()
-            .flatten()
+        };
+        let key = |i: usize| writes.get(i).map_or(String::new(), |w| w.0.to_string());
+        let rows = self.calls(writes.len(), &key, batch, &add)?;
+        rows.into_iter()
             .map(|r| match r[..] {
                 [share, expire_at_ms, _, _] => Ok(Held {
                     share,
@@ -129,14 +237,43 @@ impl Link {
                 }),
                 _ => Err(format!("RL.SHARE row {r:?}")),
             })
-            .collect::<Result<_, _>>()?;
-        if rows.len() != writes.len() {
+            .collect()
+    }
+}
+
+/// Each key's index with its row.
+pub type Rows = Vec<(usize, Vec<u64>)>;
+
+/// Runs a node's calls as one pipeline: each key's index with its row, the calls' rows checked
+/// against their keys.
+pub fn run_calls(server: &mut Server, node: &Node, add: Add<'_>) -> Result<Rows, String> {
+    if node.calls.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut pipe = redis::pipe();
+    for call in &node.calls {
+        add(&mut pipe, call);
+    }
+    let answers: Vec<Vec<Vec<u64>>> = server.run(&pipe)?;
+    if answers.len() != node.calls.len() {
+        return Err(format!(
+            "{}: {} answers for {} calls",
+            server.address(),
+            answers.len(),
+            node.calls.len()
+        ));
+    }
+    let mut out = Vec::with_capacity(node.calls.iter().map(Vec::len).sum());
+    for (call, rows) in node.calls.iter().zip(answers) {
+        if rows.len() != call.len() {
             return Err(format!(
-                "RL.SHARE: {} rows for {} keys",
+                "{}: {} rows for {} keys",
+                server.address(),
                 rows.len(),
-                writes.len()
+                call.len()
             ));
         }
-        Ok(rows)
+        out.extend(call.iter().copied().zip(rows));
     }
+    Ok(out)
 }

@@ -14,7 +14,8 @@ Usage: redis-ratelimit-regions --config FILE [--once]
   --help          this text
 
 Every period it prints one line of metrics: period duration, keys moved, keys refreshed,
-shares written, raises capped, unreachable regions. See docs/regions.md.";
+shares written, raises capped, keys found and forgotten (key patterns), unreachable regions.
+See docs/regions.md.";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -56,13 +57,15 @@ fn main() {
             .map_or(0, |d| d.as_millis() as u64);
         let r = controller.period(now_ms);
         println!(
-            "period_ms={} compute_ms={} keys_moved={} keys_refreshed={} shares_written={} raises_capped={} unreachable={}",
+            "period_ms={} compute_ms={} keys_moved={} keys_refreshed={} shares_written={} raises_capped={} keys_found={} keys_forgotten={} unreachable={}",
             r.duration.as_millis(),
             r.compute.as_millis(),
             r.keys_moved,
             r.keys_refreshed,
             r.shares_written,
             r.raises_capped,
+            r.keys_found,
+            r.keys_forgotten,
             r.unreachable.join(",")
         );
         if once {

@@ -20,8 +20,9 @@ use super::effect;
 use super::limit::{accepts, of};
 use super::reply::{fields, Reply};
 use super::settle;
+use super::share;
 use crate::algo::step::{self, Held, Kept};
-use crate::algo::{Algorithm, Decision, Policy, MAX_LIMIT};
+use crate::algo::{Algorithm, Decision, Outcome, Policy, MAX_LIMIT};
 use crate::clock;
 use crate::error::{echo, Error};
 use crate::host::call::Key;
@@ -29,6 +30,7 @@ use crate::host::call::{Args, Ctx, RString};
 use crate::metrics;
 use crate::state::delta::{Change, Delta, IntoDelta};
 use crate::state::replay::{plan_remembered, ChargedDelta};
+use crate::state::share::Share;
 use crate::state::{AlgoState, Limiter, Stored};
 
 /// The most limiters one call may name.
@@ -53,6 +55,8 @@ struct Plan {
     /// policy it holds as current: the delta that charges every configuration in place when the
     /// whole request is admitted, and how long the key must then live.
     charged_delta: Option<(ChargedDelta, u64)>,
+    /// The key holds a region's share: what it was asked and admitted is counted.
+    shared: bool,
 }
 
 /// Applies a planned change to the state of its algorithm (see [`Stored::apply_delta`]).
@@ -177,16 +181,34 @@ pub fn all(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     };
     let mut each = Vec::with_capacity(parts.len());
     for ((part, key), plan) in parts.iter().zip(keys.iter_mut()).zip(plans) {
-        if let (true, Some((change, apply))) = (admitted, plan.in_place) {
-            charge_in_place(ctx, key, part, (&change, apply), now_ns, &plan.decision)?;
-            each.push(plan.decision);
-            continue;
-        }
-        if let (true, Some((delta, keep_ns))) = (admitted, &plan.charged_delta) {
-            charge_remembered(ctx, key, part, delta, now_ns, *keep_ns)?;
-            each.push(plan.decision);
-            continue;
-        }
+        let decision = apply(ctx, key, part, plan, admitted, now_ns)?;
+        each.push(decision);
+    }
+    let costs: Vec<u64> = parts.iter().map(|p| p.request.amount).collect();
+    Ok(Reply::Nested(
+        fields(&combine(admitted, &each, &costs)),
+        each.iter().map(fields).collect(),
+    ))
+}
+
+/// Stores what the plan of one limiter says for the call's outcome (`admitted`: the whole
+/// request), counts a shared key's demand, and answers the limiter's decision.
+fn apply(
+    ctx: &Ctx,
+    key: &mut Key<'_>,
+    part: &Part<'_>,
+    plan: Plan,
+    admitted: bool,
+    now_ns: u64,
+) -> Result<Decision, Error> {
+    let cost = part.request.amount;
+    let decision = if let (true, Some((change, apply))) = (admitted, plan.in_place) {
+        charge_in_place(ctx, key, part, (&change, apply), now_ns, &plan.decision)?;
+        plan.decision
+    } else if let (true, Some((delta, keep_ns))) = (admitted, &plan.charged_delta) {
+        charge_remembered(ctx, key, part, delta, now_ns, *keep_ns)?;
+        plan.decision
+    } else {
         let (store, decision) = match (admitted, plan.charged) {
             (true, Some(charged)) => (Some(charged), plan.decision),
             (true, None) => (plan.carried, plan.decision),
@@ -197,13 +219,15 @@ pub fn all(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
             let at = effect::propagate(ctx, part.request.key, limiter, now_ns, keep_ns);
             key.expire_at(Some(at));
         }
-        each.push(decision);
+        decision
+    };
+    // Asked even when another limiter of the call denied it: the region's demand for this key.
+    if plan.shared && cost > 0 {
+        if let Some(limiter) = key.limiter(part.name)? {
+            share::count(limiter, cost, if admitted { cost } else { 0 });
+        }
     }
-    let costs: Vec<u64> = parts.iter().map(|p| p.request.amount).collect();
-    Ok(Reply::Nested(
-        fields(&combine(admitted, &each, &costs)),
-        each.iter().map(fields).collect(),
-    ))
+    Ok(decision)
 }
 
 /// Charges a limiter whose change was planned in place, and propagates it as a delta (the full
@@ -222,9 +246,14 @@ fn charge_in_place(
     };
     let before = metrics::Footprint::of(limiter);
     let policy = limiter.policy;
+    // A key holding a share lives at least until the share's expiry.
+    let keep = Decision {
+        reset_after_ns: decision.reset_after_ns.max(share::keep_ns(limiter, now_ns)),
+        ..*decision
+    };
     let at = match apply(&mut limiter.state, &policy, change) {
-        Some(delta) => effect::propagate_delta(ctx, name, &delta, now_ns, decision),
-        None => effect::propagate(ctx, name, limiter, now_ns, decision.reset_after_ns),
+        Some(delta) => effect::propagate_delta(ctx, name, &delta, now_ns, &keep),
+        None => effect::propagate(ctx, name, limiter, now_ns, keep.reset_after_ns),
     };
     metrics::limiter_changed(before, limiter);
     key.expire_at(Some(at));
@@ -397,22 +426,12 @@ fn plan<A: Stored>(
         None => None,
     };
     if let Some((limiter, state)) = held {
+        if let Some(shared) = limiter.shared() {
+            return plan_shared(limiter, state, shared.share, policy, now_ns, cost);
+        }
         if limiter.policy == *policy && limiter.others().is_empty() && cost > 0 {
-            if let Some((decision, change)) = state.decide_in_place(policy, now_ns, cost) {
-                let uncharged = match change {
-                    Some(_) => A::check(Some(state), policy, now_ns, 0).decision,
-                    None => decision,
-                };
-                return Ok(Plan {
-                    decision,
-                    uncharged,
-                    charged: None,
-                    carried: None,
-                    in_place: change
-                        .and_then(IntoDelta::into_change)
-                        .map(|change| (change, apply_in_place::<A> as Applier)),
-                    charged_delta: None,
-                });
+            if let Some(plan) = plan_in_place(state, policy, now_ns, cost) {
+                return Ok(plan);
             }
         }
         if limiter.policy == *policy && !limiter.others().is_empty() && cost > 0 {
@@ -428,6 +447,7 @@ fn plan<A: Stored>(
                     carried: None,
                     in_place: None,
                     charged_delta,
+                    shared: false,
                 });
             }
         }
@@ -454,6 +474,97 @@ fn plan<A: Stored>(
         carried: planned.carried.map(limiter),
         in_place: None,
         charged_delta: None,
+        shared: false,
+    })
+}
+
+/// A request of `cost` (> 0) on `state` under the policy it holds, decided in place when the
+/// algorithm does (the sliding log): None otherwise.
+fn plan_in_place<A: Stored>(state: &A, policy: &Policy, now_ns: u64, cost: u64) -> Option<Plan> {
+    let (decision, change) = state.decide_in_place(policy, now_ns, cost)?;
+    let uncharged = match change {
+        Some(_) => A::check(Some(state), policy, now_ns, 0).decision,
+        None => decision,
+    };
+    Some(Plan {
+        decision,
+        uncharged,
+        charged: None,
+        carried: None,
+        in_place: change
+            .and_then(IntoDelta::into_change)
+            .map(|change| (change, apply_in_place::<A> as Applier)),
+        charged_delta: None,
+        shared: false,
+    })
+}
+
+/// A key holding a region's share, as the single-key commands decide it (`share::prepare`):
+/// under the caller's policy scaled to the share while it is in force (the caller's own after
+/// its expiry), the state carried over to it (what was spent stays spent). What is stored keeps
+/// the share, its counters and one configuration: a share never becomes a remembered one. A
+/// carried state is stored whatever the outcome (a lowered share that denies must still hold);
+/// a limiter at COST 0 stores nothing. A cost above the share's capacity waits for the share to
+/// move (or to expire).
+fn plan_shared<A: Stored>(
+    limiter: &Limiter,
+    state: &A,
+    share: Share,
+    called: &Policy,
+    now_ns: u64,
+    cost: u64,
+) -> Result<Plan, Error> {
+    let to = share.policy_for(called, now_ns);
+    if to != *called {
+        // A share larger than the caller's L: the log bound holds for it too.
+        accepts::<A>(&to)?;
+    }
+    let moved = limiter.policy != to;
+    if !moved && cost > 0 && cost <= to.capacity() {
+        if let Some(plan) = plan_in_place(state, &to, now_ns, cost) {
+            return Ok(Plan {
+                shared: true,
+                ..plan
+            });
+        }
+    }
+    let share_ns = share.keep_ns(now_ns);
+    let start = if moved {
+        state.rescale(&limiter.policy, &to, now_ns)
+    } else {
+        state.clone()
+    };
+    let peek = A::check(Some(&start), &to, now_ns, 0).decision;
+    let keep = |state: A, reset_after_ns: u64| {
+        let mut kept = Limiter::new(to, AlgoState::shared(share, state.wrap()));
+        if let (Some(into), Some(from)) = (kept.shared_mut(), limiter.shared()) {
+            (into.asked, into.admitted) = (from.asked, from.admitted);
+        }
+        (kept, reset_after_ns.max(share_ns))
+    };
+    let (decision, next) = if cost == 0 {
+        (peek, None)
+    } else if cost > to.capacity() {
+        let denied = Decision {
+            allowed: 0,
+            retry_after_ns: Some(share_ns.max(1)),
+            ..peek
+        };
+        (denied, None)
+    } else {
+        let Outcome { decision, next } = A::check(Some(&start), &to, now_ns, cost);
+        (decision, next)
+    };
+    let uncharged = if next.is_some() { peek } else { decision };
+    let carried = (moved && cost > 0).then(|| keep(start, peek.reset_after_ns));
+    Ok(Plan {
+        decision,
+        uncharged,
+        charged: next.map(|next| keep(next, decision.reset_after_ns)),
+        carried,
+        in_place: None,
+        charged_delta: None,
+        shared: true,
     })
 }
 

@@ -19,6 +19,7 @@ use super::args::{parse_limiter, Amount, Options};
 use super::effect;
 use super::limit::accepts;
 use super::reply::Reply;
+use super::share;
 use crate::algo::{settle, Algorithm, Decision, Policy, MAX_LIMIT};
 use crate::clock;
 use crate::error::{echo, Error};
@@ -184,11 +185,15 @@ pub fn settle_key(
                 });
             }
         }
+        // A key holding a share is settled under the policy it is decided under now.
+        let moved = share::carry_for_settle(limiter, given.map(|g| &g.policy), now_ns, true)?;
         let before = metrics::Footprint::of(limiter);
         let out = settle_limiter(limiter, now_ns, by);
-        if out.changed {
+        share::count_settled(limiter, by, out.moved);
+        if out.changed || moved {
             metrics::limiter_changed(before, limiter);
-            let at = effect::propagate(ctx, name, limiter, now_ns, out.keep_ns);
+            let keep_ns = out.keep_ns.max(share::keep_ns(limiter, now_ns));
+            let at = effect::propagate(ctx, name, limiter, now_ns, keep_ns);
             key.expire_at(Some(at));
         }
         return Ok(Some(KeySettled {

@@ -26,6 +26,8 @@ pub fn refund(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
         metrics::note(metrics::Outcome::Call);
         return Ok(Reply::Null);
     };
+    // A key holding a share is refunded under the policy it is decided under now.
+    let moved = super::share::carry_for_settle(limiter, None, now_ns, true)?;
     let policy = limiter.policy;
     let before = metrics::Footprint::of(limiter);
     let refunded = limiter.state.visit(Settle { policy, now_ns, n });
@@ -44,7 +46,8 @@ pub fn refund(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     keep_ns = keep_ns.max(super::share::keep_ns(limiter, now_ns));
     metrics::note(metrics::Outcome::Call);
     metrics::refunded(refunded.given);
-    if changed {
+    super::share::count_settled(limiter, -1, refunded.given);
+    if changed || moved {
         // Changed in place (a sliding log shrinks): the gauges follow.
         metrics::limiter_changed(before, limiter);
         let expire_at_ms = effect::propagate(ctx, name, limiter, now_ns, keep_ns);

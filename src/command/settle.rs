@@ -20,6 +20,7 @@
 use super::all::at_key;
 use super::charge::{settle_key, Given};
 use super::reply::{fields, Reply};
+use super::share;
 use crate::algo::Decision;
 use crate::clock;
 use crate::error::Error;
@@ -78,7 +79,10 @@ fn check(key: &mut Key<'_>, limiter: &Limiter<'_>, now_ns: u64) -> Result<(), Er
             wanted: creator.name,
             key: None,
         }),
-        Some(_) => Ok(()),
+        // A key holding a share is carried to its share's policy: the log bound must accept it.
+        Some(held) => {
+            share::carry_for_settle(held, Some(&limiter.given.policy), now_ns, false).map(|_| ())
+        }
         None => (creator.fresh)(&limiter.given.policy, now_ns).map(|_| ()),
     }
 }

@@ -11,7 +11,9 @@
 //! wrote. On an error (a key holding something else), the keys before it hold their new share.
 //!
 //! Also the request path's hook: [`prepare`] (the policy a request is decided under, the state
-//! carried to it), [`count`] (the demand counters) and [`keep_ns`].
+//! carried to it; `RL.ALL` plans the same without changing the key until the call is decided),
+//! [`carry_for_settle`] and [`count_settled`] (the same for the settles), [`count`] (the demand
+//! counters) and [`keep_ns`].
 
 use super::args::policy;
 use super::effect;
@@ -22,8 +24,8 @@ use crate::clock;
 use crate::error::{echo, Error};
 use crate::host::call::{Args, Ctx, RString};
 use crate::metrics;
-use crate::state::share::{Share, MAX_EXPIRE_AT_MS};
-use crate::state::{AlgoState, Limiter, Stored};
+use crate::state::share::{scaled, Share, MAX_EXPIRE_AT_MS};
+use crate::state::{AlgoState, Limiter, Stored, Visit};
 
 /// Keys one call may name: bounds the work of one call (the controller batches).
 pub const MAX_KEYS: usize = 10_000;
@@ -61,6 +63,82 @@ pub fn count(limiter: &mut Limiter, asked: u64, admitted: u64) {
     if let Some(shared) = limiter.shared_mut() {
         shared.asked = shared.asked.saturating_add(asked);
         shared.admitted = shared.admitted.saturating_add(admitted);
+    }
+}
+
+/// For the settles (`RL.CHARGE`, `RL.REFUND`, `RL.SETTLE`), which decide nothing: carries a key
+/// holding a share to the policy it is decided under now, as [`prepare`] does for a request:
+/// the caller's `given` policy scaled to the share while it is in force (its own after the
+/// expiry). Without a policy (`RL.REFUND`, `RL.CHARGE` without `POLICY`): the policy the key
+/// holds, scaled to the share while it is in force (after the expiry, the key stays under the
+/// policy it holds until a request brings the caller's). `true`: the key moved, to be stored
+/// and propagated whatever the settle did. With `apply` false, only checks that the move is
+/// allowed (the log bound), changing nothing: `RL.SETTLE` checks every key before it changes one.
+pub fn carry_for_settle(
+    limiter: &mut Limiter,
+    given: Option<&Policy>,
+    now_ns: u64,
+    apply: bool,
+) -> Result<bool, Error> {
+    let Some(shared) = limiter.shared() else {
+        return Ok(false);
+    };
+    let (share, from) = (shared.share, limiter.policy);
+    let to = match given {
+        Some(given) => share.policy_for(given, now_ns),
+        None if share.active(now_ns) => scaled(&from, share.limit),
+        None => from,
+    };
+    if to == from {
+        return Ok(false);
+    }
+    let before = metrics::Footprint::of(limiter);
+    limiter.state.visit(Carry {
+        from,
+        to,
+        now_ns,
+        apply,
+    })?;
+    if apply {
+        limiter.policy = to;
+        metrics::limiter_changed(before, limiter);
+    }
+    Ok(true)
+}
+
+/// Carries a state from one policy to another (what was spent stays spent), once the log bound
+/// accepts the other.
+struct Carry {
+    from: Policy,
+    to: Policy,
+    now_ns: u64,
+    apply: bool,
+}
+
+impl Visit for Carry {
+    type Out = Result<(), Error>;
+
+    fn visit<A: Stored>(self, state: &mut A) -> Result<(), Error> {
+        accepts::<A>(&self.to)?;
+        if self.apply {
+            *state = state.rescale(&self.from, &self.to, self.now_ns);
+        }
+        Ok(())
+    }
+}
+
+/// Counts a settle of a key holding a share: a charge of `by` > 0 was asked and `moved` of it
+/// admitted; a refund (`by` < 0) gives back `moved` the request did not use, taken off both
+/// counters (saturating: a refund after `RL.DEMAND` read the request leaves them at 0).
+pub fn count_settled(limiter: &mut Limiter, by: i64, moved: u64) {
+    if let Some(shared) = limiter.shared_mut() {
+        if by > 0 {
+            shared.asked = shared.asked.saturating_add(by.unsigned_abs());
+            shared.admitted = shared.admitted.saturating_add(moved);
+        } else {
+            shared.asked = shared.asked.saturating_sub(moved);
+            shared.admitted = shared.admitted.saturating_sub(moved);
+        }
     }
 }
 

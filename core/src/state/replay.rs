@@ -16,12 +16,35 @@ use crate::state::{AlgoState, Limiter};
 /// A 64-bit fingerprint of a sliding-log limiter: its policy, entry count, total, newest instant
 /// and the hash of its entries (kept up to date by every change, so this is O(1)). Two limiters
 /// with different policies or entries have the same fingerprint with probability about 2^-64.
-/// None for other algorithms (they have no deltas).
+/// None for other algorithms (they have no deltas). A log holding a region's share is
+/// fingerprinted as its log alone: the master makes its deltas on the log (the share moves only
+/// by full effects, `RL.SHARE` and every carry to another policy).
 pub fn fingerprint(limiter: &Limiter) -> Option<u64> {
-    let AlgoState::SlidingLog(log) = &limiter.state else {
-        return None;
-    };
+    let log = log_of(&limiter.state)?;
     Some(sliding_log::fingerprint(&limiter.policy, log))
+}
+
+/// The sliding log a [`Delta`] applies to: the key's own, or the one its region's share holds.
+fn log_of(state: &AlgoState) -> Option<&SlidingLog> {
+    match state {
+        AlgoState::SlidingLog(log) => Some(log),
+        AlgoState::Shared(shared) => match &shared.current {
+            AlgoState::SlidingLog(log) => Some(log),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+fn log_of_mut(state: &mut AlgoState) -> Option<&mut SlidingLog> {
+    match state {
+        AlgoState::SlidingLog(log) => Some(log),
+        AlgoState::Shared(shared) => match &mut shared.current {
+            AlgoState::SlidingLog(log) => Some(log),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 impl Delta {
@@ -40,7 +63,7 @@ impl Delta {
     pub fn apply(&self, limiter: &mut Limiter) -> Result<(), Error> {
         let policy = limiter.policy;
         let found = fingerprint(limiter);
-        let AlgoState::SlidingLog(log) = &mut limiter.state else {
+        let Some(log) = log_of_mut(&mut limiter.state) else {
             return Err(Error::BadState(
                 "delta for a sliding log, key holds another limiter",
             ));
@@ -465,6 +488,28 @@ mod tests {
             state: AlgoState::Gcra(crate::algo::gcra::Gcra { tat: 1 }),
         };
         assert!(delta.apply(&mut gcra).is_err());
+    }
+
+    /// A log holding a region's share takes the deltas of its log (the master makes them on
+    /// the log it decides on), and keeps its share.
+    #[test]
+    fn a_shared_log_takes_its_logs_deltas() {
+        let p = policy(10, 1000);
+        let mut master = None;
+        admit(&mut master, p, T0, 1);
+        let before = master.clone().unwrap();
+        let Some(Sent::Delta(bytes)) = admit(&mut master, p, T0 + MS, 2) else {
+            panic!("expected a delta")
+        };
+        let share = crate::state::share::Share {
+            limit: 10,
+            expire_at_ms: 5_000_000_000_000,
+        };
+        let shared = |l: Limiter| Limiter::new(l.policy, AlgoState::shared(share, l.state));
+        let mut replica = shared(before);
+        apply_delta(&bytes, &mut replica).unwrap();
+        assert_eq!(replica, shared(master.unwrap()));
+        assert!(replica.shared().is_some());
     }
 
     #[test]

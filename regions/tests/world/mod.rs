@@ -3,6 +3,7 @@
 //! (latency, dropped connections, partitions), and gateways that call only their own region.
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod proxy;
 
 use std::net::TcpListener;
@@ -40,14 +41,22 @@ pub struct Server {
 
 impl Server {
     pub fn start() -> Server {
-        for _ in 0..5 {
-            let port = TcpListener::bind("127.0.0.1:0")
+        Server::start_with(&[], || {
+            TcpListener::bind("127.0.0.1:0")
                 .and_then(|l| l.local_addr())
                 .map(|a| a.port())
-                .expect("a free port");
+                .expect("a free port")
+        })
+    }
+
+    /// A server on a port `port()` picks, with `extra` options.
+    pub fn start_with(extra: &[String], port: impl Fn() -> u16) -> Server {
+        for _ in 0..5 {
+            let port = port();
             let child = Command::new("redis-server")
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                 .args(["--save", "", "--appendonly", "no", "--dir", "/tmp"])
+                .args(extra)
                 .arg("--loadmodule")
                 .arg(module_path())
                 .args(["DEBUG-CLOCK", "yes"])
@@ -69,8 +78,15 @@ impl Server {
                 std::thread::sleep(Duration::from_millis(20));
             }
             let _ = server.child.kill();
+            let _ = server.child.wait();
         }
         panic!("redis-server did not start");
+    }
+
+    /// Kills the server (a node down).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     pub fn connect(&self) -> redis::RedisResult<Connection> {
