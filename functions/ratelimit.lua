@@ -701,6 +701,9 @@ end
 -- the newest entry's count after the request joins it (nil: a new entry).
 function log.check(s, p, now, cost)
   s = s or memory_log({})
+  if s.others and #s.others > 0 then
+    return log.check_all(s, p, now, cost)
+  end
   local w, l = p.w, p.l
   local dropped, gone = 0, 0
   while dropped < s.len do
@@ -748,6 +751,131 @@ function log.check(s, p, now, cost)
     { dropped = dropped, at = at, count = cost, merged = merged }
 end
 
+-- Copies of `others` whose edges start again from the front (after a refund or a charge, which
+-- take entries from the back or rewrite the log).
+local function unedged(others)
+  if not others then
+    return nil
+  end
+  local out = {}
+  for i, o in ipairs(others) do
+    out[i] = { l = o.l, w = o.w, b = o.b, e = 0, g = 0 }
+  end
+  return out
+end
+
+-- The span a log remembering other configurations keeps: the longest W and the largest L among
+-- them and `p` (a policy for log.rescale).
+local function log_span(s, p)
+  local l, w = p.l, p.w
+  for _, o in ipairs(s and s.others or {}) do
+    l, w = math.max(l, o.l), math.max(w, o.w)
+  end
+  return { l = l, w = w, b = l }
+end
+
+-- What the configuration (l, w) counts in its window at now, and when a request of cost `asked`
+-- fits it: { count, retry (nil: it fits), reset, e, g }. `e`, `g`: its edge, the entries known
+-- to have left its window (from the front) and their count; the scan goes on from there, so
+-- each entry is passed once per configuration however many calls read the log (the edge is
+-- stored with it). A denial's wait reads from the nearer end: the `excess` oldest inside, or
+-- the newest back to l - asked + 1. Never more than the log's length (at most its largest L).
+local function log_window(s, l, w, now, asked, e, g)
+  local reset = s.len > 0 and math.max(s.newest + w - now, 0) or 0
+  if e > s.len or g > s.total then
+    s.bad()
+  end
+  if e > 0 and (s.entry(e)) + w > now then
+    -- The clock went back (or the edge is not this log's): read from the front again.
+    e, g = 0, 0
+  end
+  local lo, gone = e + 1, g
+  while lo <= s.len do
+    local at, c = s.entry(lo)
+    if at + w > now then
+      break
+    end
+    gone, lo = gone + c, lo + 1
+  end
+  if gone > s.total then
+    s.bad()
+  end
+  local count, retry = s.total - gone, nil
+  if asked > l then
+    retry = math.max(reset, 1)
+  elseif count + asked > l then
+    local excess = count + asked - l
+    if excess <= l - asked + 1 then
+      local freed, i = 0, lo
+      while i <= s.len do
+        local at, c = s.entry(i)
+        freed = freed + c
+        if freed >= excess then
+          retry = math.max(at + w - now, 0)
+          break
+        end
+        i = i + 1
+      end
+    else
+      -- Admissible once the entry that brings the newest past l - asked leaves.
+      local back, i = 0, s.len
+      while i >= lo do
+        local at, c = s.entry(i)
+        back = back + c
+        if back + asked > l then
+          retry = math.max(at + w - now, 0)
+          break
+        end
+        i = i - 1
+      end
+    end
+    if not retry then
+      s.bad()
+    end
+  end
+  return { count = count, retry = retry, reset = reset, e = lo - 1, g = gone }
+end
+
+-- The decision on a log that remembers other configurations (docs/functions.md, the sliding
+-- log's rule): every configuration counts the one shared log in its own window, and a request
+-- is admitted only when each of them admits it. Its entries span the longest W (log_span).
+function log.check_all(s, p, now, cost)
+  local asked = math.max(cost, 1)
+  local edge = s.edge or { 0, 0 }
+  local own = log_window(s, p.l, p.w, now, asked, edge[1], edge[2])
+  s.edge = { own.e, own.g }
+  local retry, reset = own.retry, own.reset
+  -- The reply's reset is the request's configuration's; the key lives while any counts (keep).
+  for _, o in ipairs(s.others) do
+    local c = log_window(s, o.l, o.w, now, asked, o.e, o.g)
+    o.e, o.g = c.e, c.g
+    if c.retry and (not retry or c.retry > retry) then
+      retry = c.retry
+    end
+    reset = math.max(reset, c.reset)
+  end
+  local remaining = math.max(p.l - own.count, 0)
+  local d
+  if retry then
+    d = decision(0, p.l, retry == own.retry and remaining or 0, math.max(retry, 1), own.reset)
+  elseif cost == 0 then
+    d = decision(1, p.l, remaining, nil, own.reset)
+  end
+  if d then
+    d.keep = reset
+    return d, nil
+  end
+  local at = math.max(now, s.len > 0 and s.newest or 0)
+  local merged
+  if s.len > 0 and s.newest == at then
+    local _, count = s.entry(s.len)
+    merged = count + cost
+  end
+  d = decision(1, p.l, p.l - (own.count + cost), nil, math.max(at + p.w - now, 0))
+  d.keep = math.max(reset, at + p.w - now)
+  return d, { dropped = 0, at = at, count = cost, merged = merged }
+end
+
 -- A policy change: the entries still inside the new window; above the new L entries, the
 -- oldest are merged into one at the latest of their instants. Those that leave are a prefix,
 -- so the result is a view over `s`: the prefix read once, nothing else read or copied.
@@ -778,7 +906,7 @@ function log.rescale(s, from, to, now)
   end
   local v = {
     key = s.key, total = s.total - gone_count, newest = len > 0 and s.newest or 0, len = len,
-    drop = (s.drop or 0) + gone, head = head, bad = s.bad, entries = s.entries,
+    drop = (s.drop or 0) + gone, head = head, bad = s.bad, entries = s.entries, others = s.others,
   }
   function v.entry(i)
     if i == 1 and head then
@@ -793,7 +921,9 @@ function log.rescale(s, from, to, now)
       local a, c = v.entry(i)
       entries[i] = { a, c }
     end
-    return memory_log(entries)
+    local m = memory_log(entries)
+    m.others = s.others
+    return m
   end
   return v
 end
@@ -814,7 +944,7 @@ end
 -- front, the refunded ones from the back; a view over `s` again, reading only those (s itself
 -- when nothing changes).
 function log.refund(s, p, now, n)
-  local v = log.rescale(s, p, p, now)
+  local v = log.rescale(s, p, log_span(s, p), now)
   local len, total, tail = v.len, v.total, nil
   while n > 0 and len > 0 do
     local at, count = v.entry(len)
@@ -832,7 +962,7 @@ function log.refund(s, p, now, n)
   end
   local r = {
     key = v.key, total = total, len = len, drop = v.drop, head = v.head, pop = pop, tail = tail,
-    bad = v.bad, newest = len > 0 and (v.entry(len)) or 0,
+    bad = v.bad, newest = len > 0 and (v.entry(len)) or 0, others = unedged(v.others),
   }
   function r.entry(i)
     if i == len and tail then
@@ -846,7 +976,9 @@ function log.refund(s, p, now, n)
       local at, count = r.entry(i)
       entries[i] = { at, count }
     end
-    return memory_log(entries)
+    local m = memory_log(entries)
+    m.others = unedged(v.others)
+    return m
   end
   return r
 end
@@ -880,6 +1012,10 @@ end
 
 local function policy_of(l, w, b)
   return { l = l, w = w, b = b }
+end
+
+local function same_policy(a, b)
+  return a.l == b.l and a.w == b.w and a.b == b.b
 end
 
 -- The numbers of a stored value, "tag n n n …" (single spaces), each at most 9·10^15 in
@@ -961,13 +1097,34 @@ local VALID = {
 -- most the library's largest L, and the list exactly that long.
 local function held_log(key, got, bad)
   local first = got[1]
-  local f = type(first) == 'string' and numbers(first, 's', 5)
+  if type(first) ~= 'string' or #first > 18 * (3 + 2 * MAX_CONFIGURATIONS) + 2 then
+    return nil
+  end
+  -- The header; a log remembering other configurations adds its edge "E G" (log_window) and
+  -- " L W E G" for each of them (1 to 7).
+  local _, spaces = string.gsub(first, ' ', ' ')
+  local extra = spaces - 7
+  if spaces ~= 5 and (extra < 4 or extra % 4 ~= 0 or extra > 4 * (MAX_CONFIGURATIONS - 1)) then
+    return nil
+  end
+  local f = numbers(first, 's', spaces)
   if not f then
     return nil
   end
   local p = policy_of(f[1], f[2], f[1])
   local total, newest, len = f[3], f[4], f[5]
-  if not valid_policy(log, p) or len > p.l or total > MAX_LOG_TOTAL or total < len or (len == 0) ~= (total == 0) then
+  local max_l, others = p.l, nil
+  for i = 8, spaces, 4 do
+    local o = policy_of(f[i], f[i + 1], f[i])
+    o.e, o.g = f[i + 2], f[i + 3]
+    if not valid_policy(log, o) or same_policy(o, p) or o.e > len or o.g > total then
+      return nil
+    end
+    others = others or {}
+    others[#others + 1] = o
+    max_l = math.max(max_l, o.l)
+  end
+  if not valid_policy(log, p) or len > max_l or total > MAX_LOG_TOTAL or total < len or (len == 0) ~= (total == 0) then
     return nil
   end
   local length = #got
@@ -977,7 +1134,13 @@ local function held_log(key, got, bad)
   if length ~= len + 1 then
     return nil
   end
-  return { algo = log, policy = p, state = stored_log(key, total, newest, len, bad, got) }
+  if spaces > 5 and (f[6] > len or f[7] > total) then
+    return nil
+  end
+  local s = stored_log(key, total, newest, len, bad, got)
+  s.others = others
+  s.edge = others and { f[6], f[7] } or nil
+  return { algo = log, policy = p, state = s }
 end
 
 -- One stored configuration "tag L W [B] fields…", as { algo, policy, state }, or nil.
@@ -1089,11 +1252,19 @@ local function held_as(key, algo, named, now)
 end
 
 local function expire_at(now, d)
-  return now + math.max(d.reset, MIN_TTL_MS)
+  return now + math.max(d.reset, d.keep or 0, MIN_TTL_MS)
 end
 
 local function header(p, s)
-  return 's ' .. num(p.l) .. ' ' .. num(p.w) .. ' ' .. num(s.total) .. ' ' .. num(s.newest) .. ' ' .. num(s.len)
+  local text = 's ' .. num(p.l) .. ' ' .. num(p.w) .. ' ' .. num(s.total) .. ' ' .. num(s.newest) .. ' ' .. num(s.len)
+  if s.others and #s.others > 0 then
+    local edge = s.edge or { 0, 0 }
+    text = text .. ' ' .. num(edge[1]) .. ' ' .. num(edge[2])
+    for _, o in ipairs(s.others) do
+      text = text .. ' ' .. num(o.l) .. ' ' .. num(o.w) .. ' ' .. num(o.e or 0) .. ' ' .. num(o.g or 0)
+    end
+  end
+  return text
 end
 
 local function entry_text(at, count)
@@ -1172,6 +1343,8 @@ local function log_write(key, p, s, change, now, d)
     total = total + change.count,
     newest = change.at or (len > 0 and s.newest or 0),
     len = len,
+    others = s.others,
+    edge = s.edge,
   }
   if change.count > 0 and not change.merged then
     h.len = len + 1
@@ -1274,8 +1447,85 @@ end
 ------------------------------------------------------------------------------------------------
 -- Arguments: `L W [BURST B] [COST n]`, as src/command/args.rs reads them.
 
-local function same_policy(a, b)
-  return a.l == b.l and a.w == b.w and a.b == b.b
+-- A sliding log's start (docs/functions.md, the sliding log's rule): the configurations it
+-- remembers besides `p` (the previous current first), less those that count nothing in their
+-- window now and those another one implies (a W as long or longer and an L as small or smaller:
+-- it denies whatever they deny); beyond 7 others, the last two merge into one that denies more
+-- than either (the smaller L over the longer W). The state: the stored log over the longest W
+-- and largest L among them (a view over the key); with no other, the one-configuration rule.
+local function log_configurations(h, p, now)
+  local s = h.state
+  local edge = s.edge or { 0, 0 }
+  local list = { policy_of(h.policy.l, h.policy.w, h.policy.b) }
+  list[1].e, list[1].g = edge[1], edge[2]
+  for _, o in ipairs(s.others or {}) do
+    list[#list + 1] = o
+  end
+  -- The request's configuration's edge, if the key holds it.
+  local own = { 0, 0 }
+  for _, o in ipairs(list) do
+    if same_policy(o, p) then
+      own = { o.e or 0, o.g or 0 }
+    end
+  end
+  local cands = {}
+  for _, o in ipairs(list) do
+    if not same_policy(o, p) and s.len > 0 and s.newest + o.w > now then
+      cands[#cands + 1] = o
+    end
+  end
+  local function implied(i, o)
+    if p.w >= o.w and p.l <= o.l then
+      return true
+    end
+    for j, q in ipairs(cands) do
+      if j ~= i and q.w >= o.w and q.l <= o.l and (q.w > o.w or q.l < o.l or j < i) then
+        return true
+      end
+    end
+    return false
+  end
+  local others = {}
+  for i, o in ipairs(cands) do
+    if not implied(i, o) then
+      others[#others + 1] = o
+    end
+  end
+  while #others > MAX_CONFIGURATIONS - 1 do
+    local a, b = others[#others - 1], others[#others]
+    others[#others] = nil
+    others[#others] = policy_of(math.min(a.l, b.l), math.max(a.w, b.w), math.min(a.l, b.l))
+  end
+  local changed = not same_policy(h.policy, p) or #others ~= #(s.others or {})
+  for i, o in ipairs(others) do
+    local was = (s.others or {})[i]
+    changed = changed or not was or not same_policy(was, o)
+  end
+  if #others == 0 then
+    if not changed then
+      return s, {}, false
+    end
+    local v = log.rescale(s, h.policy, p, now)
+    v.others = nil
+    return v, {}, true
+  end
+  local v = log.rescale(s, h.policy, log_span({ others = others }, p), now)
+  -- The edges, moved by the entries the view drops from the front (out of every window), or
+  -- read anew from the front when its oldest entries merged.
+  local d, dc = (v.drop or 0) - (s.drop or 0), s.total - v.total
+  local function moved(e, g)
+    e, g = e or 0, g or 0
+    if v.head or e < d or g < dc then
+      return 0, 0
+    end
+    return e - d, g - dc
+  end
+  v.edge = { moved(own[1], own[2]) }
+  for _, o in ipairs(others) do
+    o.e, o.g = moved(o.e, o.g)
+  end
+  v.others = others
+  return v, {}, changed
 end
 
 -- Where a request under `p` starts (src/algo/step.rs `start`): the key's state under p
@@ -1287,6 +1537,8 @@ end
 local function configurations(algo, h, p, now)
   if not h then
     return nil, {}, false
+  elseif algo == log then
+    return log_configurations(h, p, now)
   end
   local others = h.others or {}
   if same_policy(h.policy, p) then
@@ -1786,7 +2038,8 @@ end
 -- into one at the latest of their instants, as after a policy change.
 function log.charge(s, p, now, n)
   s = s or memory_log({})
-  local entries = all_entries(s, p.w, now)
+  local span = log_span(s, p)
+  local entries = all_entries(s, span.w, now)
   local total = 0
   for _, e in ipairs(entries) do
     total = total + e[2]
@@ -1801,7 +2054,9 @@ function log.charge(s, p, now, n)
       entries[#entries + 1] = { at, take }
     end
   end
-  return log.rescale(memory_log(entries), p, p, now), take
+  local m = memory_log(entries)
+  m.others = unedged(s.others)
+  return log.rescale(m, span, span, now), take
 end
 
 -- FCALL rl_charge 1 key n [POLICY algorithm L W [BURST B]]: charges n under the stored policy

@@ -353,7 +353,7 @@ fn policy_changes_agree_with_the_module() {
 
 /// A sliding log switching between two policies.
 #[test]
-#[ignore = "a sliding log keeps the one-configuration rule in the library; the module remembers configurations: docs/functions.md"]
+#[ignore = "the library's sliding log rule is stricter than the module's (admitted only when every remembered configuration admits): docs/functions.md"]
 fn sliding_log_policy_changes_agree_with_the_module() {
     let (_s, mut c) = both();
     for seed in 1..=80u64 {
@@ -461,28 +461,110 @@ fn many_configurations_agree_with_the_module() {
     }
 }
 
+/// The sliding log's rule in the library (docs/functions.md), checked against an independent
+/// count over random traces with 2 to 8 configurations (and a ninth and tenth: merged): every
+/// admission under (L, W) at t finds, among everything the key admitted in (t − W, t] since that
+/// configuration was taken up (its first call, or its first call after an instant its window
+/// held nothing), at most L. So no number of configurations admits more than the loosest alone.
+#[test]
+fn sliding_log_configurations_keep_each_promise() {
+    let (_s, mut c) = both();
+    for seed in 1..=40u64 {
+        let mut rng = Rng(seed * 0x9e37_79b9);
+        let n = 2 + rng.below(9) as usize;
+        let policies: Vec<(u64, u64)> = (0..n)
+            .map(|_| {
+                (
+                    1 + rng.below(12),
+                    [1, 10, 100, 1000, 5000][rng.below(5) as usize],
+                )
+            })
+            .collect();
+        cmd(&mut c, &["FLUSHALL"]).unwrap();
+        let mut t = T0_MS;
+        let mut admitted: Vec<(u64, u64)> = Vec::new();
+        let mut last_call: Vec<Option<u64>> = vec![None; n];
+        let mut taken_up = vec![0u64; n];
+        for step in 0..150 {
+            t += rng.below(400);
+            at(&mut c, t);
+            let i = rng.below(n as u64) as usize;
+            let (l, w) = policies[i];
+            // Empty at some instant since its last call: taken up anew now.
+            let empty_at = |s: u64| !admitted.iter().any(|&(a, _)| a <= s && a + w > s);
+            let anew = match last_call[i] {
+                None => true,
+                Some(prev) => {
+                    empty_at(prev)
+                        || empty_at(t)
+                        || admitted
+                            .iter()
+                            .any(|&(a, _)| a + w >= prev && a + w <= t && empty_at(a + w))
+                }
+            };
+            if anew {
+                taken_up[i] = t;
+            }
+            last_call[i] = Some(t);
+            let cost = 1 + rng.below(l.min(3));
+            let r = reply(
+                &mut c,
+                &words(&[
+                    "FCALL",
+                    "rl_slidinglog",
+                    "1",
+                    "f:k",
+                    &l.to_string(),
+                    &w.to_string(),
+                    "COST",
+                    &cost.to_string(),
+                ]),
+            );
+            let v: Vec<i64> = redis::from_redis_value(&r.unwrap()).unwrap();
+            if v[0] == 1 {
+                admitted.push((t, cost));
+                let counted: u64 = admitted
+                    .iter()
+                    .filter(|&&(a, _)| a + w > t && a >= taken_up[i])
+                    .map(|&(_, n)| n)
+                    .sum();
+                assert!(
+                    counted <= l,
+                    "seed {seed} step {step}: {counted} in the window of ({l}, {w}), {policies:?}"
+                );
+            }
+        }
+    }
+    at(&mut c, T0_MS);
+}
+
 /// The rollouts through the library: 100 per hour beside 10 per second for 60 s, and one
 /// 100-per-hour configuration cycled with four fast ones (a fifth configuration, then more than
 /// eight). Every reply equal to the module's, so the library admits what the module does.
 #[test]
 fn rollouts_admit_as_the_module() {
-    rollouts(&[
-        ("RL.GCRA", "rl_gcra", true),
-        ("RL.TOKENBUCKET", "rl_tokenbucket", true),
-        ("RL.SLIDINGCOUNTER", "rl_slidingcounter", false),
-        ("RL.FIXEDWINDOW", "rl_fixedwindow", false),
-    ]);
+    rollouts(
+        &[
+            ("RL.GCRA", "rl_gcra", true),
+            ("RL.TOKENBUCKET", "rl_tokenbucket", true),
+            ("RL.SLIDINGCOUNTER", "rl_slidingcounter", false),
+            ("RL.FIXEDWINDOW", "rl_fixedwindow", false),
+        ],
+        true,
+    );
 }
 
-/// The same rollouts on a sliding log.
+/// The same rollouts on a sliding log, whose rule in the library is stricter than the module's
+/// (docs/functions.md): every reply may differ, but the library admits at most what the module
+/// admits, itself no more than the loosest configuration alone.
 #[test]
-#[ignore = "a sliding log keeps the one-configuration rule in the library; the module remembers configurations: docs/functions.md"]
 fn sliding_log_rollouts_admit_as_the_module() {
-    rollouts(&[("RL.SLIDINGLOG", "rl_slidinglog", false)]);
+    rollouts(&[("RL.SLIDINGLOG", "rl_slidinglog", false)], false);
 }
 
-/// Runs the rollouts of `rollouts_admit_as_the_module` on each (command, function, has BURST).
-fn rollouts(limiters: &[(&str, &str, bool)]) {
+/// Runs the rollouts of `rollouts_admit_as_the_module` on each (command, function, has BURST):
+/// every reply equal when `exact`, else the library admitting at most what the module does.
+fn rollouts(limiters: &[(&str, &str, bool)], exact: bool) {
     let (_s, mut c) = both();
     for &(command, function, bucket) in limiters {
         let call = |side: &str, l: u64, w: u64, cost: u64| {
@@ -504,7 +586,9 @@ fn rollouts(limiters: &[(&str, &str, bool)]) {
                 reply(c, &call("m", l, w, cost)),
                 reply(c, &call("f", l, w, cost)),
             );
-            assert_eq!(m, f, "{command} {what}");
+            if exact {
+                assert_eq!(m, f, "{command} {what}");
+            }
             for (i, r) in [m, f].iter().enumerate() {
                 if let Ok(Value::Array(v)) = r {
                     admitted[i] += i64::from(v[0] == Value::Int(1)) * cost as i64;
@@ -538,7 +622,16 @@ fn rollouts(limiters: &[(&str, &str, bool)]) {
                 }
             }
         }
-        assert_eq!(admitted[0], admitted[1], "{command}");
+        if exact {
+            assert_eq!(admitted[0], admitted[1], "{command}");
+        } else {
+            assert!(
+                admitted[1] <= admitted[0],
+                "{command}: the library admitted {}, the module {}",
+                admitted[1],
+                admitted[0]
+            );
+        }
     }
     at(&mut c, T0_MS);
 }
@@ -1795,22 +1888,26 @@ fn a_policy_change_on_a_full_log_costs_only_what_leaves() {
         !run.contains_key("rpush") && !run.contains_key("del"),
         "{run:?}"
     );
-    // Half the window: the older half leaves, read once (32 entries per LRANGE) and trimmed.
+    // Half the window: the hour's configuration, remembered, still counts the older half, so
+    // nothing leaves the log (docs/functions.md, the sliding log's rule); the entries that left
+    // the new window are read once (32 entries per LRANGE), and where its window starts is
+    // stored with it.
     at(&mut c, now + 20);
     cmd(&mut c, &["CONFIG", "RESETSTAT"]).unwrap();
     assert_eq!(call(&mut c, "10000", "5000")[..3], [1, 10_000, 5_022]);
     let run = commands_by_name(&mut c);
     assert!(run.values().sum::<u64>() <= 6 + 5_000 / 32 + 2, "{run:?}");
     let len: i64 = redis::cmd("LLEN").arg("f:big").query(&mut c).unwrap();
-    assert_eq!(len, 1 + 4_977 + 1);
-    // L = 10: all but 9 entries merge into one, once; the next call reads a 10-entry log.
-    cmd(&mut c, &["CONFIG", "RESETSTAT"]).unwrap();
+    assert_eq!(len, 1 + 9_998 + 1);
+    // L = 10 over the same W: denied, and the calls after it read a few entries from each end
+    // (each configuration from where its window starts), whatever the log's length.
     assert_eq!(call(&mut c, "10", "5000")[..3], [0, 10, 0]);
-    let len: i64 = redis::cmd("LLEN").arg("f:big").query(&mut c).unwrap();
-    assert_eq!(len, 11);
-    cmd(&mut c, &["CONFIG", "RESETSTAT"]).unwrap();
-    assert_eq!(call(&mut c, "10", "5000")[..3], [0, 10, 0]);
-    assert!(commands_by_name(&mut c).values().sum::<u64>() <= 3);
+    for i in 0..3 {
+        cmd(&mut c, &["CONFIG", "RESETSTAT"]).unwrap();
+        assert_eq!(call(&mut c, "10", "5000")[..3], [0, 10, 0]);
+        let run = commands_by_name(&mut c);
+        assert!(run.values().sum::<u64>() <= 6, "call {i}: {run:?}");
+    }
 }
 
 /////////////////////////////////////////////////////////////////////////////////////////////////
