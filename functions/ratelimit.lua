@@ -38,7 +38,9 @@ reply's reset_after_ms nor than 1 s, as the module):
   leaky bucket    string "h L W B tat_ms tat_rem tat_ns d"  (RL.SHAPE: B = QUEUE + 1, d undelayed)
   sliding counter string "c L W start_ms prev curr"
   fixed window    string "f L W start_ms count"
-  sliding log     list   "s L W total newest_ms entries", then "at_ms count" per instant, oldest first
+  sliding log     list   "s L W total newest_ms entries", then "at_ms count" per instant, oldest first;
+                  remembering other configurations, the header goes on "edge edge_count" and
+                  "L W edge edge_count" per other (log_configurations, log_window)
 A GCRA, token-bucket, fixed-window, sliding-counter or leaky-bucket key that remembers other
 configurations stores them after the current one, each in the same form: "… ; g L W B …".
 Every write is an ordinary command (SET … PXAT, RPUSH, LSET, LTRIM, PEXPIREAT), which Redis 7+
@@ -1533,7 +1535,7 @@ end
 -- configurations as they will be kept (the previous current first, those droppable beside the
 -- state it starts from gone), whether the current configuration changes, and on overflow (one
 -- configuration more than MAX_CONFIGURATIONS) the current configuration, which stays current.
--- A sliding log keeps one configuration (docs/functions.md).
+-- A sliding log: log_configurations (a stricter rule, docs/functions.md).
 local function configurations(algo, h, p, now)
   if not h then
     return nil, {}, false
@@ -1717,7 +1719,7 @@ end
 -- One request to one limiter (src/algo/step.rs `step`, main's rule): it decides on the state of
 -- its configuration (current, remembered, or carried over), which is stored as the current one
 -- whether or not the request is admitted (a peek stores nothing); what it spends is charged to
--- every other configuration. A sliding log keeps one configuration (docs/functions.md).
+-- every other configuration. A sliding log: log_configurations.
 -- `now`: the instant, when the caller already read it.
 local function request(fname, algo, keys, args, want, now)
   if #keys ~= 1 or #args < (want and 4 or 2) then
