@@ -59,15 +59,20 @@ const ESTIMATE: u64 = 100;
 /// settle at what they used; the `drop_every`-th drops its reservation instead. Returns the
 /// admitted requests' (actual, settled) pairs.
 async fn fifty(l: &Limiter, limit: &Limit, key: &str, drop_every: u64) -> Vec<(u64, bool)> {
+    // Every reservation is decided before any settles: which of them the store admits then
+    // depends on the estimates alone, not on how the tasks interleave on a loaded machine.
+    let reserved = std::sync::Arc::new(tokio::sync::Barrier::new(50));
     let tasks: Vec<_> = (0..50)
         .map(|i| {
             let (l, limit, key) = (l.clone(), limit.clone(), key.to_string());
+            let reserved = reserved.clone();
             tokio::spawn(async move {
                 let r = l
                     .reserve(&[(&limit, &key)], ESTIMATE)
                     .await
                     .unwrap()
                     .with_grace(Duration::from_secs(10));
+                reserved.wait().await;
                 if !r.admitted() {
                     return None;
                 }
