@@ -29,7 +29,7 @@ use crate::host::call::Key;
 use crate::host::call::{Args, Ctx, RString};
 use crate::metrics;
 use crate::state::delta::{Change, Delta, IntoDelta};
-use crate::state::replay::{plan_remembered, ChargedDelta};
+use crate::state::replay::ChargedDelta;
 use crate::state::share::Share;
 use crate::state::{AlgoState, Limiter, Stored};
 
@@ -216,7 +216,8 @@ fn apply(
         };
         if let Some((limiter, keep_ns)) = store {
             let limiter = key.store(limiter)?;
-            let at = effect::propagate(ctx, part.request.key, limiter, now_ns, keep_ns);
+            let what = effect::Commit::State(limiter);
+            let at = effect::commit(ctx, part.request.key, what, now_ns, keep_ns);
             key.expire_at(Some(at));
         }
         decision
@@ -247,13 +248,10 @@ fn charge_in_place(
     let before = metrics::Footprint::of(limiter);
     let policy = limiter.policy;
     // A key holding a share lives at least until the share's expiry.
-    let keep = Decision {
-        reset_after_ns: decision.reset_after_ns.max(share::keep_ns(limiter, now_ns)),
-        ..*decision
-    };
+    let keep = decision.reset_after_ns.max(share::keep_ns(limiter, now_ns));
     let at = match apply(&mut limiter.state, &policy, change) {
-        Some(delta) => effect::propagate_delta(ctx, name, &delta, now_ns, &keep),
-        None => effect::propagate(ctx, name, limiter, now_ns, keep.reset_after_ns),
+        Some(delta) => effect::commit(ctx, name, effect::Commit::Delta(&delta), now_ns, keep),
+        None => effect::commit(ctx, name, effect::Commit::State(limiter), now_ns, keep),
     };
     metrics::limiter_changed(before, limiter);
     key.expire_at(Some(at));
@@ -278,7 +276,7 @@ fn charge_remembered(
     // Planned on this very limiter in this call: it applies.
     delta.apply(limiter)?;
     metrics::limiter_changed(before, limiter);
-    let at = effect::propagate_charged(ctx, name, delta, now_ns, keep_ns);
+    let at = effect::commit(ctx, name, effect::Commit::Charged(delta), now_ns, keep_ns);
     key.expire_at(Some(at));
     Ok(())
 }
@@ -435,7 +433,7 @@ fn plan<A: Stored>(
             }
         }
         if limiter.policy == *policy && !limiter.others().is_empty() && cost > 0 {
-            if let Some((decision, charged_delta)) = plan_remembered(limiter, now_ns, cost) {
+            if let Some((decision, charged_delta)) = A::plan_remembered(limiter, now_ns, cost) {
                 let uncharged = match charged_delta {
                     Some(_) => A::check(Some(state), policy, now_ns, 0).decision,
                     None => decision,
