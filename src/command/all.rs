@@ -16,7 +16,7 @@
 
 use super::args::{parse_i64, parse_limiter, Amount, Options, Request};
 use super::charge::{self, Creator, Given};
-use super::effect;
+use super::effect::{self, Commit};
 use super::limit::{accepts, of};
 use super::reply::{fields, Reply};
 use super::settle;
@@ -29,7 +29,7 @@ use crate::host::call::Key;
 use crate::host::call::{Args, Ctx, RString};
 use crate::metrics;
 use crate::state::delta::{Change, Delta, IntoDelta};
-use crate::state::replay::{plan_remembered, ChargedDelta};
+use crate::state::replay::ChargedDelta;
 use crate::state::share::Share;
 use crate::state::{AlgoState, Limiter, Stored};
 
@@ -47,16 +47,21 @@ struct Plan {
     charged: Option<(Limiter, u64)>,
     /// What to store when it is not (a change of configuration holds whatever the outcome).
     carried: Option<(Limiter, u64)>,
-    /// Instead of `charged`, for an algorithm that decides in place (the sliding log, under the
-    /// policy it holds): the change to apply when the whole request is admitted, which goes out
-    /// as a delta, in time and bytes independent of the log's length.
-    in_place: Option<(Change, Applier)>,
-    /// Instead of `charged`, for a sliding log that remembers other configurations, under the
-    /// policy it holds as current: the delta that charges every configuration in place when the
-    /// whole request is admitted, and how long the key must then live.
-    charged_delta: Option<(ChargedDelta, u64)>,
+    /// Instead of `charged`, for an algorithm that decides in place under the policy the key
+    /// holds: what to apply when the whole request is admitted, which goes out as a delta, in
+    /// time and bytes independent of the state's size.
+    in_place: Option<InPlace>,
     /// The key holds a region's share: what it was asked and admitted is counted.
     shared: bool,
+}
+
+/// A charge planned in place (see [`Stored::decide_in_place`] and [`Stored::plan_remembered`]).
+enum InPlace {
+    /// The change to the key's one configuration, and how to apply it.
+    Change(Change, Applier),
+    /// The delta that charges every configuration the key remembers, and how long the key must
+    /// then live.
+    Charged(ChargedDelta, u64),
 }
 
 /// Applies a planned change to the state of its algorithm (see [`Stored::apply_delta`]).
@@ -202,11 +207,8 @@ fn apply(
     now_ns: u64,
 ) -> Result<Decision, Error> {
     let cost = part.request.amount;
-    let decision = if let (true, Some((change, apply))) = (admitted, plan.in_place) {
-        charge_in_place(ctx, key, part, (&change, apply), now_ns, &plan.decision)?;
-        plan.decision
-    } else if let (true, Some((delta, keep_ns))) = (admitted, &plan.charged_delta) {
-        charge_remembered(ctx, key, part, delta, now_ns, *keep_ns)?;
+    let decision = if let (true, Some(in_place)) = (admitted, &plan.in_place) {
+        charge_in_place(ctx, key, part, in_place, now_ns, &plan.decision)?;
         plan.decision
     } else {
         let (store, decision) = match (admitted, plan.charged) {
@@ -216,7 +218,8 @@ fn apply(
         };
         if let Some((limiter, keep_ns)) = store {
             let limiter = key.store(limiter)?;
-            let at = effect::propagate(ctx, part.request.key, limiter, now_ns, keep_ns);
+            let what = Commit::State(limiter);
+            let at = effect::commit(ctx, part.request.key, what, now_ns, keep_ns);
             key.expire_at(Some(at));
         }
         decision
@@ -231,12 +234,12 @@ fn apply(
 }
 
 /// Charges a limiter whose change was planned in place, and propagates it as a delta (the full
-/// state if the change could not be applied, which the plan rules out).
+/// state if a change could not be applied, which the plan rules out).
 fn charge_in_place(
     ctx: &Ctx,
     key: &mut Key<'_>,
     part: &Part<'_>,
-    (change, apply): (&Change, Applier),
+    in_place: &InPlace,
     now_ns: u64,
     decision: &Decision,
 ) -> Result<(), Error> {
@@ -245,40 +248,25 @@ fn charge_in_place(
         return Ok(());
     };
     let before = metrics::Footprint::of(limiter);
-    let policy = limiter.policy;
-    // A key holding a share lives at least until the share's expiry.
-    let keep = Decision {
-        reset_after_ns: decision.reset_after_ns.max(share::keep_ns(limiter, now_ns)),
-        ..*decision
+    let at = match in_place {
+        InPlace::Change(change, apply) => {
+            let policy = limiter.policy;
+            // A key holding a share lives at least until the share's expiry.
+            let keep = decision.reset_after_ns.max(share::keep_ns(limiter, now_ns));
+            let at = match apply(&mut limiter.state, &policy, change) {
+                Some(delta) => effect::commit(ctx, name, Commit::Delta(&delta), now_ns, keep),
+                None => effect::commit(ctx, name, Commit::State(limiter), now_ns, keep),
+            };
+            metrics::limiter_changed(before, limiter);
+            at
+        }
+        InPlace::Charged(delta, keep_ns) => {
+            // Planned on this very limiter in this call: it applies.
+            delta.apply(limiter)?;
+            metrics::limiter_changed(before, limiter);
+            effect::commit(ctx, name, Commit::Charged(delta), now_ns, *keep_ns)
+        }
     };
-    let at = match apply(&mut limiter.state, &policy, change) {
-        Some(delta) => effect::propagate_delta(ctx, name, &delta, now_ns, &keep),
-        None => effect::propagate(ctx, name, limiter, now_ns, keep.reset_after_ns),
-    };
-    metrics::limiter_changed(before, limiter);
-    key.expire_at(Some(at));
-    Ok(())
-}
-
-/// Charges a sliding log that remembers other configurations by the delta planned on it, and
-/// propagates that delta.
-fn charge_remembered(
-    ctx: &Ctx,
-    key: &mut Key<'_>,
-    part: &Part<'_>,
-    delta: &ChargedDelta,
-    now_ns: u64,
-    keep_ns: u64,
-) -> Result<(), Error> {
-    let name = part.request.key;
-    let Some(limiter) = key.limiter(part.name)? else {
-        return Ok(());
-    };
-    let before = metrics::Footprint::of(limiter);
-    // Planned on this very limiter in this call: it applies.
-    delta.apply(limiter)?;
-    metrics::limiter_changed(before, limiter);
-    let at = effect::propagate_charged(ctx, name, delta, now_ns, keep_ns);
     key.expire_at(Some(at));
     Ok(())
 }
@@ -435,7 +423,7 @@ fn plan<A: Stored>(
             }
         }
         if limiter.policy == *policy && !limiter.others().is_empty() && cost > 0 {
-            if let Some((decision, charged_delta)) = plan_remembered(limiter, now_ns, cost) {
+            if let Some((decision, charged_delta)) = A::plan_remembered(limiter, now_ns, cost) {
                 let uncharged = match charged_delta {
                     Some(_) => A::check(Some(state), policy, now_ns, 0).decision,
                     None => decision,
@@ -445,8 +433,8 @@ fn plan<A: Stored>(
                     uncharged,
                     charged: None,
                     carried: None,
-                    in_place: None,
-                    charged_delta,
+                    in_place: charged_delta
+                        .map(|(delta, keep_ns)| InPlace::Charged(delta, keep_ns)),
                     shared: false,
                 });
             }
@@ -473,7 +461,6 @@ fn plan<A: Stored>(
         charged: planned.charged.map(limiter),
         carried: planned.carried.map(limiter),
         in_place: None,
-        charged_delta: None,
         shared: false,
     })
 }
@@ -493,8 +480,7 @@ fn plan_in_place<A: Stored>(state: &A, policy: &Policy, now_ns: u64, cost: u64) 
         carried: None,
         in_place: change
             .and_then(IntoDelta::into_change)
-            .map(|change| (change, apply_in_place::<A> as Applier)),
-        charged_delta: None,
+            .map(|change| InPlace::Change(change, apply_in_place::<A> as Applier)),
         shared: false,
     })
 }
@@ -563,7 +549,6 @@ fn plan_shared<A: Stored>(
         charged: next.map(|next| keep(next, decision.reset_after_ns)),
         carried,
         in_place: None,
-        charged_delta: None,
         shared: true,
     })
 }

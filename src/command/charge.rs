@@ -193,7 +193,7 @@ pub fn settle_key(
         if out.changed || moved {
             metrics::limiter_changed(before, limiter);
             let keep_ns = out.keep_ns.max(share::keep_ns(limiter, now_ns));
-            let at = effect::propagate(ctx, name, limiter, now_ns, keep_ns);
+            let at = effect::commit(ctx, name, effect::Commit::State(limiter), now_ns, keep_ns);
             key.expire_at(Some(at));
         }
         return Ok(Some(KeySettled {
@@ -206,7 +206,13 @@ pub fn settle_key(
     let out = settle_limiter(&mut limiter, now_ns, by);
     if out.changed {
         let limiter = key.store(limiter)?;
-        let at = effect::propagate(ctx, name, limiter, now_ns, out.keep_ns);
+        let at = effect::commit(
+            ctx,
+            name,
+            effect::Commit::State(limiter),
+            now_ns,
+            out.keep_ns,
+        );
         key.expire_at(Some(at));
     }
     Ok(Some(KeySettled {

@@ -3,7 +3,7 @@
 
 use std::cell::RefCell;
 
-use crate::algo::{ms_ceil, Decision};
+use crate::algo::ms_ceil;
 use crate::host::call::{Ctx, RString};
 use crate::state::delta::Delta;
 use crate::state::effect::state_effect_header;
@@ -31,58 +31,41 @@ pub fn expire_at_ms(now_ns: u64, keep_ns: u64) -> u64 {
     ms_ceil(now_ns).saturating_add(ms_ceil(keep_ns).max(MIN_TTL_MS))
 }
 
+/// What a change of a stored limiter sends to replicas and the AOF, as the state layer makes
+/// it: the whole state, or a delta on the state they hold (`state::delta`), which they apply or
+/// refuse if it was not made on that state.
+pub enum Commit<'a> {
+    /// The state whole (with its remembered configurations and share).
+    State(&'a Limiter),
+    /// An admit decided in place under the policy the key holds (the sliding log): 35 bytes
+    /// whatever the log's length, where the full state is 8 bytes per entry.
+    Delta(&'a Delta),
+    /// An admit that charges every configuration a key remembers in place
+    /// (`state::delta::ChargedDelta`): 36 bytes and 20 per other configuration.
+    Charged(&'a ChargedDelta),
+}
+
 /// After the limiter in key `name` changed (it must live `keep_ns` more, see [`expire_at_ms`]):
-/// propagates `RL.SETSTATE name <effect>` (the state and its absolute expiry in one argument, see
+/// propagates `RL.SETSTATE name <effect>` (`what` and its absolute expiry in one argument, see
 /// `state::delta`'s effect envelope) so replicas and the AOF store exactly this state and expiry
 /// (they never decide again on their own clock), and signals the change (WATCH, the command's
-/// keyspace event). Returns the absolute expiry the caller gives the key.
-pub fn propagate(
-    ctx: &Ctx,
-    name: RString<'_>,
-    limiter: &Limiter,
-    now_ns: u64,
-    keep_ns: u64,
-) -> u64 {
+/// keyspace event). Returns the absolute expiry the caller gives the key. Every command that
+/// changes a limiter ends here.
+#[inline]
+pub fn commit(ctx: &Ctx, name: RString<'_>, what: Commit<'_>, now_ns: u64, keep_ns: u64) -> u64 {
     let expire_at_ms = expire_at_ms(now_ns, keep_ns);
-    ENCODE_BUF.with_borrow_mut(|buf| {
-        buf.clear();
-        state_effect_header(expire_at_ms, buf);
-        limiter.encode(buf);
-        ctx.replicate(c"RL.SETSTATE", name, buf);
-    });
-    ctx.changed(name);
-    expire_at_ms
-}
-
-/// [`propagate`] for a change that a delta carries (an admit on a sliding log held under the
-/// same policy): `RL.SETSTATE name <effect>` with a delta and the expiry, 35 bytes whatever the
-/// log's length, where the full state is 8 bytes per entry. Replicas and the AOF apply it to the state
-/// they hold, or refuse it if that is not the state it was made on (see `state::delta`).
-pub fn propagate_delta(
-    ctx: &Ctx,
-    name: RString<'_>,
-    delta: &Delta,
-    now_ns: u64,
-    decision: &Decision,
-) -> u64 {
-    let expire_at_ms = expire_at_ms(now_ns, decision.reset_after_ns);
-    ctx.replicate(c"RL.SETSTATE", name, &delta.effect(expire_at_ms));
-    ctx.changed(name);
-    expire_at_ms
-}
-
-/// [`propagate`] for an admit that a charged delta carries (a sliding log that remembers other
-/// configurations, see `state::delta::ChargedDelta`): 36 bytes and 20 per other configuration,
-/// whatever the logs' lengths. The key must live `keep_ns` more (the longest `reset_after`).
-pub fn propagate_charged(
-    ctx: &Ctx,
-    name: RString<'_>,
-    delta: &ChargedDelta,
-    now_ns: u64,
-    keep_ns: u64,
-) -> u64 {
-    let expire_at_ms = expire_at_ms(now_ns, keep_ns);
-    ctx.replicate(c"RL.SETSTATE", name, &delta.effect(expire_at_ms));
+    match what {
+        Commit::State(limiter) => ENCODE_BUF.with_borrow_mut(|buf| {
+            buf.clear();
+            state_effect_header(expire_at_ms, buf);
+            limiter.encode(buf);
+            ctx.replicate(c"RL.SETSTATE", name, buf);
+        }),
+        Commit::Delta(delta) => ctx.replicate(c"RL.SETSTATE", name, &delta.effect(expire_at_ms)),
+        Commit::Charged(delta) => {
+            ctx.replicate(c"RL.SETSTATE", name, &delta.effect(expire_at_ms));
+        }
+    }
     ctx.changed(name);
     expire_at_ms
 }

@@ -17,7 +17,7 @@ use crate::clock;
 use crate::error::Error;
 use crate::host::call::{Args, Ctx, Key, RString};
 use crate::metrics;
-use crate::state::{replay, Limiter, Stored};
+use crate::state::{Limiter, Stored};
 
 /// `RL.GCRA`, `RL.TOKENBUCKET`, `RL.SLIDINGLOG`, `RL.SLIDINGCOUNTER`, `RL.FIXEDWINDOW`.
 pub fn request<A: Stored>(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
@@ -120,11 +120,9 @@ pub fn decide<A: Stored>(
                 match delta {
                     Some(delta) if !moved => {
                         metrics::limiter_changed(before, limiter);
-                        let keep = Decision {
-                            reset_after_ns: decision.reset_after_ns.max(share_ns),
-                            ..decision
-                        };
-                        let at = effect::propagate_delta(ctx, request.key, &delta, now_ns, &keep);
+                        let keep = decision.reset_after_ns.max(share_ns);
+                        let what = effect::Commit::Delta(&delta);
+                        let at = effect::commit(ctx, request.key, what, now_ns, keep);
                         share::count(limiter, request.amount, spent(&decision));
                         key.expire_at(Some(at));
                         return Ok(decision);
@@ -143,19 +141,21 @@ pub fn decide<A: Stored>(
             if changed || moved {
                 metrics::limiter_changed(before, limiter);
                 let keep = decision.reset_after_ns.max(share_ns);
-                let at = effect::propagate(ctx, request.key, limiter, now_ns, keep);
+                let what = effect::Commit::State(limiter);
+                let at = effect::commit(ctx, request.key, what, now_ns, keep);
                 key.expire_at(Some(at));
             }
             return Ok(decision);
         }
     }
-    // A sliding log that remembers other configurations, admitted under the one it holds as
-    // current: in place too (see [`admit_remembering`]).
+    // A key that remembers other configurations, admitted under the one it holds as current:
+    // in place too where its algorithm has that path (see [`admit_remembering`]).
     if let Some(limiter) = stored.as_deref_mut() {
         let remembering = !limiter.others().is_empty() && A::of(&limiter.state).is_some();
         if check && !peek && limiter.policy == request.policy && remembering {
             let (name, amount) = (request.key, request.amount);
-            if let Some((decision, at)) = admit_remembering(ctx, limiter, name, now_ns, amount) {
+            if let Some((decision, at)) = admit_remembering::<A>(ctx, limiter, name, now_ns, amount)
+            {
                 if at.is_some() {
                     key.expire_at(at);
                 }
@@ -186,19 +186,21 @@ pub fn decide<A: Stored>(
     if let Some(kept) = kept {
         let keep_ns = kept.keep_ns;
         let limiter = key.store(Limiter::kept(kept))?;
-        let expire_at_ms = effect::propagate(ctx, request.key, limiter, now_ns, keep_ns);
+        let what = effect::Commit::State(limiter);
+        let expire_at_ms = effect::commit(ctx, request.key, what, now_ns, keep_ns);
         key.expire_at(Some(expire_at_ms));
     }
     Ok(decision)
 }
 
-/// A request of `cost` under the policy a sliding log that remembers other configurations holds
-/// as current, in place: every configuration charged and one delta sent for all of them (see
-/// `state::replay::admit_remembered`), where `step` would copy and send every log. None where
-/// that path does not apply (`step` decides); else the decision and, when admitted, the key's
-/// new expiry. Out of line: the admit of a key with one configuration does not carry it.
+/// A request of `cost` under the policy a key that remembers other configurations holds as
+/// current, in place: every configuration charged and one delta sent for all of them (see
+/// [`Stored::admit_remembered`], the sliding log's), where `step` would copy and send every log.
+/// None where that path does not apply (`step` decides); else the decision and, when admitted,
+/// the key's new expiry. Out of line: the admit of a key with one configuration does not carry
+/// it.
 #[inline(never)]
-fn admit_remembering(
+fn admit_remembering<A: Stored>(
     ctx: &Ctx,
     limiter: &mut Limiter,
     name: RString<'_>,
@@ -206,10 +208,10 @@ fn admit_remembering(
     cost: u64,
 ) -> Option<(Decision, Option<u64>)> {
     let before = metrics::Footprint::of(limiter);
-    let (decision, admitted) = replay::admit_remembered(limiter, now_ns, cost)?;
+    let (decision, admitted) = A::admit_remembered(limiter, now_ns, cost)?;
     let at = admitted.map(|(delta, keep_ns)| {
         metrics::limiter_changed(before, limiter);
-        effect::propagate_charged(ctx, name, &delta, now_ns, keep_ns)
+        effect::commit(ctx, name, effect::Commit::Charged(&delta), now_ns, keep_ns)
     });
     Some((decision, at))
 }

@@ -50,7 +50,8 @@ pub fn refund(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     if changed || moved {
         // Changed in place (a sliding log shrinks): the gauges follow.
         metrics::limiter_changed(before, limiter);
-        let expire_at_ms = effect::propagate(ctx, name, limiter, now_ns, keep_ns);
+        let expire_at_ms =
+            effect::commit(ctx, name, effect::Commit::State(limiter), now_ns, keep_ns);
         key.expire_at(Some(expire_at_ms));
     }
     Ok(Reply::decision(&Decision {

@@ -292,7 +292,7 @@ fn set<A: Stored>(
         .max(until_ns)
         .max(keep_ns(&limiter, now_ns));
     let stored = key.store(limiter)?;
-    let at = effect::propagate(ctx, name, stored, now_ns, keep);
+    let at = effect::commit(ctx, name, effect::Commit::State(stored), now_ns, keep);
     let held = row(stored);
     key.expire_at(Some(at));
     Ok(held)

@@ -147,8 +147,13 @@ fn decide(
             ctx.replicate_del(name);
         }
         let limiter = store(&mut key, policy, next)?;
-        let expire_at_ms =
-            effect::propagate(ctx, name, limiter, now_ns, outcome.decision.reset_after_ns);
+        let expire_at_ms = effect::commit(
+            ctx,
+            name,
+            effect::Commit::State(limiter),
+            now_ns,
+            outcome.decision.reset_after_ns,
+        );
         key.expire_at(Some(expire_at_ms));
     }
     Ok(reply(quantity, &outcome.decision, over))

@@ -26,6 +26,8 @@ use crate::algo::sliding_log::SlidingLog;
 use crate::error::Error;
 
 use super::effect::{EFFECT_DELTA, EFFECT_HEADER};
+use super::replay::ChargedDelta;
+use super::Limiter;
 
 /// Version byte at the start of every encoded delta.
 const DELTA_FORMAT: u8 = 1;
@@ -60,7 +62,17 @@ pub trait IntoDelta: Copy {
             change: self.into_change()?,
         })
     }
+    /// The admit of `cost` on a key that remembers other configurations, under the policy it
+    /// holds as current, planned in place (see `replay::plan_remembered`): None where the
+    /// algorithm has no such path and `algo::step` decides.
+    fn plan_remembered(_: &Limiter, _: u64, _: u64) -> Option<Remembering> {
+        None
+    }
 }
+
+/// What [`IntoDelta::plan_remembered`] answers: the decision and, when admitted, the delta
+/// that charges every configuration and how long the key must then live.
+pub type Remembering = (crate::algo::Decision, Option<(ChargedDelta, u64)>);
 
 impl IntoDelta for () {
     fn into_change(self) -> Option<Change> {
@@ -77,6 +89,9 @@ impl IntoDelta for Change {
     }
     fn from_change(change: &Change) -> Option<Change> {
         Some(*change)
+    }
+    fn plan_remembered(limiter: &Limiter, now_ns: u64, cost: u64) -> Option<Remembering> {
+        super::replay::plan_remembered(limiter, now_ns, cost)
     }
 }
 

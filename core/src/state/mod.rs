@@ -83,6 +83,27 @@ pub trait Stored: Algorithm<Change: IntoDelta> {
         change.into_delta(prior)
     }
 
+    /// The admit of `cost` on `limiter`, a key of this algorithm that remembers other
+    /// configurations, under the policy it holds as current, planned without changing it (see
+    /// [`delta::IntoDelta::plan_remembered`]): None where `algo::step` must decide.
+    fn plan_remembered(limiter: &Limiter, now_ns: u64, cost: u64) -> Option<delta::Remembering> {
+        <Self::Change as IntoDelta>::plan_remembered(limiter, now_ns, cost)
+    }
+
+    /// [`Stored::plan_remembered`], carried out on `limiter` at once when admitted.
+    fn admit_remembered(
+        limiter: &mut Limiter,
+        now_ns: u64,
+        cost: u64,
+    ) -> Option<delta::Remembering> {
+        let (decision, admitted) = Self::plan_remembered(limiter, now_ns, cost)?;
+        if let Some((delta, _)) = &admitted {
+            // Planned on this very limiter: it applies.
+            delta.apply(limiter).ok()?;
+        }
+        Some((decision, admitted))
+    }
+
     /// `Algorithm::decide_in_place` then, when admitted, [`Stored::apply_delta`].
     fn check_in_place(
         &mut self,
