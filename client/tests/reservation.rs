@@ -12,7 +12,7 @@ use ratelimit_client::{
     Class, Config, Limit, Limiter, ManualClock, Policy, Settlement, Source, Store,
 };
 use support::proxy::{Fault, Proxy};
-use support::Server;
+use support::{counted, Server};
 
 async fn limiter(s: &Server, clock: &Arc<ManualClock>) -> Limiter {
     let store = Store::connect(&s.url()).await.unwrap();
@@ -24,22 +24,6 @@ async fn limiter(s: &Server, clock: &Arc<ManualClock>) -> Limiter {
             ..Config::default()
         },
     )
-}
-
-/// A GCRA key's debt in tokens (`RL.INSPECT`'s `debt_millitokens` / 1000): with the server's
-/// clock pinned nothing refills, so it is everything counted so far.
-fn counted(s: &Server, key: &str) -> u64 {
-    let fields: Vec<redis::Value> = redis::cmd("RL.INSPECT")
-        .arg(key)
-        .query(&mut s.connect())
-        .unwrap();
-    let debt = fields.chunks(2).find_map(|pair| match pair {
-        [redis::Value::BulkString(name), redis::Value::Int(v)] if name == b"debt_millitokens" => {
-            Some(*v)
-        }
-        _ => None,
-    });
-    u64::try_from(debt.expect("a GCRA key")).unwrap() / 1000
 }
 
 /// What request `i` really used: mostly under its estimate of 100, one in five far above it.

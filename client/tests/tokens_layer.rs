@@ -21,7 +21,7 @@ use http_body::Frame;
 use http_body_util::BodyExt;
 use ratelimit_client::layer::{TokenLimitLayer, UsedTokens};
 use ratelimit_client::{Class, Config, Limit, Limiter, Policy, Store};
-use support::Server;
+use support::{counted, Server};
 use tower::ServiceExt;
 
 /// A fake model's answer: `n` tokens ("t "), `per_frame` to a data frame.
@@ -107,22 +107,6 @@ fn layer(limiter: Limiter) -> TokenLimitLayer<Keys, Estimate, Counter> {
         .estimate(estimate)
         .count(counter)
         .grace(Duration::from_secs(10))
-}
-
-/// A GCRA key's debt in tokens: with the server's clock pinned nothing refills, so it is
-/// everything counted so far.
-fn counted(s: &Server, key: &str) -> u64 {
-    let fields: Vec<redis::Value> = redis::cmd("RL.INSPECT")
-        .arg(key)
-        .query(&mut s.connect())
-        .unwrap();
-    let debt = fields.chunks(2).find_map(|pair| match pair {
-        [redis::Value::BulkString(name), redis::Value::Int(v)] if name == b"debt_millitokens" => {
-            Some(*v)
-        }
-        _ => None,
-    });
-    u64::try_from(debt.expect("a GCRA key")).unwrap() / 1000
 }
 
 /// Request `i`'s real size: mostly near the estimate, one in four far above it.

@@ -291,3 +291,19 @@ fn signal(pid: u32, sig: &str) {
 pub fn manual_clock() -> Arc<ratelimit_client::ManualClock> {
     Arc::new(ratelimit_client::ManualClock::new(1_000_000_000))
 }
+
+/// A GCRA key's debt in tokens (`RL.INSPECT`'s `debt_millitokens` / 1000): with the server's
+/// clock pinned nothing refills, so it is everything counted so far.
+pub fn counted(s: &Server, key: &str) -> u64 {
+    let fields: Vec<redis::Value> = redis::cmd("RL.INSPECT")
+        .arg(key)
+        .query(&mut s.connect())
+        .unwrap();
+    let debt = fields.chunks(2).find_map(|pair| match pair {
+        [redis::Value::BulkString(name), redis::Value::Int(v)] if name == b"debt_millitokens" => {
+            Some(*v)
+        }
+        _ => None,
+    });
+    u64::try_from(debt.expect("a GCRA key")).unwrap() / 1000
+}
