@@ -16,67 +16,63 @@
 
 use super::args::{parse_i64, parse_limiter, Amount, Options, Request};
 use super::charge::{self, Creator, Given};
-use super::effect::{self, Commit};
-use super::limit::{accepts, of};
+use super::plan::{self, Plan};
 use super::reply::{fields, Reply};
 use super::settle;
-use super::share;
-use crate::algo::step::{self, Held, Kept};
-use crate::algo::{Algorithm, Decision, Outcome, Policy, MAX_LIMIT};
+use crate::algo::{Algorithm, Decision, Policy, MAX_LIMIT};
 use crate::clock;
 use crate::error::{echo, Error};
 use crate::host::call::Key;
 use crate::host::call::{Args, Ctx, RString};
-use crate::metrics;
-use crate::state::delta::{Change, Delta, IntoDelta};
-use crate::state::replay::ChargedDelta;
-use crate::state::share::Share;
-use crate::state::{AlgoState, Limiter, Stored};
+use crate::state::{Limiter, Stored};
 
 /// The most limiters one call may name.
 pub const MAX_LIMITERS: u64 = 32;
 
-/// What one limiter would do with the request, before anything is written: the single-key rule
-/// (`algo::step::plan`), with the limiters it stores ready to store.
-struct Plan {
-    /// Its decision on the request (charged, when admitted).
-    decision: Decision,
-    /// The decision when it is not charged: as the key stands after the call.
-    uncharged: Decision,
-    /// What to store when the whole request is admitted, and how long the key must then live.
-    charged: Option<(Limiter, u64)>,
-    /// What to store when it is not (a change of configuration holds whatever the outcome).
-    carried: Option<(Limiter, u64)>,
-    /// Instead of `charged`, for an algorithm that decides in place under the policy the key
-    /// holds: what to apply when the whole request is admitted, which goes out as a delta, in
-    /// time and bytes independent of the state's size.
-    in_place: Option<InPlace>,
-    /// The key holds a region's share: what it was asked and admitted is counted.
-    shared: bool,
+/// One limiter's plan (`plan::plan`), its algorithm erased: the call holds one per key.
+trait Planned {
+    fn decision(&self) -> &Decision;
+    /// `plan::commit`: charged when the whole request is admitted.
+    fn commit(
+        self: Box<Self>,
+        ctx: &Ctx,
+        key: &mut Key<'_>,
+        name: RString<'_>,
+        admitted: bool,
+        now_ns: u64,
+    ) -> Result<Decision, Error>;
 }
 
-/// A charge planned in place (see [`Stored::decide_in_place`] and [`Stored::plan_remembered`]).
-enum InPlace {
-    /// The change to the key's one configuration, and how to apply it.
-    Change(Change, Applier),
-    /// The delta that charges every configuration the key remembers, and how long the key must
-    /// then live.
-    Charged(ChargedDelta, u64),
+impl<A: Stored> Planned for Plan<A> {
+    fn decision(&self) -> &Decision {
+        &self.decision
+    }
+
+    fn commit(
+        self: Box<Self>,
+        ctx: &Ctx,
+        key: &mut Key<'_>,
+        name: RString<'_>,
+        admitted: bool,
+        now_ns: u64,
+    ) -> Result<Decision, Error> {
+        plan::commit(ctx, key, name, *self, admitted, now_ns)
+    }
 }
 
-/// Applies a planned change to the state of its algorithm (see [`Stored::apply_delta`]).
-type Applier = fn(&mut AlgoState, &Policy, &Change) -> Option<Delta>;
+type Planner = fn(Option<&Limiter>, &Policy, u64, u64) -> Result<Box<dyn Planned>, Error>;
 
-fn apply_in_place<A: Stored>(
-    state: &mut AlgoState,
+/// What limiter `A` would do with a request of `cost` under `policy`, as a limiter command
+/// decides it, with the decision for when another limiter denies.
+fn plan_for<A: Stored + 'static>(
+    stored: Option<&Limiter>,
     policy: &Policy,
-    change: &Change,
-) -> Option<Delta> {
-    let change = A::Change::from_change(change)?;
-    A::of_mut(state)?.apply_delta(policy, &change)
+    now_ns: u64,
+    cost: u64,
+) -> Result<Box<dyn Planned>, Error> {
+    let planned = plan::plan::<A, _, _>(stored, policy, cost, now_ns, plan::checked(cost), true)?;
+    Ok(Box::new(planned))
 }
-
-type Planner = fn(Option<&Limiter>, &Policy, u64, u64) -> Result<Plan, Error>;
 
 /// An algorithm `RL.ALL` takes: the name of its own command without `RL.`, its name in errors,
 /// whether it takes BURST, and its planner.
@@ -89,7 +85,7 @@ macro_rules! entry {
             $word,
             <$state as Algorithm>::NAME,
             <$state as Algorithm>::BURST,
-            plan::<$state> as Planner,
+            plan_for::<$state> as Planner,
         ))
     };
     ($other:ident, $state:ty, $word:literal) => {
@@ -177,16 +173,16 @@ pub fn all(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
         plans.push(plan);
     }
     let admitted = if peek {
-        plans.iter().all(|p| p.decision.allowed == 1)
+        plans.iter().all(|p| p.decision().allowed == 1)
     } else {
         parts
             .iter()
             .zip(&plans)
-            .all(|(part, plan)| part.request.amount == 0 || plan.decision.allowed == 1)
+            .all(|(part, plan)| part.request.amount == 0 || plan.decision().allowed == 1)
     };
     let mut each = Vec::with_capacity(parts.len());
     for ((part, key), plan) in parts.iter().zip(keys.iter_mut()).zip(plans) {
-        let decision = apply(ctx, key, part, plan, admitted, now_ns)?;
+        let decision = plan.commit(ctx, key, part.request.key, admitted, now_ns)?;
         each.push(decision);
     }
     let costs: Vec<u64> = parts.iter().map(|p| p.request.amount).collect();
@@ -194,81 +190,6 @@ pub fn all(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
         fields(&combine(admitted, &each, &costs)),
         each.iter().map(fields).collect(),
     ))
-}
-
-/// Stores what the plan of one limiter says for the call's outcome (`admitted`: the whole
-/// request), counts a shared key's demand, and answers the limiter's decision.
-fn apply(
-    ctx: &Ctx,
-    key: &mut Key<'_>,
-    part: &Part<'_>,
-    plan: Plan,
-    admitted: bool,
-    now_ns: u64,
-) -> Result<Decision, Error> {
-    let cost = part.request.amount;
-    let decision = if let (true, Some(in_place)) = (admitted, &plan.in_place) {
-        charge_in_place(ctx, key, part, in_place, now_ns, &plan.decision)?;
-        plan.decision
-    } else {
-        let (store, decision) = match (admitted, plan.charged) {
-            (true, Some(charged)) => (Some(charged), plan.decision),
-            (true, None) => (plan.carried, plan.decision),
-            (false, _) => (plan.carried, plan.uncharged),
-        };
-        if let Some((limiter, keep_ns)) = store {
-            let limiter = key.store(limiter)?;
-            let what = Commit::State(limiter);
-            let at = effect::commit(ctx, part.request.key, what, now_ns, keep_ns);
-            key.expire_at(Some(at));
-        }
-        decision
-    };
-    // Asked even when another limiter of the call denied it: the region's demand for this key.
-    if plan.shared && cost > 0 {
-        if let Some(limiter) = key.limiter(part.name)? {
-            share::count(limiter, cost, if admitted { cost } else { 0 });
-        }
-    }
-    Ok(decision)
-}
-
-/// Charges a limiter whose change was planned in place, and propagates it as a delta (the full
-/// state if a change could not be applied, which the plan rules out).
-fn charge_in_place(
-    ctx: &Ctx,
-    key: &mut Key<'_>,
-    part: &Part<'_>,
-    in_place: &InPlace,
-    now_ns: u64,
-    decision: &Decision,
-) -> Result<(), Error> {
-    let name = part.request.key;
-    let Some(limiter) = key.limiter(part.name)? else {
-        return Ok(());
-    };
-    let before = metrics::Footprint::of(limiter);
-    let at = match in_place {
-        InPlace::Change(change, apply) => {
-            let policy = limiter.policy;
-            // A key holding a share lives at least until the share's expiry.
-            let keep = decision.reset_after_ns.max(share::keep_ns(limiter, now_ns));
-            let at = match apply(&mut limiter.state, &policy, change) {
-                Some(delta) => effect::commit(ctx, name, Commit::Delta(&delta), now_ns, keep),
-                None => effect::commit(ctx, name, Commit::State(limiter), now_ns, keep),
-            };
-            metrics::limiter_changed(before, limiter);
-            at
-        }
-        InPlace::Charged(delta, keep_ns) => {
-            // Planned on this very limiter in this call: it applies.
-            delta.apply(limiter)?;
-            metrics::limiter_changed(before, limiter);
-            effect::commit(ctx, name, Commit::Charged(delta), now_ns, *keep_ns)
-        }
-    };
-    key.expire_at(Some(at));
-    Ok(())
 }
 
 /// The combined decision: allowed when all admitted; the capacity and remaining of the limiter
@@ -399,158 +320,6 @@ fn parse<'a>(args: &mut Args<'a>, settling: bool) -> Result<Vec<Part<'a>>, Error
         )));
     }
     Ok(parts)
-}
-
-/// What limiter `A` would do with a request of `cost` under `policy` (see [`Plan`]).
-fn plan<A: Stored>(
-    stored: Option<&Limiter>,
-    policy: &Policy,
-    now_ns: u64,
-    cost: u64,
-) -> Result<Plan, Error> {
-    accepts::<A>(policy)?;
-    let held = match stored {
-        Some(limiter) => Some((limiter, of::<A>(limiter)?)),
-        None => None,
-    };
-    if let Some((limiter, state)) = held {
-        if let Some(shared) = limiter.shared() {
-            return plan_shared(limiter, state, shared.share, policy, now_ns, cost);
-        }
-        if limiter.policy == *policy && limiter.others().is_empty() && cost > 0 {
-            if let Some(plan) = plan_in_place(state, policy, now_ns, cost) {
-                return Ok(plan);
-            }
-        }
-        if limiter.policy == *policy && !limiter.others().is_empty() && cost > 0 {
-            if let Some((decision, charged_delta)) = A::plan_remembered(limiter, now_ns, cost) {
-                let uncharged = match charged_delta {
-                    Some(_) => A::check(Some(state), policy, now_ns, 0).decision,
-                    None => decision,
-                };
-                return Ok(Plan {
-                    decision,
-                    uncharged,
-                    charged: None,
-                    carried: None,
-                    in_place: charged_delta
-                        .map(|(delta, keep_ns)| InPlace::Charged(delta, keep_ns)),
-                    shared: false,
-                });
-            }
-        }
-    }
-    let others = stored.map(Limiter::others_of::<A>);
-    let planned = step::plan(
-        held.map(|(limiter, state)| Held {
-            policy: &limiter.policy,
-            state,
-            others: others.as_deref().unwrap_or(&[]),
-        }),
-        policy,
-        now_ns,
-        cost,
-    );
-    let limiter = |kept: Kept<A>| {
-        let keep_ns = kept.keep_ns;
-        (Limiter::kept(kept), keep_ns)
-    };
-    Ok(Plan {
-        decision: planned.decision,
-        uncharged: planned.uncharged,
-        charged: planned.charged.map(limiter),
-        carried: planned.carried.map(limiter),
-        in_place: None,
-        shared: false,
-    })
-}
-
-/// A request of `cost` (> 0) on `state` under the policy it holds, decided in place when the
-/// algorithm does (the sliding log): None otherwise.
-fn plan_in_place<A: Stored>(state: &A, policy: &Policy, now_ns: u64, cost: u64) -> Option<Plan> {
-    let (decision, change) = state.decide_in_place(policy, now_ns, cost)?;
-    let uncharged = match change {
-        Some(_) => A::check(Some(state), policy, now_ns, 0).decision,
-        None => decision,
-    };
-    Some(Plan {
-        decision,
-        uncharged,
-        charged: None,
-        carried: None,
-        in_place: change
-            .and_then(IntoDelta::into_change)
-            .map(|change| InPlace::Change(change, apply_in_place::<A> as Applier)),
-        shared: false,
-    })
-}
-
-/// A key holding a region's share, as the single-key commands decide it (`share::prepare`):
-/// under the caller's policy scaled to the share while it is in force (the caller's own after
-/// its expiry), the state carried over to it (what was spent stays spent). What is stored keeps
-/// the share, its counters and one configuration: a share never becomes a remembered one. A
-/// carried state is stored whatever the outcome (a lowered share that denies must still hold);
-/// a limiter at COST 0 stores nothing. A cost above the share's capacity waits for the share to
-/// move (or to expire).
-fn plan_shared<A: Stored>(
-    limiter: &Limiter,
-    state: &A,
-    share: Share,
-    called: &Policy,
-    now_ns: u64,
-    cost: u64,
-) -> Result<Plan, Error> {
-    let to = share.policy_for(called, now_ns);
-    if to != *called {
-        // A share larger than the caller's L: the log bound holds for it too.
-        accepts::<A>(&to)?;
-    }
-    let moved = limiter.policy != to;
-    if !moved && cost > 0 && cost <= to.capacity() {
-        if let Some(plan) = plan_in_place(state, &to, now_ns, cost) {
-            return Ok(Plan {
-                shared: true,
-                ..plan
-            });
-        }
-    }
-    let share_ns = share.keep_ns(now_ns);
-    let start = if moved {
-        state.rescale(&limiter.policy, &to, now_ns)
-    } else {
-        state.clone()
-    };
-    let peek = A::check(Some(&start), &to, now_ns, 0).decision;
-    let keep = |state: A, reset_after_ns: u64| {
-        let mut kept = Limiter::new(to, AlgoState::shared(share, state.wrap()));
-        if let (Some(into), Some(from)) = (kept.shared_mut(), limiter.shared()) {
-            (into.asked, into.admitted) = (from.asked, from.admitted);
-        }
-        (kept, reset_after_ns.max(share_ns))
-    };
-    let (decision, next) = if cost == 0 {
-        (peek, None)
-    } else if cost > to.capacity() {
-        let denied = Decision {
-            allowed: 0,
-            retry_after_ns: Some(share_ns.max(1)),
-            ..peek
-        };
-        (denied, None)
-    } else {
-        let Outcome { decision, next } = A::check(Some(&start), &to, now_ns, cost);
-        (decision, next)
-    };
-    let uncharged = if next.is_some() { peek } else { decision };
-    let carried = (moved && cost > 0).then(|| keep(start, peek.reset_after_ns));
-    Ok(Plan {
-        decision,
-        uncharged,
-        charged: next.map(|next| keep(next, decision.reset_after_ns)),
-        carried,
-        in_place: None,
-        shared: true,
-    })
 }
 
 /// Names the key in a WRONGTYPE error: a call has several.

@@ -1,6 +1,6 @@
 //! `RL.DEMAND key [key ...]` — the budget controller reads what each key holding a region's
 //! share was asked and admitted since its last read (docs/regions.md). The counting itself is
-//! `share::count`, on the request path.
+//! `Shared::count`, on the request path (`plan::commit`).
 
 use super::reply::Reply;
 use super::share::MAX_KEYS;

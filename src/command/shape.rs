@@ -9,10 +9,11 @@
 use std::cell::Cell;
 
 use super::args::Request;
-use super::limit::{admitted_cost, decide};
+use super::limit::decide;
+use super::plan::{admitted_cost, Rule};
 use super::reply::{fields, Reply};
 use crate::algo::shape::{self, Shape};
-use crate::algo::{ms_ceil, MAX_LIMIT, MAX_WINDOW_MS};
+use crate::algo::{ms_ceil, Decision, Policy, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::error::{echo, Error};
 use crate::host::call::{Args, Ctx};
 
@@ -20,11 +21,8 @@ pub fn shape(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
     let (request, undelayed) = parse(args)?;
     let cost = request.amount;
     let delay_ns = Cell::new(0);
-    let decision = decide::<Shape>(
-        ctx,
-        &request,
-        false,
-        |state, policy, now_ns| {
+    let rule = Rule {
+        decide: |state: Option<&Shape>, policy: &Policy, now_ns| {
             let configured = Shape::configured(state, undelayed);
             let shaped = shape::check(Some(&configured), policy, now_ns, cost);
             delay_ns.set(shaped.delay_ns);
@@ -37,8 +35,10 @@ pub fn shape(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
             }
             outcome
         },
-        |d| admitted_cost(d, cost),
-    )?;
+        spent: move |d: &Decision| admitted_cost(d, cost),
+        checks: false,
+    };
+    let decision = decide(ctx, &request, rule)?;
     let mut reply = fields(&decision).to_vec();
     reply.push(i64::try_from(ms_ceil(delay_ns.get())).unwrap_or(i64::MAX));
     Ok(Reply::Integers(reply))

@@ -17,7 +17,7 @@
 
 use super::args::policy;
 use super::effect;
-use super::limit::{accepts, wrong_type};
+use super::plan::{accepts, wrong_type};
 use super::reply::Reply;
 use crate::algo::{Algorithm, Policy, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::clock;
@@ -30,44 +30,8 @@ use crate::state::{AlgoState, Limiter, Stored, Visit};
 /// Keys one call may name: bounds the work of one call (the controller batches).
 pub const MAX_KEYS: usize = 10_000;
 
-/// The policy a request under `called` is decided under: the caller's, scaled to the share the
-/// key holds while it is in force. Unless the request is a peek, the key's state is carried to
-/// that policy here (what was spent stays spent) and `true` says the key changed, to be stored
-/// and propagated whatever the decision (a lowered share that denies must still hold).
-pub fn prepare<A: Stored>(
-    limiter: &mut Limiter,
-    called: &Policy,
-    now_ns: u64,
-    peek: bool,
-) -> Result<(Policy, bool), Error> {
-    let Some(shared) = limiter.shared() else {
-        return Ok((*called, false));
-    };
-    let to = shared.share.policy_for(called, now_ns);
-    if peek || limiter.policy == to {
-        return Ok((to, false));
-    }
-    let (from, before) = (limiter.policy, metrics::Footprint::of(limiter));
-    let Some(state) = A::of_mut(&mut limiter.state) else {
-        return Err(wrong_type::<A>(limiter));
-    };
-    *state = state.rescale(&from, &to, now_ns);
-    limiter.policy = to;
-    metrics::limiter_changed(before, limiter);
-    Ok((to, true))
-}
-
-/// Counts a request of a key holding a share: `asked` (its cost, or a lease's WANT) and what
-/// was `admitted`. Memory only: nothing is stored or propagated.
-pub fn count(limiter: &mut Limiter, asked: u64, admitted: u64) {
-    if let Some(shared) = limiter.shared_mut() {
-        shared.asked = shared.asked.saturating_add(asked);
-        shared.admitted = shared.admitted.saturating_add(admitted);
-    }
-}
-
 /// For the settles (`RL.CHARGE`, `RL.REFUND`, `RL.SETTLE`), which decide nothing: carries a key
-/// holding a share to the policy it is decided under now, as [`prepare`] does for a request:
+/// holding a share to the policy it is decided under now, as `plan` does for a request:
 /// the caller's `given` policy scaled to the share while it is in force (its own after the
 /// expiry). Without a policy (`RL.REFUND`, `RL.CHARGE` without `POLICY`): the policy the key
 /// holds, scaled to the share while it is in force (after the expiry, the key stays under the

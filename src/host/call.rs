@@ -454,6 +454,14 @@ impl Key<'_> {
         }
     }
 
+    /// The limiter [`Key::held`] last found or [`Key::store`] stored, without asking Redis
+    /// again (None when neither did).
+    pub fn found(&mut self) -> Option<&mut Limiter> {
+        // SAFETY: `held` is null or the value of this key, found by `held()` or stored by
+        // `store()` while the key is open; nothing replaces it but `store()`.
+        unsafe { self.held.as_mut() }
+    }
+
     /// Stores a limiter in the key, replacing whatever it held (the caller checked what that
     /// was): in place when [`Key::held`] found a limiter. Returns the stored limiter.
     pub fn store(&mut self, limiter: Limiter) -> Result<&mut Limiter, Error> {

@@ -276,6 +276,12 @@ pub trait Algorithm: Sized + Clone + PartialEq + std::fmt::Debug {
         0
     }
 
+    /// How many entries it holds now (what [`Algorithm::entries`] bounds; `INFO ratelimit`'s
+    /// log entries); 0 for the fixed-size states.
+    fn entries_held(&self) -> u64 {
+        0
+    }
+
     /// Decides a request of `cost` (at least 1) on this state, held under the request's own
     /// `policy`, without building the next state, where that is cheaper than `check`: the
     /// sliding log, whose admit touches only the entries it drops and adds. Returns the

@@ -857,6 +857,9 @@ fn entries(policy: &Policy) -> u64 {
 fn heap_bytes(&self) -> usize {
     SlidingLog::heap_bytes(self)
 }
+fn entries_held(&self) -> u64 {
+    self.len() as u64
+}
 fn decide_in_place(&self, policy: &Policy, now_ns: u64, cost: u64) -> Option<(Decision, Option<Change>)> {
     Some(decide(Some(self), policy, now_ns, cost))
 }

@@ -293,15 +293,16 @@ fn kept_current<S: Algorithm>(
 
 /// An overflowed request whose own decision spends `n` (0: denied): admitted only if every
 /// remembered configuration admits `n` too, and then charged to all of them, the current one
-/// staying current. Returns the decision (denied, with the longest wait, if one refuses) and
-/// what to store: the key charged, or as it was (with the reply's reset_after as its life).
+/// staying current. Returns the decision (denied, with the longest wait, if one refuses), what
+/// to store (the key charged, or as it was, with the reply's reset_after as its life) and
+/// whether that is the key charged.
 fn overflowed<S: Algorithm>(
     decision: Decision,
     current: (Policy, Cow<'_, S>),
     others: Cow<'_, [(Policy, S)]>,
     now_ns: u64,
     n: u64,
-) -> (Decision, Kept<S>) {
+) -> (Decision, Kept<S>, bool) {
     let (policy, state) = current;
     let wait = if n == 0 {
         None
@@ -328,26 +329,75 @@ fn overflowed<S: Algorithm>(
             &decision,
             now_ns,
         );
-        return (decision, kept);
+        return (decision, kept, false);
     }
     let state = state.charge(&policy, now_ns, n);
     let others = charged(others, now_ns, n);
     let kept = kept_current(policy, state, others, &decision, now_ns);
-    (decision, kept)
+    (decision, kept, true)
 }
 
-/// Decides one request under `policy` at `now_ns`. `held` is what the key holds, if anything;
-/// `decide` is the algorithm's decision (its `check`, or a lease) applied to the state the
-/// request starts from; `spent` says how much an outcome spent (charged to the other
-/// configurations). `peek` is true for an amount of 0.
-pub fn step<S: Algorithm>(
+/// How one request is decided: the algorithm's decision on the state the request starts from
+/// (its `check` with the request's cost, or a lease), what an outcome spent (charged to the
+/// other configurations: the cost when admitted, a lease's grant), whether it is a peek
+/// (amount 0: it stores nothing), and whether the caller may leave it uncharged though it
+/// admits (`RL.ALL`: another limiter of the call denied), which needs [`Plan::uncharged`].
+pub struct Request<D, P> {
+    pub decide: D,
+    pub spent: P,
+    pub peek: bool,
+    pub either: bool,
+}
+
+/// What a request would do to a stored limiter, before anything is written: its decision and
+/// what to store whether or not it is charged. A single-limiter command is charged whenever its
+/// decision spent something ([`Plan::alone`]); an all-or-nothing call (`RL.ALL`) only when every
+/// limiter admits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Plan<S> {
+    /// Its decision on the request (charged, when admitted).
+    pub decision: Decision,
+    /// The decision when it is not charged: as the key stands after the call. Only computed
+    /// for a request that may be left uncharged (`Request::either`); else `decision`.
+    pub uncharged: Decision,
+    /// What to store when the request is charged (None: it spent nothing).
+    pub charged: Option<Kept<S>>,
+    /// What to store when it is not charged: a change of configuration holds whatever the
+    /// outcome (None: nothing to store).
+    pub carried: Option<Kept<S>>,
+}
+
+impl<S> Plan<S> {
+    /// The outcome of a request decided alone: charged when it spent something, else as
+    /// carried.
+    pub fn alone(self) -> Step<S> {
+        match self.charged {
+            Some(charged) => Step {
+                decision: self.decision,
+                store: Some(charged),
+            },
+            None => Step {
+                decision: self.decision,
+                store: self.carried,
+            },
+        }
+    }
+}
+
+/// Decides one request under `policy` at `now_ns` (see [`Request`]), on what the key holds,
+/// if anything: the one rule of the module comment, for one limiter and for several.
+pub fn plan<S: Algorithm>(
     held: Option<Held<'_, S>>,
     policy: &Policy,
     now_ns: u64,
-    peek: bool,
-    decide: impl FnOnce(Option<&S>) -> Outcome<S>,
-    spent: impl FnOnce(&Decision) -> u64,
-) -> Step<S> {
+    request: Request<impl FnOnce(Option<&S>) -> Outcome<S>, impl FnOnce(&Decision) -> u64>,
+) -> Plan<S> {
+    let Request {
+        decide,
+        spent,
+        peek,
+        either,
+    } = request;
     let Start {
         state,
         others,
@@ -355,77 +405,10 @@ pub fn step<S: Algorithm>(
         overflow,
     } = start(held, policy, now_ns);
     let Outcome { decision, next } = decide(state.as_deref());
-    if let Some(current) = overflow {
-        if peek {
-            return Step {
-                decision,
-                store: None,
-            };
-        }
-        let n = if next.is_some() { spent(&decision) } else { 0 };
-        let (decision, kept) = overflowed(decision, current, others, now_ns, n);
-        return Step {
-            decision,
-            store: Some(kept),
-        };
-    }
-    let store = match next {
-        Some(next) => {
-            let others = charged(others, now_ns, spent(&decision));
-            Some(Kept::new(
-                policy,
-                next,
-                others,
-                decision.reset_after_ns,
-                now_ns,
-            ))
-        }
-        None if switched && !peek => state.map(|s| {
-            Kept::new(
-                policy,
-                s.into_owned(),
-                others.into_owned(),
-                decision.reset_after_ns,
-                now_ns,
-            )
-        }),
-        None => None,
-    };
-    Step { decision, store }
-}
-
-/// What a request of `cost` would do to one limiter of an all-or-nothing call (`RL.ALL`), before
-/// the call knows whether every limiter admits: the same rule as [`step`], with both outcomes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Plan<S> {
-    /// Its decision on the request (charged, when admitted).
-    pub decision: Decision,
-    /// The decision when it is not charged: as the key stands after the call.
-    pub uncharged: Decision,
-    /// What to store when the whole request is admitted and this limiter charged.
-    pub charged: Option<Kept<S>>,
-    /// What to store when it is not charged: a change of configuration holds whatever the
-    /// outcome (None: nothing to store).
-    pub carried: Option<Kept<S>>,
-}
-
-pub fn plan<S: Algorithm>(
-    held: Option<Held<'_, S>>,
-    policy: &Policy,
-    now_ns: u64,
-    cost: u64,
-) -> Plan<S> {
-    let Start {
-        state,
-        others,
-        switched,
-        overflow,
-    } = start(held, policy, now_ns);
-    let Outcome { decision, next } = S::check(state.as_deref(), policy, now_ns, cost);
     // Admitted but not charged (another limiter denied): the key as it stands, which admits.
     let peeked = || S::check(state.as_deref(), policy, now_ns, 0).decision;
     if let Some(current) = overflow {
-        if cost == 0 {
+        if peek {
             return Plan {
                 decision,
                 uncharged: decision,
@@ -433,9 +416,24 @@ pub fn plan<S: Algorithm>(
                 carried: None,
             };
         }
-        let n = if next.is_some() { cost } else { 0 };
-        let (decision, kept) = overflowed(decision, current.clone(), others.clone(), now_ns, n);
-        if decision.allowed == 0 {
+        let n = if next.is_some() { spent(&decision) } else { 0 };
+        if !either || n == 0 {
+            let (decision, kept, charging) = overflowed(decision, current, others, now_ns, n);
+            let (charged, carried) = if charging {
+                (Some(kept), None)
+            } else {
+                (None, Some(kept))
+            };
+            return Plan {
+                decision,
+                uncharged: decision,
+                charged,
+                carried,
+            };
+        }
+        let (decision, kept, charging) =
+            overflowed(decision, current.clone(), others.clone(), now_ns, n);
+        if !charging {
             return Plan {
                 decision,
                 uncharged: decision,
@@ -444,7 +442,7 @@ pub fn plan<S: Algorithm>(
             };
         }
         let uncharged = peeked();
-        let (_, carried) = overflowed(uncharged, current, others, now_ns, 0);
+        let (_, carried, _) = overflowed(uncharged, current, others, now_ns, 0);
         return Plan {
             decision,
             uncharged,
@@ -453,11 +451,11 @@ pub fn plan<S: Algorithm>(
         };
     }
     let uncharged = match next {
-        Some(_) => peeked(),
-        None => decision,
+        Some(_) if either => peeked(),
+        _ => decision,
     };
     let carried = match &state {
-        Some(s) if switched && cost > 0 => Some(Kept::new(
+        Some(s) if switched && !peek && (either || next.is_none()) => Some(Kept::new(
             policy,
             s.clone().into_owned(),
             others.to_vec(),
@@ -467,7 +465,7 @@ pub fn plan<S: Algorithm>(
         _ => None,
     };
     let charged = next.map(|next| {
-        let others = charged(others, now_ns, cost);
+        let others = charged(others, now_ns, spent(&decision));
         Kept::new(policy, next, others, decision.reset_after_ns, now_ns)
     });
     Plan {
@@ -476,6 +474,25 @@ pub fn plan<S: Algorithm>(
         charged,
         carried,
     }
+}
+
+/// [`plan`] for a request decided alone (see [`Plan::alone`]). `peek` is true for an amount
+/// of 0.
+pub fn step<S: Algorithm>(
+    held: Option<Held<'_, S>>,
+    policy: &Policy,
+    now_ns: u64,
+    peek: bool,
+    decide: impl FnOnce(Option<&S>) -> Outcome<S>,
+    spent: impl FnOnce(&Decision) -> u64,
+) -> Step<S> {
+    let request = Request {
+        decide,
+        spent,
+        peek,
+        either: false,
+    };
+    plan(held, policy, now_ns, request).alone()
 }
 
 #[cfg(test)]

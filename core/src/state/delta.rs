@@ -48,13 +48,10 @@ pub struct Delta {
 
 /// An algorithm's in-place change (`Algorithm::Change`) as the stored format carries it: the
 /// sliding log's as a [`Delta`]; `()`, the change of the algorithms without an in-place path,
-/// never. [`Change`] is also how a change waits, whatever its algorithm, between a plan and its
-/// commit (`RL.ALL`).
+/// never.
 pub trait IntoDelta: Copy {
     /// The change as a delta's, None when it has no delta form.
     fn into_change(self) -> Option<Change>;
-    /// Back from a delta's change: None when it is not this algorithm's.
-    fn from_change(change: &Change) -> Option<Self>;
     /// The delta of this change made on a state of fingerprint `prior`.
     fn into_delta(self, prior: u64) -> Option<Delta> {
         Some(Delta {
@@ -78,17 +75,11 @@ impl IntoDelta for () {
     fn into_change(self) -> Option<Change> {
         None
     }
-    fn from_change(_: &Change) -> Option<()> {
-        None
-    }
 }
 
 impl IntoDelta for Change {
     fn into_change(self) -> Option<Change> {
         Some(self)
-    }
-    fn from_change(change: &Change) -> Option<Change> {
-        Some(*change)
     }
     fn plan_remembered(limiter: &Limiter, now_ns: u64, cost: u64) -> Option<Remembering> {
         super::replay::plan_remembered(limiter, now_ns, cost)

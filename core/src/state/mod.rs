@@ -22,7 +22,7 @@
 //! The window algorithms (3–5) store B = L.
 
 use crate::algo::step::{Kept, MAX_CONFIGURATIONS};
-use crate::algo::{registry, Algorithm, Decision, Policy};
+use crate::algo::{registry, Algorithm, Policy};
 use crate::error::Error;
 use delta::{Delta, IntoDelta};
 use share::{Share, Shared};
@@ -89,32 +89,6 @@ pub trait Stored: Algorithm<Change: IntoDelta> {
     fn plan_remembered(limiter: &Limiter, now_ns: u64, cost: u64) -> Option<delta::Remembering> {
         <Self::Change as IntoDelta>::plan_remembered(limiter, now_ns, cost)
     }
-
-    /// [`Stored::plan_remembered`], carried out on `limiter` at once when admitted.
-    fn admit_remembered(
-        limiter: &mut Limiter,
-        now_ns: u64,
-        cost: u64,
-    ) -> Option<delta::Remembering> {
-        let (decision, admitted) = Self::plan_remembered(limiter, now_ns, cost)?;
-        if let Some((delta, _)) = &admitted {
-            // Planned on this very limiter: it applies.
-            delta.apply(limiter).ok()?;
-        }
-        Some((decision, admitted))
-    }
-
-    /// `Algorithm::decide_in_place` then, when admitted, [`Stored::apply_delta`].
-    fn check_in_place(
-        &mut self,
-        policy: &Policy,
-        now_ns: u64,
-        cost: u64,
-    ) -> Option<(Decision, Option<Delta>)> {
-        let (decision, change) = self.decide_in_place(policy, now_ns, cost)?;
-        let delta = change.and_then(|change| self.apply_delta(policy, &change));
-        Some((decision, delta))
-    }
 }
 
 /// Work done on a stored state of any algorithm (see [`AlgoState::visit`]).
@@ -169,6 +143,14 @@ macro_rules! algorithms {
                     $(AlgoState::$variant(s) => Algorithm::heap_bytes(s),)*
                     AlgoState::Remembered(r) => r.heap_bytes(),
                     AlgoState::Shared(s) => std::mem::size_of::<Shared>() + s.current.heap_bytes(),
+                }
+            }
+
+            fn entries_held(&self) -> u64 {
+                match self {
+                    $(AlgoState::$variant(s) => Algorithm::entries_held(s),)*
+                    AlgoState::Remembered(r) => r.current.entries_held(),
+                    AlgoState::Shared(s) => s.current.entries_held(),
                 }
             }
 
@@ -355,19 +337,12 @@ impl Limiter {
     /// Sliding-log entries held (8 bytes each), in every configuration; 0 for the other
     /// algorithms.
     pub fn log_entries(&self) -> u64 {
-        let entries = |s: &AlgoState| match s {
-            AlgoState::SlidingLog(log) => log.len() as u64,
-            AlgoState::Remembered(r) => match &r.current {
-                AlgoState::SlidingLog(log) => log.len() as u64,
-                _ => 0,
-            },
-            AlgoState::Shared(s) => match &s.current {
-                AlgoState::SlidingLog(log) => log.len() as u64,
-                _ => 0,
-            },
-            _ => 0,
-        };
-        entries(&self.state) + self.others().iter().map(|(_, s)| entries(s)).sum::<u64>()
+        self.state.entries_held()
+            + self
+                .others()
+                .iter()
+                .map(|(_, s)| s.entries_held())
+                .sum::<u64>()
     }
 
     /// Appends the encoding to `out`.

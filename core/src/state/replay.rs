@@ -177,7 +177,9 @@ pub fn plan_remembered(
     Some((decision, Some((delta, keep_ns))))
 }
 
-/// [`plan_remembered`], carried out on `limiter` at once when admitted.
+/// [`plan_remembered`], carried out on `limiter` at once when admitted: what the command
+/// layer's commit does with such a plan, for the tests.
+#[cfg(test)]
 pub fn admit_remembered(
     limiter: &mut Limiter,
     now_ns: u64,

@@ -41,6 +41,15 @@ impl PartialEq for Shared {
 
 impl Eq for Shared {}
 
+impl Shared {
+    /// Counts a request: `asked` (its cost, or a lease's WANT) and what was `admitted`. Memory
+    /// only: the counters are neither stored nor propagated (`RL.DEMAND` reads them).
+    pub fn count(&mut self, asked: u64, admitted: u64) {
+        self.asked = self.asked.saturating_add(asked);
+        self.admitted = self.admitted.saturating_add(admitted);
+    }
+}
+
 impl Share {
     /// Whether the share is in force at `now_ns` (else the caller's policy is).
     pub fn active(&self, now_ns: u64) -> bool {
