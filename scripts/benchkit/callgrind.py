@@ -7,7 +7,7 @@ import subprocess
 import sys
 import tempfile
 
-from .lua import LUA, load_library
+from .lua import load_scripts, with_shas
 from .server import HOST, Server
 from .throughput import KEYSPACE
 
@@ -33,12 +33,10 @@ def callgrind(argv):
                     ready_timeout=120)
     pid = server.proc.pid
     # The Lua rows' scripts ({sha:NAME} in a command) and the library, as the table has them.
-    shas = {name: server.client("SCRIPT", "LOAD", body) for name, body in LUA.items()}
-    load_library(server.client)
+    shas = load_scripts(server.client)
     try:
         for index, text in enumerate(argv, 1):
-            for name, sha in shas.items():
-                text = text.replace("{sha:%s}" % name, sha)
+            text = with_shas(text, shas)
             words = text.split()
             server.client("FLUSHALL")
             for words_ in setup:

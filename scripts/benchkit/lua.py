@@ -123,3 +123,17 @@ LIBRARY = os.path.join(ROOT, "functions", "ratelimit.lua")
 def load_library(c):
     with open(LIBRARY) as f:
         c("FUNCTION", "LOAD", "REPLACE", f.read())
+
+
+def load_scripts(c):
+    """Loads the Lua scripts and the library; {script name: SHA} for `with_shas`."""
+    shas = {name: c("SCRIPT", "LOAD", body) for name, body in LUA.items()}
+    load_library(c)
+    return shas
+
+
+def with_shas(text, shas):
+    """`text` with each {sha:NAME} replaced by the SHA of the script NAME."""
+    for name, sha in shas.items():
+        text = text.replace("{sha:%s}" % name, sha)
+    return text

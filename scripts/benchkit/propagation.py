@@ -7,6 +7,36 @@ import sys
 from .report import fmt_ratio, median
 from .server import RedisError, Server, commandstats, info_fields, resp
 
+# Where the debug clock starts: a fixed instant, so every run propagates the same timestamps.
+START_MS = 1_800_000_000_000
+
+
+def debug_clock_server():
+    """A server of its own for each measured key: its own debug clock and its own AOF."""
+    return Server(module_args=["DEBUG-CLOCK", "yes"], appendonly=True)
+
+
+def admit_every(c, admit, step_ms, n):
+    """n calls of `admit`, each step_ms later on the debug clock, pipelined 500 at a time; every
+    one must be admitted (a denial propagates nothing and would skew the bytes per admit)."""
+    advance = ("RL.DEBUG", "CLOCK", "ADVANCE", step_ms)
+    for start in range(0, n, 500):
+        replies = c.pipeline([advance, admit] * min(500, n - start))
+        for reply in replies[1::2]:
+            if isinstance(reply, RedisError) or reply[0] != 1:
+                sys.exit("bench: %s was not admitted: %r" % (" ".join(map(str, admit)), reply))
+
+
+def propagated_round(c, admit, step_ms, n):
+    """One measured round of `admit_every`: (the AOF's growth per admit, server µs per call)."""
+    c("CONFIG", "RESETSTAT")
+    before = int(info_fields(c, "persistence")["aof_current_size"])
+    admit_every(c, admit, step_ms, n)
+    after = int(info_fields(c, "persistence")["aof_current_size"])
+    calls, usec = commandstats(c).get(admit[0].lower(), (0, 0))
+    return (after - before) / n, usec / calls if calls else float("nan")
+
+
 # Part 3: what an admitted sliding-log request propagates, by the log's length.
 
 LOG_WINDOW_MS = 10_000
@@ -27,38 +57,20 @@ def log_propagation(quick):
     servers = {}
     try:
         for limit in limits:
-            servers[limit] = Server(module_args=["DEBUG-CLOCK", "yes"], appendonly=True)
+            servers[limit] = debug_clock_server()
         admit = {limit: ("RL.SLIDINGLOG", "bench:log:%d" % limit, limit, LOG_WINDOW_MS)
                  for limit in limits}
-
-        def admits(limit, n):
-            c = servers[limit].client
-            advance = ("RL.DEBUG", "CLOCK", "ADVANCE", LOG_WINDOW_MS // limit)
-            for start in range(0, n, 500):
-                k = min(500, n - start)
-                replies = c.pipeline([advance, admit[limit]] * k)
-                for reply in replies[1::2]:
-                    if isinstance(reply, RedisError) or reply[0] != 1:
-                        sys.exit("bench: %s was not admitted: %r"
-                                 % (" ".join(map(str, admit[limit])), reply))
-
         full = {}
         for limit in limits:
             c = servers[limit].client
-            c("RL.DEBUG", "CLOCK", "SET", 1_800_000_000_000)
-            admits(limit, limit)
+            c("RL.DEBUG", "CLOCK", "SET", START_MS)
+            admit_every(c, admit[limit], LOG_WINDOW_MS // limit, limit)
             full[limit] = c(*admit[limit], "COST", "0")[2]
         samples = {limit: [] for limit in limits}
         for _ in range(rounds):
             for limit in limits:
-                c = servers[limit].client
-                c("CONFIG", "RESETSTAT")
-                before = int(info_fields(c, "persistence")["aof_current_size"])
-                admits(limit, per_round)
-                after = int(info_fields(c, "persistence")["aof_current_size"])
-                calls, usec = commandstats(c).get("rl.slidinglog", (0, 0))
-                samples[limit].append(((after - before) / per_round,
-                                       usec / calls if calls else float("nan")))
+                samples[limit].append(propagated_round(servers[limit].client, admit[limit],
+                                                       LOG_WINDOW_MS // limit, per_round))
         rows = []
         for limit in limits:
             row = {"limit": limit, "entries": limit, "remaining_before": full[limit],
@@ -100,37 +112,20 @@ def rollout_propagation(quick):
         servers = {}
         try:
             for kind in ("plain", "changed"):
-                servers[kind] = Server(module_args=["DEBUG-CLOCK", "yes"], appendonly=True)
+                servers[kind] = debug_clock_server()
             admit = (command, "bench:rollout", limit, window)
-
-            def admits(kind, n):
-                c = servers[kind].client
-                advance = ("RL.DEBUG", "CLOCK", "ADVANCE", step_ms)
-                for start in range(0, n, 500):
-                    k = min(500, n - start)
-                    replies = c.pipeline([advance, admit] * k)
-                    for reply in replies[1::2]:
-                        if isinstance(reply, RedisError) or reply[0] != 1:
-                            sys.exit("bench: %s was not admitted: %r"
-                                     % (" ".join(map(str, admit)), reply))
-
-            for kind, c in ((k, s.client) for k, s in servers.items()):
-                c("RL.DEBUG", "CLOCK", "SET", 1_800_000_000_000)
+            for kind, server in servers.items():
+                c = server.client
+                c("RL.DEBUG", "CLOCK", "SET", START_MS)
                 if kind == "changed":
                     c(command, "bench:rollout", limit, other)
                 # A window's worth first: the steady state of a busy key.
-                admits(kind, window // step_ms)
+                admit_every(c, admit, step_ms, window // step_ms)
             samples = {kind: [] for kind in servers}
             for _ in range(rounds):
                 for kind, server in servers.items():
-                    c = server.client
-                    c("CONFIG", "RESETSTAT")
-                    before = int(info_fields(c, "persistence")["aof_current_size"])
-                    admits(kind, per_round)
-                    after = int(info_fields(c, "persistence")["aof_current_size"])
-                    calls, usec = commandstats(c).get(command.lower(), (0, 0))
-                    samples[kind].append(((after - before) / per_round,
-                                          usec / calls if calls else float("nan")))
+                    samples[kind].append(propagated_round(server.client, admit, step_ms,
+                                                          per_round))
             memory = {kind: s.client("MEMORY", "USAGE", "bench:rollout")
                       for kind, s in servers.items()}
             remembering = info_fields(servers["changed"].client, "ratelimit").get(

@@ -28,15 +28,8 @@ class Client:
         self.sock = socket.create_connection((HOST, port), timeout=timeout)
         self.buf = b""
 
-    def close(self):
-        self.sock.close()
-
     def __call__(self, *words):
-        out = [b"*%d\r\n" % len(words)]
-        for w in words:
-            w = w if isinstance(w, bytes) else str(w).encode()
-            out.append(b"$%d\r\n%s\r\n" % (len(w), w))
-        self.sock.sendall(b"".join(out))
+        self.sock.sendall(resp(*words))
         reply = self._reply()
         if isinstance(reply, RedisError):
             raise reply
@@ -84,7 +77,7 @@ class Client:
 
 
 def resp(*words):
-    """One command in the wire format, for `redis-cli --pipe`."""
+    """One command in the wire format (for the client and for `redis-cli --pipe`)."""
     out = [b"*%d\r\n" % len(words)]
     for w in words:
         w = w if isinstance(w, bytes) else str(w).encode()

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from .lua import LUA, load_library
+from .lua import load_scripts, with_shas
 from .report import fmt_ratio, load_snapshot, median
 from .server import HOST, commandstats, process_cpu_seconds, replica_caught_up
 
@@ -26,9 +26,9 @@ ROWS = [
      "lua": "Lua token bucket (hash)"},
     # RL.ALL over 2 and 4 GCRA limiters (a key and its tenant; four levels): against two RL.GCRA
     # calls. Each {key} gets its own random number, so the limiters are independent keys.
-    {"label": "RL.ALL x2", "cmd": "RL.ALL 2 {key}:k {key}:t GCRA 100 1000 GCRA 100000 1000", "needs": "RL.ALL"},
+    {"label": "RL.ALL x2", "cmd": "RL.ALL 2 {key}:k {key}:t GCRA 100 1000 GCRA 100000 1000"},
     {"label": "RL.ALL x4", "cmd": "RL.ALL 4 {key}:k {key}:t {key}:u {key}:v GCRA 100 1000 GCRA 100000 1000 "
-                                  "GCRA 100 1000 GCRA 100000 1000", "needs": "RL.ALL"},
+                                  "GCRA 100 1000 GCRA 100000 1000"},
     {"label": "Lua GCRA (string)", "cmd": "EVALSHA {sha:gcra} 1 {key} 100 1000 100 1", "kind": "lua"},
     {"label": "Lua token bucket (hash)", "cmd": "EVALSHA {sha:token_bucket} 1 {key} 100 1000 100 1",
      "kind": "lua"},
@@ -95,22 +95,16 @@ def run_benchmark(server, command_words, n, pipeline, random_keys):
 
 def throughput(server, quick, repeat, only, replica=None):
     c = server.client
-    shas = {name: c("SCRIPT", "LOAD", body) for name, body in LUA.items()}
-    load_library(c)
-    rows = []
-    for row in ROWS:
-        if only and not any(w.lower() in row["label"].lower() for w in only):
-            continue
-        rows.append(row)
+    shas = load_scripts(c)
+    rows = [row for row in ROWS
+            if not only or any(w.lower() in row["label"].lower() for w in only)]
+
     def words_for(row, config):
         key = "bench:%s:%s" % (row["label"].split()[0].lower().replace("rl.", ""),
                                "__rand_int__" if config["random"] else "hot")
         if row.get("kind") == "lua":
             key += ":" + row["label"].split()[1].lower()
-        text = row["cmd"].replace("{key}", key)
-        for name, sha in shas.items():
-            text = text.replace("{sha:%s}" % name, sha)
-        return text.split()
+        return with_shas(row["cmd"].replace("{key}", key), shas).split()
 
     results = {}  # (config name, label) -> list of samples
     started = time.monotonic()
