@@ -1,0 +1,139 @@
+"""The Lua equivalents: what a gateway runs today without the module. Each takes KEYS[1] and
+answers the module's five integers (allowed, limit, remaining, retry_after_ms, reset_after_ms),
+reads the server clock with TIME (allowed before writes: Redis 7 replicates scripts by their
+effects) and sets a TTL so idle keys disappear, like the module. Then the Functions library."""
+
+import os
+
+from . import ROOT
+
+# GCRA on a string holding the theoretical arrival time in microseconds.
+# ARGV: L, W (ms), B, cost.
+LUA_GCRA = r"""
+local limit, window, burst, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local interval = window * 1000 / limit
+local capacity = burst * interval
+local stored = redis.call('GET', KEYS[1])
+local tat = stored and tonumber(stored) or now
+local debt = math.max(tat - now, 0)
+local asked = math.max(cost, 1) * interval
+if debt + asked > capacity then
+  return {0, burst, math.floor((capacity - debt) / interval),
+          math.ceil((debt + asked - capacity) / 1000), math.ceil(debt / 1000)}
+end
+if cost > 0 then
+  debt = debt + asked
+  redis.call('SET', KEYS[1], string.format('%.0f', now + debt), 'PX', math.max(math.ceil(debt / 1000), 1))
+end
+return {1, burst, math.floor((capacity - debt) / interval), -1, math.ceil(debt / 1000)}
+"""
+
+# Token bucket on a hash {tokens, ts}, refilled continuously. ARGV: L, W (ms), B, cost.
+LUA_TOKEN_BUCKET = r"""
+local limit, window, burst, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local rate = limit / (window * 1000)
+local h = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+local tokens = tonumber(h[1]) or burst
+local ts = tonumber(h[2]) or now
+if now > ts then
+  tokens = math.min(burst, tokens + (now - ts) * rate)
+  ts = now
+end
+local asked = math.max(cost, 1)
+if tokens < asked then
+  return {0, burst, math.floor(tokens), math.ceil((asked - tokens) / rate / 1000),
+          math.ceil((burst - tokens) / rate / 1000)}
+end
+if cost > 0 then
+  tokens = tokens - asked
+  redis.call('HSET', KEYS[1], 'tokens', tokens, 'ts', string.format('%.0f', ts))
+  redis.call('PEXPIRE', KEYS[1], math.max(math.ceil((burst - tokens) / rate / 1000), 1))
+end
+return {1, burst, math.floor(tokens), -1, math.ceil((burst - tokens) / rate / 1000)}
+"""
+
+# Sliding log on a sorted set: one member per admitted request, scored by its time in
+# microseconds; members are "<time>:<count>", unique without a client-supplied id.
+# ARGV: L, W (ms), cost.
+LUA_SLIDING_LOG = r"""
+local limit, window, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local span = window * 1000
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', now - span))
+local count = redis.call('ZCARD', KEYS[1])
+local asked = math.max(cost, 1)
+if count + asked > limit then
+  local first = redis.call('ZRANGE', KEYS[1], count + asked - limit - 1, count + asked - limit - 1, 'WITHSCORES')
+  local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  return {0, limit, math.max(limit - count, 0), math.ceil((tonumber(first[2]) + span - now) / 1000),
+          math.ceil((tonumber(newest[2]) + span - now) / 1000)}
+end
+if cost > 0 then
+  local at = string.format('%.0f', now)
+  for i = 1, cost do
+    redis.call('ZADD', KEYS[1], at, at .. ':' .. (count + i))
+  end
+  redis.call('PEXPIRE', KEYS[1], window)
+  count = count + cost
+end
+return {1, limit, limit - count, -1, window}
+"""
+
+# The GCRA script a Go gateway runs with go-redis/redis_rate (its `allowN`), restated here in our
+# own words, step for step: the arrival time as float seconds since 2017-01-01 in a string, the
+# decision in doubles, `SET … EX` of the whole seconds until it is full. It answers
+# (allowed, remaining, retry_after, reset_after) with no argument checks and no exact rounding:
+# the floor the library is measured against (docs/functions.md, cost).
+# ARGV: burst, rate, period (s), cost.
+LUA_REDIS_RATE = r"""
+redis.replicate_commands()
+local burst, rate, period, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local interval = period / rate
+local t = redis.call('TIME')
+local now = (t[1] - 1483228800) + t[2] / 1000000
+local tat = tonumber(redis.call('GET', KEYS[1])) or now
+if tat < now then
+  tat = now
+end
+local next_tat = tat + interval * cost
+local slack = now - (next_tat - interval * burst)
+if slack < 0 then
+  return {0, 0, tostring(-slack), tostring(tat - now)}
+end
+local reset = next_tat - now
+if reset > 0 then
+  redis.call('SET', KEYS[1], next_tat, 'EX', math.ceil(reset))
+end
+return {cost, slack / interval, '-1', tostring(reset)}
+"""
+
+LUA = {"gcra": LUA_GCRA, "token_bucket": LUA_TOKEN_BUCKET, "sliding_log": LUA_SLIDING_LOG,
+       "redis_rate": LUA_REDIS_RATE}
+
+# The Functions library (functions/ratelimit.lua, docs/functions.md): the module's contract
+# where modules cannot load. Its rows say what that costs beside the module and the Lua scripts.
+LIBRARY = os.path.join(ROOT, "functions", "ratelimit.lua")
+
+
+def load_library(c):
+    with open(LIBRARY) as f:
+        c("FUNCTION", "LOAD", "REPLACE", f.read())
+
+
+def load_scripts(c):
+    """Loads the Lua scripts and the library; {script name: SHA} for `with_shas`."""
+    shas = {name: c("SCRIPT", "LOAD", body) for name, body in LUA.items()}
+    load_library(c)
+    return shas
+
+
+def with_shas(text, shas):
+    """`text` with each {sha:NAME} replaced by the SHA of the script NAME."""
+    for name, sha in shas.items():
+        text = text.replace("{sha:%s}" % name, sha)
+    return text
