@@ -12,8 +12,8 @@
 //! policy; a first write, a policy change, a refund and the AOF rewrite send the full state,
 //! which applies to anything.
 //!
-//! This file is the delta as a value (its encoding, and how an algorithm's `Change` becomes one);
-//! `state::replay` applies it to the limiter it was made on.
+//! This file is the delta as a value (its encoding); `state::in_place` makes one of an algorithm's
+//! `Change`, and `state::replay` applies it to the limiter it was made on.
 //!
 //! Layout, version 1, integers little-endian (26 bytes):
 //! `[format u8 = 1][algorithm u8 = 3][prior fingerprint u64][dropped u32][at_ns u64][count u32]`,
@@ -26,8 +26,6 @@ use crate::algo::sliding_log::SlidingLog;
 use crate::error::Error;
 
 use super::effect::{EFFECT_DELTA, EFFECT_HEADER};
-use super::replay::ChargedDelta;
-use super::Limiter;
 
 /// Version byte at the start of every encoded delta.
 const DELTA_FORMAT: u8 = 1;
@@ -44,46 +42,6 @@ pub const DELTA_EFFECT_LEN: usize = EFFECT_HEADER + DELTA_LEN;
 pub struct Delta {
     pub prior: u64,
     pub change: Change,
-}
-
-/// An algorithm's in-place change (`Algorithm::Change`) as the stored format carries it: the
-/// sliding log's as a [`Delta`]; `()`, the change of the algorithms without an in-place path,
-/// never.
-pub trait IntoDelta: Copy {
-    /// The change as a delta's, None when it has no delta form.
-    fn into_change(self) -> Option<Change>;
-    /// The delta of this change made on a state of fingerprint `prior`.
-    fn into_delta(self, prior: u64) -> Option<Delta> {
-        Some(Delta {
-            prior,
-            change: self.into_change()?,
-        })
-    }
-    /// The admit of `cost` on a key that remembers other configurations, under the policy it
-    /// holds as current, planned in place (see `replay::plan_remembered`): None where the
-    /// algorithm has no such path and `algo::step` decides.
-    fn plan_remembered(_: &Limiter, _: u64, _: u64) -> Option<Remembering> {
-        None
-    }
-}
-
-/// What [`IntoDelta::plan_remembered`] answers: the decision and, when admitted, the delta
-/// that charges every configuration and how long the key must then live.
-pub type Remembering = (crate::algo::Decision, Option<(ChargedDelta, u64)>);
-
-impl IntoDelta for () {
-    fn into_change(self) -> Option<Change> {
-        None
-    }
-}
-
-impl IntoDelta for Change {
-    fn into_change(self) -> Option<Change> {
-        Some(self)
-    }
-    fn plan_remembered(limiter: &Limiter, now_ns: u64, cost: u64) -> Option<Remembering> {
-        super::replay::plan_remembered(limiter, now_ns, cost)
-    }
 }
 
 impl Delta {

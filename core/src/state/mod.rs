@@ -24,11 +24,13 @@
 use crate::algo::step::{Kept, MAX_CONFIGURATIONS};
 use crate::algo::{registry, Algorithm, Policy};
 use crate::error::Error;
-use delta::{Delta, IntoDelta};
+use delta::Delta;
+use in_place::IntoDelta;
 use share::{Share, Shared};
 
 pub mod delta;
 pub mod effect;
+pub mod in_place;
 pub mod replay;
 pub mod share;
 
@@ -85,8 +87,8 @@ pub trait Stored: Algorithm<Change: IntoDelta> {
 
     /// The admit of `cost` on `limiter`, a key of this algorithm that remembers other
     /// configurations, under the policy it holds as current, planned without changing it (see
-    /// [`delta::IntoDelta::plan_remembered`]): None where `algo::step` must decide.
-    fn plan_remembered(limiter: &Limiter, now_ns: u64, cost: u64) -> Option<delta::Remembering> {
+    /// [`in_place::IntoDelta::plan_remembered`]): None where `algo::step` must decide.
+    fn plan_remembered(limiter: &Limiter, now_ns: u64, cost: u64) -> Option<in_place::Remembering> {
         <Self::Change as IntoDelta>::plan_remembered(limiter, now_ns, cost)
     }
 }
