@@ -16,7 +16,7 @@
 
 use super::args::{parse_i64, parse_limiter, Amount, Options, Request};
 use super::charge::{self, Creator, Given};
-use super::plan::{self, Plan};
+use super::plan::{self, at_key, Plan};
 use super::reply::{fields, Reply};
 use super::settle;
 use crate::algo::{Algorithm, Decision, Policy, MAX_LIMIT};
@@ -320,16 +320,4 @@ fn parse<'a>(args: &mut Args<'a>, settling: bool) -> Result<Vec<Part<'a>>, Error
         )));
     }
     Ok(parts)
-}
-
-/// Names the key in a WRONGTYPE error: a call has several.
-pub(super) fn at_key(e: Error, key: RString<'_>) -> Error {
-    match e {
-        Error::WrongType { holds, wanted, .. } => Error::WrongType {
-            holds,
-            wanted,
-            key: Some(echo(key.bytes())),
-        },
-        other => other,
-    }
 }

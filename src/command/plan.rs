@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 use super::effect::{self, Commit};
 use crate::algo::step::{self, Held, Kept};
 use crate::algo::{sliding_log::MAX_LOG_LIMIT, Decision, Outcome, Policy};
-use crate::error::Error;
+use crate::error::{echo, Error};
 use crate::host::call::{Ctx, Key, RString};
 use crate::metrics;
 use crate::state::replay::ChargedDelta;
@@ -464,4 +464,17 @@ pub fn accepts<A: Stored>(policy: &Policy) -> Result<(), Error> {
         });
     }
     Ok(())
+}
+
+/// Names the key in a WRONGTYPE error: a call of several keys
+/// (`RL.ALL`, `RL.SETTLE`) has several.
+pub fn at_key(e: Error, key: RString<'_>) -> Error {
+    match e {
+        Error::WrongType { holds, wanted, .. } => Error::WrongType {
+            holds,
+            wanted,
+            key: Some(echo(key.bytes())),
+        },
+        other => other,
+    }
 }

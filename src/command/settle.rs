@@ -17,8 +17,8 @@
 //! remaining of the limiter with the fewest remaining; retry_after_ms = when every limiter would
 //! admit a cost-1 request (-1: now); reset_after_ms = the largest.
 
-use super::all::at_key;
 use super::charge::{settle_key, Given};
+use super::plan::at_key;
 use super::reply::{fields, Reply};
 use super::share;
 use crate::algo::Decision;
