@@ -206,6 +206,10 @@ impl Config {
     }
 }
 
+/// The descriptor entry key that marks a settle (its value is not read; see `settle`): part of
+/// the request format, as the descriptor key is.
+pub const SETTLE_KEY: &str = "rls_settle";
+
 /// The peer's key for a descriptor's own entries: `domain.key_value.key2` (no `_` when the
 /// value is empty).
 pub fn descriptor_key(domain: &str, entries: &[(&str, &str)]) -> String {

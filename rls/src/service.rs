@@ -15,12 +15,11 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use ratelimit_client::{Algorithm, Clock, Decision, Error, Limiter, Source};
 
-use crate::config::{descriptor_key, Config, Rule, Unit};
+use crate::config::{descriptor_key, Config, Rule, Unit, SETTLE_KEY};
 use crate::denials::Denials;
 use crate::headers::{self, Part};
 use crate::metrics::{Metrics, RuleCounts};
 use crate::settings::Settings;
-use crate::settle::SETTLE_KEY;
 
 pub struct Service {
     config: RwLock<Arc<Config>>,

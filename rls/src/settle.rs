@@ -2,7 +2,7 @@
 //! from what the response cost, e.g. model tokens in dynamic metadata) are charged to the key
 //! the request was decided on, into debt if need be, and never denied: the response is gone, so
 //! the cost lands on the request that incurred it and the next requests pay it. A descriptor is
-//! a settle when it carries an entry with key [`SETTLE_KEY`] (left out of matching and of the
+//! a settle when it carries an entry with key [`SETTLE_KEY`](crate::config::SETTLE_KEY) (left out of matching and of the
 //! store key, so it meets the request path's rule and key), when it gives back
 //! (`is_negative_hits`), or when its rule says `settle: true` and it charges (a `hits_addend` of
 //! 0 on such a rule still checks). One store call for the whole request: `RL.CHARGE` for one
@@ -14,9 +14,6 @@ use ratelimit_client::{Class, Decision, Error, Limit, Policy, Settlement, Source
 
 use crate::metrics::RuleCounts;
 use crate::service::{Item, Outcome, Service};
-
-/// The descriptor entry key that marks a settle (its value is not read).
-pub const SETTLE_KEY: &str = "rls_settle";
 
 impl Service {
     /// Settles every item that moves tokens (`by` ≠ 0); answers each with the state after it.
