@@ -9,6 +9,7 @@ pub mod ledger;
 pub mod link;
 pub mod route;
 pub mod split;
+pub mod wire;
 
 pub use config::Config;
 pub use controller::{Controller, Report};

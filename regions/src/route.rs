@@ -13,15 +13,9 @@ use std::time::Duration;
 use redis::cluster_routing::get_slot;
 use redis::{ConnectionAddr, ConnectionInfo, Value};
 
-use crate::link::{run_calls, Add, Rows, Server};
+use crate::wire::{run_calls, Add, Node, Rows, Server};
 
 const SLOTS: usize = 16_384;
-
-/// The calls for one server: each the indices of its keys.
-#[derive(Default)]
-pub struct Node {
-    pub calls: Vec<Vec<usize>>,
-}
 
 pub struct Cluster {
     /// The configured node: asked for the slots when no known master answers.
