@@ -16,7 +16,8 @@
 
 use super::args::{parse_i64, parse_limiter, Amount, Options, Request};
 use super::charge::{self, Creator, Given};
-use super::plan::{self, at_key, Plan};
+use super::key::at_key;
+use super::plan::{self, Plan};
 use super::reply::{fields, Reply};
 use super::settle;
 use crate::algo::{Algorithm, Decision, Policy, MAX_LIMIT};

@@ -17,7 +17,7 @@
 
 use super::args::{parse_limiter, Amount, Options};
 use super::effect;
-use super::plan::accepts;
+use super::key::accepts;
 use super::reply::Reply;
 use super::share;
 use crate::algo::{settle, Algorithm, Decision, Policy, MAX_LIMIT};

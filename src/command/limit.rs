@@ -4,7 +4,8 @@
 //! until one token is there when the bucket is empty).
 
 use super::args::{parse_request, Amount, Options, Request};
-use super::plan::{self, accepts, Rule};
+use super::key::accepts;
+use super::plan::{self, Rule};
 use super::reply::Reply;
 use crate::algo::{lease, token_bucket::TokenBucket, Decision, Outcome, Policy};
 use crate::clock;

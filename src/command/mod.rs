@@ -2,9 +2,9 @@
 //! `peek`, `inspect`, `setstate`, `debug`, `share`, `demand`) reads as STYLE.md's five steps:
 //! parse, load, decide, persist and propagate the effect, reply. Below this layer, `crate::host`
 //! makes every call into Redis's C API. Inside it, each using only those below it: `args`,
-//! `reply` and `effect`, then `plan` (one request on one key: every limiter command and each
-//! limiter of `RL.ALL` plan and commit through it), then the handlers, then
-//! `table` (the command table), then `dispatch` (the router and registration).
+//! `reply`, `effect` and `key` (a limiter key's checks), then `plan` (one request on one key:
+//! every limiter command and each limiter of `RL.ALL` plan and commit through it), then the
+//! handlers, then `table` (the command table), then `dispatch` (the router and registration).
 
 pub mod all;
 pub mod args;
@@ -14,6 +14,7 @@ pub mod demand;
 pub mod dispatch;
 pub mod effect;
 pub mod inspect;
+pub mod key;
 pub mod limit;
 pub mod peek;
 pub mod plan;

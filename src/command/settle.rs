@@ -18,7 +18,7 @@
 //! admit a cost-1 request (-1: now); reset_after_ms = the largest.
 
 use super::charge::{settle_key, Given};
-use super::plan::at_key;
+use super::key::at_key;
 use super::reply::{fields, Reply};
 use super::share;
 use crate::algo::Decision;

@@ -17,7 +17,7 @@
 
 use super::args::policy;
 use super::effect;
-use super::plan::{accepts, wrong_type};
+use super::key::{accepts, wrong_type};
 use super::reply::Reply;
 use crate::algo::{Algorithm, Policy, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::clock;

@@ -39,7 +39,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::args::parse_u64;
 use super::effect;
-use super::plan::{of, store};
+use super::key::{of, store};
 use super::reply::Reply;
 use crate::algo::gcra::{self, Gcra};
 use crate::algo::{Algorithm, Decision, Policy, MAX_LIMIT, MAX_WINDOW_MS};
