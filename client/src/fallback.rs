@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
 use crate::command::{Class, Decision, Policy, Source};
-use crate::limiter::lock;
 use crate::local::LocalBucket;
+use crate::sync::lock;
 use crate::{Limit, Limiter};
 
 /// Fallback buckets and lease pools kept at most (the least useful are dropped beyond it).

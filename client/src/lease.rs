@@ -10,7 +10,7 @@ use crate::call::Mode;
 use crate::clock::ns;
 use crate::command::{Decision, Policy, Source};
 use crate::fallback::MAX_LOCAL_KEYS;
-use crate::limiter::lock;
+use crate::sync::lock;
 use crate::{Error, Limiter, Store};
 
 #[derive(Default)]

@@ -14,6 +14,7 @@
 //! # Ok(()) }
 //! ```
 
+mod book;
 pub mod bounded;
 mod call;
 mod circuit;
@@ -35,6 +36,7 @@ mod metered;
 pub mod observe;
 mod reservation;
 pub mod store;
+mod sync;
 
 pub use circuit::CircuitConfig;
 pub use clock::{Clock, ManualClock, SystemClock};

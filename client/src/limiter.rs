@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::call::{Counters, Mode};
@@ -112,10 +112,6 @@ pub(crate) struct Inner {
     decisions: AtomicU64,
     /// Reservations dropped without a settle (see `reservation`).
     pub(crate) dropped: crate::reservation::Dropped,
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The limiter a gateway shares between its request handlers (cheap to clone).

@@ -15,7 +15,7 @@ use redis::Value;
 use crate::call::Mode;
 use crate::clock::ns;
 use crate::command::{AllDecision, Class, Decision, Policy, Source};
-use crate::limiter::lock;
+use crate::sync::lock;
 use crate::{Error, Limit, Limiter, Store};
 
 /// How long a reservation dropped without a settle holds its estimate, by default.
