@@ -21,6 +21,7 @@ mod circuit;
 pub mod client_ip;
 mod clock;
 pub mod command;
+mod config;
 mod deadline;
 mod error;
 mod fallback;
@@ -43,10 +44,11 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use command::{
     Algorithm, AllDecision, Backend, Class, Decision, Policy, Shape, ShapeDelay, Shaped, Source,
 };
+pub use config::{Config, DEFAULT_MAX_DEADLINE};
 pub use error::{Error, UNAVAILABLE_CODES};
 pub use ledger::CHARGE_TOKEN_TTL;
 pub use limit::{key_slot, sub_keys, Limit};
-pub use limiter::{Config, Limiter, ShutdownReport, Stats, DEFAULT_MAX_DEADLINE};
+pub use limiter::{Limiter, ShutdownReport, Stats};
 pub use reservation::{Reservation, Settlement, DEFAULT_GRACE};
 pub use store::Store;
 
