@@ -10,8 +10,9 @@ use crate::circuit::{Circuit, Permit};
 use crate::command::{Decision, Policy};
 use crate::config::Config;
 use crate::deadline::Deadline;
+use crate::error::Error;
 use crate::observe;
-use crate::{Error, Store};
+use crate::store::Store;
 
 /// What the limiter counts (read as [`Stats`](crate::Stats)).
 #[derive(Default)]
@@ -77,20 +78,19 @@ impl Shared {
         mode: Mode,
         f: impl Future<Output = Result<T, Error>>,
     ) -> Result<T, Error> {
-        let i = self;
         let permit = match mode {
             Mode::Forced => Permit::Call,
-            _ => i.circuit.permit(i.config.clock.now_ns()),
+            _ => self.circuit.permit(self.config.clock.now_ns()),
         };
         if permit == Permit::Skip {
             return Err(Error::CircuitOpen);
         }
-        i.counters.store_calls.fetch_add(1, Ordering::Relaxed);
+        self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let result = if mode == Mode::Request {
-            let deadline = i.deadline.current();
+            let deadline = self.deadline.current();
             // Registered before the call: an opening that happens while it waits wakes it.
-            let opened = i.opened.notified();
+            let opened = self.opened.notified();
             tokio::pin!(opened);
             opened.as_mut().enable();
             let released = permit == Permit::Call;
@@ -109,22 +109,22 @@ impl Shared {
         match &result {
             Err(e) if e.store_down() => {
                 if *e == Error::Timeout {
-                    i.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+                    self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
                     if mode == Mode::Request {
-                        i.deadline.record(took);
+                        self.deadline.record(took);
                     }
                 }
                 observe::store_call(took, Some(e.kind()));
-                if i.circuit.failure(i.config.clock.now_ns(), permit) {
-                    i.opened.notify_waiters();
+                if self.circuit.failure(self.config.clock.now_ns(), permit) {
+                    self.opened.notify_waiters();
                 }
             }
             other => {
                 if mode == Mode::Request {
-                    i.deadline.record(took);
+                    self.deadline.record(took);
                 }
                 observe::store_call(took, other.as_ref().err().map(Error::kind));
-                let recovered = i.circuit.success();
+                let recovered = self.circuit.success();
                 (self.answered)(self, recovered);
             }
         }

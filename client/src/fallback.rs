@@ -8,9 +8,9 @@ use std::sync::Mutex;
 use crate::call::Shared;
 use crate::command::{Class, Decision, Policy, Source};
 use crate::ledger::Ledger;
+use crate::limit::Limit;
 use crate::local::LocalBucket;
 use crate::sync::lock;
-use crate::Limit;
 
 /// Fallback buckets and lease pools kept at most (the least useful are dropped beyond it).
 pub(crate) const MAX_LOCAL_KEYS: usize = 100_000;

@@ -9,9 +9,10 @@ use std::time::Duration;
 use crate::call::{Mode, Shared};
 use crate::clock::ns;
 use crate::command::{Decision, Policy, Source};
+use crate::error::Error;
 use crate::fallback::MAX_LOCAL_KEYS;
+use crate::store::Store;
 use crate::sync::lock;
-use crate::{Error, Store};
 
 #[derive(Default)]
 struct Pool {

@@ -13,9 +13,11 @@ use std::time::Duration;
 use crate::book::{Book, Charge};
 use crate::call::{Mode, Shared};
 use crate::command::{Decision, Policy, Source};
+use crate::error::Error;
 use crate::journal::{Journal, Record};
+use crate::limit::key_slot;
+use crate::store::Store;
 use crate::sync::lock;
-use crate::{key_slot, Error, Store};
 
 /// How long the store remembers a charge's token: a charge sent again later (a journal replayed
 /// after a longer outage) may be counted twice. A day: the Functions library takes windows up to
@@ -278,7 +280,6 @@ impl Ledger {
             .store
             .clone()
             .with_deadline(shared.config.shutdown_deadline);
-        let ledger = self;
         let mode = if force {
             Mode::Forced
         } else {
@@ -286,7 +287,7 @@ impl Ledger {
         };
         let mut room = u64::MAX;
         loop {
-            let Some((token, charge)) = ledger.next_charge(key, room).await else {
+            let Some((token, charge)) = self.next_charge(key, room).await else {
                 return Ok(None);
             };
             let sent = shared
@@ -294,13 +295,13 @@ impl Ledger {
                 .await;
             match sent {
                 Ok(Charged::Counted) => {
-                    ledger.close_charge(&token, false);
+                    self.close_charge(&token, false);
                     room = u64::MAX;
                 }
                 // Denied, and never sent without an answer: it did not run; owed again, in
                 // a chunk that fits what the store has left.
                 Ok(Charged::Denied(d)) if !charge.uncertain => {
-                    ledger.close_charge(&token, true);
+                    self.close_charge(&token, true);
                     if d.remaining > 0 && d.remaining < charge.amount {
                         room = d.remaining;
                     } else {
@@ -311,7 +312,7 @@ impl Ledger {
                 Ok(Charged::Denied(d)) => return Ok(Some(d)),
                 Err(e) => {
                     if matches!(e, Error::Timeout | Error::Unreachable(_)) {
-                        ledger.mark_uncertain(&token);
+                        self.mark_uncertain(&token);
                     }
                     return Err(e);
                 }

@@ -10,12 +10,14 @@ use std::time::{Duration, Instant};
 use crate::call::{Answered, Mode, Shared};
 use crate::command::{AllDecision, Class, Decision, Policy, Source};
 use crate::config::Config;
+use crate::error::Error;
 use crate::fallback::Fallback;
 use crate::lease::Leases;
 use crate::ledger::Ledger;
+use crate::limit::Limit;
 use crate::observe::{self, LogRecord};
 use crate::reservation::{Dropped, Reservation};
-use crate::{Error, Limit, Store};
+use crate::store::Store;
 
 /// Counters a test or an operator can read without a metrics exporter.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

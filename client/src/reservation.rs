@@ -15,9 +15,11 @@ use redis::Value;
 use crate::call::{Mode, Shared};
 use crate::clock::ns;
 use crate::command::{AllDecision, Class, Decision, Policy, Source};
+use crate::error::Error;
 use crate::ledger::Ledger;
+use crate::limit::Limit;
+use crate::store::Store;
 use crate::sync::lock;
-use crate::{Error, Limit, Store};
 
 /// How long a reservation dropped without a settle holds its estimate, by default.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
@@ -239,7 +241,7 @@ impl Store {
     /// difference in one atomic call (one hash slot on a Cluster). The Functions library has no
     /// `RL.SETTLE`: there, one `rl_charge` or `rl_refund` per limiter, not atomic.
     pub async fn settle(&self, limiters: &[(&str, Policy, i64)]) -> Result<AllDecision, Error> {
-        if self.backend() == crate::Backend::Functions {
+        if self.backend() == crate::command::Backend::Functions {
             return self.settle_each(limiters).await;
         }
         let keys: Vec<&str> = limiters.iter().map(|(k, _, _)| *k).collect();
