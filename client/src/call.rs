@@ -3,12 +3,16 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::circuit::Permit;
+use crate::circuit::{Circuit, Permit};
 use crate::command::{Decision, Policy};
+use crate::config::Config;
+use crate::deadline::Deadline;
+use crate::error::Error;
 use crate::observe;
-use crate::{Error, Limiter};
+use crate::store::Store;
 
 /// What the limiter counts (read as [`Stats`](crate::Stats)).
 #[derive(Default)]
@@ -33,28 +37,60 @@ pub(crate) enum Mode {
     Forced,
 }
 
-impl Limiter {
+/// What the limiter's concerns (leases, fallback, the billing ledger, reservations) share: the
+/// store, the configuration, and what each store call meets on its way.
+pub(crate) struct Shared {
+    pub(crate) store: Store,
+    pub(crate) config: Config,
+    pub(crate) circuit: Circuit,
+    pub(crate) counters: Counters,
+    pub(crate) deadline: Deadline,
+    /// Woken when the circuit opens: request calls still waiting stop waiting.
+    pub(crate) opened: tokio::sync::Notify,
+    answered: Answered,
+}
+
+/// Told of every store call that the store answered, and whether it closed the circuit: the
+/// billing ledger, above, charges then what it owes.
+pub(crate) type Answered = Box<dyn Fn(&Arc<Shared>, bool) + Send + Sync>;
+
+impl Shared {
+    /// What the calls over `store` share; they get the deadlines of `config` (the store's own
+    /// becomes the longest, `max_deadline`).
+    pub(crate) fn new(store: Store, config: Config, answered: Answered) -> Shared {
+        let deadline = Deadline::new(config.deadline, config.max_deadline);
+        let store = store.with_deadline(deadline.cap());
+        Shared {
+            store,
+            circuit: Circuit::new(config.circuit),
+            config,
+            counters: Counters::default(),
+            deadline,
+            opened: tokio::sync::Notify::new(),
+            answered,
+        }
+    }
+
     /// One store call through the circuit, recorded either way.
     pub(crate) async fn call<T>(
-        &self,
+        self: &Arc<Self>,
         latency: &mut Option<Duration>,
         mode: Mode,
         f: impl Future<Output = Result<T, Error>>,
     ) -> Result<T, Error> {
-        let i = &self.inner;
         let permit = match mode {
             Mode::Forced => Permit::Call,
-            _ => i.circuit.permit(i.config.clock.now_ns()),
+            _ => self.circuit.permit(self.config.clock.now_ns()),
         };
         if permit == Permit::Skip {
             return Err(Error::CircuitOpen);
         }
-        i.counters.store_calls.fetch_add(1, Ordering::Relaxed);
+        self.counters.store_calls.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let result = if mode == Mode::Request {
-            let deadline = i.deadline.current();
+            let deadline = self.deadline.current();
             // Registered before the call: an opening that happens while it waits wakes it.
-            let opened = i.opened.notified();
+            let opened = self.opened.notified();
             tokio::pin!(opened);
             opened.as_mut().enable();
             let released = permit == Permit::Call;
@@ -73,23 +109,23 @@ impl Limiter {
         match &result {
             Err(e) if e.store_down() => {
                 if *e == Error::Timeout {
-                    i.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+                    self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
                     if mode == Mode::Request {
-                        i.deadline.record(took);
+                        self.deadline.record(took);
                     }
                 }
                 observe::store_call(took, Some(e.kind()));
-                if i.circuit.failure(i.config.clock.now_ns(), permit) {
-                    i.opened.notify_waiters();
+                if self.circuit.failure(self.config.clock.now_ns(), permit) {
+                    self.opened.notify_waiters();
                 }
             }
             other => {
                 if mode == Mode::Request {
-                    i.deadline.record(took);
+                    self.deadline.record(took);
                 }
                 observe::store_call(took, other.as_ref().err().map(Error::kind));
-                let recovered = i.circuit.success();
-                self.store_answered(recovered);
+                let recovered = self.circuit.success();
+                (self.answered)(self, recovered);
             }
         }
         result
@@ -97,13 +133,13 @@ impl Limiter {
 
     /// One decision by the store, under the circuit.
     pub(crate) async fn decided(
-        &self,
+        self: &Arc<Self>,
         key: &str,
         policy: &Policy,
         cost: u64,
         latency: &mut Option<Duration>,
     ) -> Result<Decision, Error> {
-        let store = &self.inner.store;
+        let store = &self.store;
         self.call(latency, Mode::Request, store.decide(key, policy, cost))
             .await
     }

@@ -4,7 +4,7 @@
 
 use redis::Value;
 
-use crate::Error;
+use crate::error::Error;
 
 /// The algorithms a policy can name; each has its own command (`RL.GCRA` …) and its own name
 /// inside `RL.ALL`.

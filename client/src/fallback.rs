@@ -5,10 +5,12 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
+use crate::call::Shared;
 use crate::command::{Class, Decision, Policy, Source};
-use crate::limiter::lock;
+use crate::ledger::Ledger;
+use crate::limit::Limit;
 use crate::local::LocalBucket;
-use crate::{Limit, Limiter};
+use crate::sync::lock;
 
 /// Fallback buckets and lease pools kept at most (the least useful are dropped beyond it).
 pub(crate) const MAX_LOCAL_KEYS: usize = 100_000;
@@ -78,29 +80,31 @@ impl Fallback {
     }
 }
 
-impl Limiter {
-    /// The class's decision without the store. `commit` false decides on a copy (RL.ALL's
-    /// first pass).
-    pub(crate) fn fall_back(
+impl Fallback {
+    /// The class's decision without the store (Billing's from the `ledger`). `commit` false
+    /// decides on a copy (RL.ALL's first pass).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn decide(
         &self,
+        shared: &Shared,
+        ledger: &Ledger,
         limit: &Limit,
         key: &str,
         policy: &Policy,
         cost: u64,
         commit: bool,
     ) -> Decision {
-        let i = &self.inner;
         let source = Source::Fallback(limit.class);
         if commit {
-            i.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+            shared.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
         }
-        let now = i.config.clock.now_ns();
+        let now = shared.config.clock.now_ns();
         let bucket = match limit.class {
             Class::Billing => {
-                let last = i.fallback.last(limit, key, now);
-                return i.ledger.fail_open(key, policy, cost, commit, source, last);
+                let last = self.last(limit, key, now);
+                return ledger.fail_open(key, policy, cost, commit, source, last);
             }
-            Class::Security => match (limit.local, i.config.gateways) {
+            Class::Security => match (limit.local, shared.config.gateways) {
                 (Some((l, w)), _) => LocalBucket::explicit(l, w),
                 (None, Some(n)) => LocalBucket::share_of(policy, u64::from(n)),
                 (None, None) => {
@@ -110,7 +114,8 @@ impl Limiter {
                         limit: policy.capacity(),
                         remaining: 0,
                         retry_after_ms: Some(
-                            u64::try_from(i.config.fail_closed_retry.as_millis()).unwrap_or(1000),
+                            u64::try_from(shared.config.fail_closed_retry.as_millis())
+                                .unwrap_or(1000),
                         ),
                         reset_after_ms: 0,
                         source,
@@ -121,12 +126,12 @@ impl Limiter {
                 let n = if limit.overshoot {
                     1
                 } else {
-                    i.config.gateways.unwrap_or(1)
+                    shared.config.gateways.unwrap_or(1)
                 };
                 LocalBucket::share_of(policy, u64::from(n))
             }
         };
-        let mut buckets = lock(&i.fallback.buckets);
+        let mut buckets = lock(&self.buckets);
         if buckets.len() >= MAX_LOCAL_KEYS {
             buckets.retain(|_, b| !b.full_at(now));
         }
@@ -135,7 +140,7 @@ impl Limiter {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
                 let bucket = if limit.class == Class::Security {
-                    i.fallback.started(e.key(), bucket, now)
+                    self.started(e.key(), bucket, now)
                 } else {
                     bucket
                 };

@@ -21,9 +21,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
+use crate::book::{Book, Charge, Debt};
 use crate::command::{Algorithm, Policy};
-use crate::ledger::{Book, Charge, Debt};
-use crate::limiter::lock;
+use crate::sync::lock;
 
 /// Bytes appended after which the file is rewritten as a snapshot of what is owed.
 const COMPACT_AFTER: u64 = 4 << 20;

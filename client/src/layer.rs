@@ -14,11 +14,12 @@ use tower::{Layer, Service};
 
 pub use crate::client_ip::{client_ip, Prefixes, Trusted};
 use crate::http::Headers;
+use crate::limit::Limit;
+use crate::limiter::Limiter;
 pub use crate::metered::{
     Count, DefaultEstimate, Estimate, Metered, Settles, TokenLimit, TokenLimitLayer, Uncounted,
     UsedTokens,
 };
-use crate::{Limit, Limiter};
 
 /// Limits every request by `key(&request)` under `limit`; a request whose key is `None` passes
 /// unlimited.

@@ -6,12 +6,13 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::call::Mode;
+use crate::call::{Mode, Shared};
 use crate::clock::ns;
 use crate::command::{Decision, Policy, Source};
+use crate::error::Error;
 use crate::fallback::MAX_LOCAL_KEYS;
-use crate::limiter::lock;
-use crate::{Error, Limiter, Store};
+use crate::store::Store;
+use crate::sync::lock;
 
 #[derive(Default)]
 struct Pool {
@@ -30,37 +31,40 @@ pub(crate) struct Leases {
     pools: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Pool>>>>,
 }
 
-impl Limiter {
+impl Leases {
     /// Spends leased tokens, taking a new lease when they run out or lapse.
     pub(crate) async fn leased(
         &self,
+        shared: &Arc<Shared>,
         key: &str,
         policy: &Policy,
         cost: u64,
         k: u64,
         latency: &mut Option<Duration>,
     ) -> Result<Decision, Error> {
-        let i = &self.inner;
         let pool = {
-            let mut pools = lock(&i.leases.pools);
+            let mut pools = lock(&self.pools);
             if pools.len() >= MAX_LOCAL_KEYS {
-                let now = i.config.clock.now_ns();
+                let now = shared.config.clock.now_ns();
                 pools.retain(|_, p| p.try_lock().map_or(true, |p| p.expires_ns > now));
             }
             pools.entry(key.to_string()).or_default().clone()
         };
         // Requests for one key queue for its pool; none waits longer than the deadline.
-        let mut p = tokio::time::timeout(i.deadline.current(), pool.lock())
+        let mut p = tokio::time::timeout(shared.deadline.current(), pool.lock())
             .await
             .map_err(|_| Error::Timeout)?;
-        let now = i.config.clock.now_ns();
+        let now = shared.config.clock.now_ns();
         if p.expires_ns <= now && p.tokens > 0 {
-            i.counters.lapsed.fetch_add(p.tokens, Ordering::Relaxed);
+            shared
+                .counters
+                .lapsed
+                .fetch_add(p.tokens, Ordering::Relaxed);
             p.tokens = 0;
         }
         if p.tokens >= cost {
             p.tokens -= cost;
-            i.counters.lease_spent.fetch_add(1, Ordering::Relaxed);
+            shared.counters.lease_spent.fetch_add(1, Ordering::Relaxed);
             return Ok(Decision {
                 allowed: true,
                 granted: 1,
@@ -84,12 +88,16 @@ impl Limiter {
             });
         }
         let want = k.max(cost).saturating_sub(p.tokens).max(1);
-        let d = self
-            .call(latency, Mode::Request, i.store.lease(key, policy, want))
+        let d = shared
+            .call(
+                latency,
+                Mode::Request,
+                shared.store.lease(key, policy, want),
+            )
             .await?;
         if d.granted > 0 {
             if p.tokens == 0 {
-                p.expires_ns = now.saturating_add(ns(i.config.lease_lifetime));
+                p.expires_ns = now.saturating_add(ns(shared.config.lease_lifetime));
             }
             p.tokens += d.granted;
         }
@@ -127,19 +135,18 @@ impl Limiter {
     }
 
     /// Gives every unexpired leased token back (shutdown); the tokens given back.
-    pub(crate) async fn refund_leases(&self, store: &Store) -> u64 {
-        let i = &self.inner;
+    pub(crate) async fn refund(&self, shared: &Arc<Shared>, store: &Store) -> u64 {
         let mut refunded = 0;
-        let pools: Vec<(String, Arc<tokio::sync::Mutex<Pool>>)> = lock(&i.leases.pools)
+        let pools: Vec<(String, Arc<tokio::sync::Mutex<Pool>>)> = lock(&self.pools)
             .iter()
             .map(|(k, p)| (k.clone(), p.clone()))
             .collect();
-        let now = i.config.clock.now_ns();
+        let now = shared.config.clock.now_ns();
         for (key, pool) in pools {
             let mut p = pool.lock().await;
             if p.tokens > 0 && p.expires_ns > now {
                 let mut latency = None;
-                if let Ok(Some(d)) = self
+                if let Ok(Some(d)) = shared
                     .call(&mut latency, Mode::Forced, store.refund(&key, p.tokens))
                     .await
                 {

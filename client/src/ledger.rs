@@ -10,76 +10,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::call::Mode;
+use crate::book::{Book, Charge};
+use crate::call::{Mode, Shared};
 use crate::command::{Decision, Policy, Source};
+use crate::error::Error;
 use crate::journal::{Journal, Record};
-use crate::limiter::lock;
-use crate::{key_slot, Error, Limiter, Store};
+use crate::limit::key_slot;
+use crate::store::Store;
+use crate::sync::lock;
 
 /// How long the store remembers a charge's token: a charge sent again later (a journal replayed
 /// after a longer outage) may be counted twice. A day: the Functions library takes windows up to
 /// 25 h.
 pub const CHARGE_TOKEN_TTL: Duration = Duration::from_secs(86_400);
-
-/// What billing admitted on one key without the store and is not in a charge yet, and the
-/// policy to charge it with.
-#[derive(Clone, Copy)]
-pub(crate) struct Debt {
-    pub(crate) policy: Policy,
-    pub(crate) amount: u64,
-}
-
-/// A charge sent (or about to be) with its token.
-#[derive(Clone)]
-pub(crate) struct Charge {
-    pub(crate) key: String,
-    pub(crate) policy: Policy,
-    pub(crate) amount: u64,
-    /// Sent without a definite answer (timed out, connection lost, or from a journal): it may
-    /// have been counted, so it is only ever sent again with the same token and amount.
-    pub(crate) uncertain: bool,
-}
-
-/// Debts by store key, charges by token.
-#[derive(Default)]
-pub(crate) struct Book {
-    pub(crate) debts: HashMap<String, Debt>,
-    pub(crate) charges: HashMap<String, Charge>,
-}
-
-impl Book {
-    pub(crate) fn owe(&mut self, key: &str, policy: &Policy, amount: u64) {
-        let debt = self.debts.entry(key.to_string()).or_insert(Debt {
-            policy: *policy,
-            amount: 0,
-        });
-        debt.policy = *policy;
-        debt.amount = debt.amount.saturating_add(amount);
-    }
-
-    pub(crate) fn take_debt(&mut self, key: &str, amount: u64) {
-        if let Some(d) = self.debts.get_mut(key) {
-            d.amount = d.amount.saturating_sub(amount);
-            if d.amount == 0 {
-                self.debts.remove(key);
-            }
-        }
-    }
-
-    fn owed(&self, key: &str) -> u64 {
-        let charged: u64 = self
-            .charges
-            .values()
-            .filter(|c| c.key == key)
-            .map(|c| c.amount)
-            .sum();
-        self.debts.get(key).map_or(0, |d| d.amount) + charged
-    }
-
-    fn is_empty(&self) -> bool {
-        self.debts.is_empty() && self.charges.is_empty()
-    }
-}
 
 pub(crate) struct Ledger {
     book: Mutex<Book>,
@@ -258,57 +201,46 @@ impl Ledger {
     }
 }
 
-impl Limiter {
+impl Ledger {
     /// A store call succeeded: charge what billing admitted without it, at once when it just
     /// came back, else at most once per second (a quota that is spent keeps its debt until it
     /// refills).
-    pub(crate) fn store_answered(&self, recovered: bool) {
-        let i = &self.inner;
-        if lock(&i.ledger.book).is_empty() {
+    pub(crate) fn store_answered(self: &Arc<Self>, shared: &Arc<Shared>, recovered: bool) {
+        if lock(&self.book).is_empty() {
             return;
         }
-        let now = i.config.clock.now_ns();
-        let last = i.ledger.last_reconcile_ns.load(Ordering::Relaxed);
+        let now = shared.config.clock.now_ns();
+        let last = self.last_reconcile_ns.load(Ordering::Relaxed);
         if recovered || now.saturating_sub(last) >= 1_000_000_000 {
-            i.ledger.last_reconcile_ns.store(now, Ordering::Relaxed);
-            self.spawn_reconcile();
+            self.last_reconcile_ns.store(now, Ordering::Relaxed);
+            self.spawn_reconcile(shared);
         }
     }
 
     /// Starts a reconcile in the background unless one is running.
-    fn spawn_reconcile(&self) {
-        if self.inner.ledger.reconciling.swap(true, Ordering::AcqRel) {
+    fn spawn_reconcile(self: &Arc<Self>, shared: &Arc<Shared>) {
+        if self.reconciling.swap(true, Ordering::AcqRel) {
             return;
         }
-        let me = self.clone();
+        let (me, shared) = (self.clone(), shared.clone());
         let task: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
             // A store that just came back may drop the first calls (a reconnect): a few tries.
             for attempt in 0..5u32 {
-                if me.reconcile_once(false).await || me.inner.circuit.is_open() {
+                if me.reconcile_once(&shared, false).await || shared.circuit.is_open() {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(50 << attempt)).await;
             }
-            me.inner.ledger.reconciling.store(false, Ordering::Release);
+            me.reconciling.store(false, Ordering::Release);
         });
         tokio::spawn(task);
     }
 
-    /// Charges the store for what billing admitted while it did not answer (each call with
-    /// the shutdown deadline: this is not on a request's path). Each charge carries a token the
-    /// store records in the same atomic call, so a charge that timed out and is sent again (now,
-    /// or by the next process from the journal) counts once. Counts the store cannot take yet
-    /// (the quota is spent) stay owed and are charged as it refills: a successful store call
-    /// starts another reconcile at most once per second while anything is owed.
-    pub async fn reconcile(&self) {
-        self.reconcile_once(false).await;
-    }
-
     /// One pass over the owed keys; false when the store failed on the way.
-    pub(crate) async fn reconcile_once(&self, force: bool) -> bool {
-        let _one = self.inner.ledger.settling.lock().await;
+    pub(crate) async fn reconcile_once(&self, shared: &Arc<Shared>, force: bool) -> bool {
+        let _one = self.settling.lock().await;
         let keys: Vec<String> = {
-            let book = lock(&self.inner.ledger.book);
+            let book = lock(&self.book);
             let mut keys: Vec<String> = book.debts.keys().cloned().collect();
             keys.extend(book.charges.values().map(|c| c.key.clone()));
             keys.sort();
@@ -317,12 +249,16 @@ impl Limiter {
         };
         for key in keys {
             let mut latency = None;
-            if self.settle(&key, force, &mut latency).await.is_err() {
+            if self
+                .settle(shared, &key, force, &mut latency)
+                .await
+                .is_err()
+            {
                 return false;
             }
         }
-        if let Some(j) = &self.inner.ledger.journal {
-            let book = lock(&self.inner.ledger.book);
+        if let Some(j) = &self.journal {
+            let book = lock(&self.book);
             if book.is_empty() {
                 j.snapshot(&book);
             }
@@ -335,16 +271,15 @@ impl Limiter {
     /// `force` ignores the circuit (shutdown).
     async fn settle(
         &self,
+        shared: &Arc<Shared>,
         key: &str,
         force: bool,
         latency: &mut Option<Duration>,
     ) -> Result<Option<Decision>, Error> {
-        let store = self
-            .inner
+        let store = shared
             .store
             .clone()
-            .with_deadline(self.inner.config.shutdown_deadline);
-        let ledger = &self.inner.ledger;
+            .with_deadline(shared.config.shutdown_deadline);
         let mode = if force {
             Mode::Forced
         } else {
@@ -352,21 +287,21 @@ impl Limiter {
         };
         let mut room = u64::MAX;
         loop {
-            let Some((token, charge)) = ledger.next_charge(key, room).await else {
+            let Some((token, charge)) = self.next_charge(key, room).await else {
                 return Ok(None);
             };
-            let sent = self
+            let sent = shared
                 .call(latency, mode, charge_once(&store, &token, &charge))
                 .await;
             match sent {
                 Ok(Charged::Counted) => {
-                    ledger.close_charge(&token, false);
+                    self.close_charge(&token, false);
                     room = u64::MAX;
                 }
                 // Denied, and never sent without an answer: it did not run; owed again, in
                 // a chunk that fits what the store has left.
                 Ok(Charged::Denied(d)) if !charge.uncertain => {
-                    ledger.close_charge(&token, true);
+                    self.close_charge(&token, true);
                     if d.remaining > 0 && d.remaining < charge.amount {
                         room = d.remaining;
                     } else {
@@ -377,7 +312,7 @@ impl Limiter {
                 Ok(Charged::Denied(d)) => return Ok(Some(d)),
                 Err(e) => {
                     if matches!(e, Error::Timeout | Error::Unreachable(_)) {
-                        ledger.mark_uncertain(&token);
+                        self.mark_uncertain(&token);
                     }
                     return Err(e);
                 }

@@ -14,12 +14,14 @@
 //! # Ok(()) }
 //! ```
 
+mod book;
 pub mod bounded;
 mod call;
 mod circuit;
 pub mod client_ip;
 mod clock;
 pub mod command;
+mod config;
 mod deadline;
 mod error;
 mod fallback;
@@ -35,16 +37,18 @@ mod metered;
 pub mod observe;
 mod reservation;
 pub mod store;
+mod sync;
 
 pub use circuit::CircuitConfig;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use command::{
     Algorithm, AllDecision, Backend, Class, Decision, Policy, Shape, ShapeDelay, Shaped, Source,
 };
+pub use config::{Config, DEFAULT_MAX_DEADLINE};
 pub use error::{Error, UNAVAILABLE_CODES};
 pub use ledger::CHARGE_TOKEN_TTL;
 pub use limit::{key_slot, sub_keys, Limit};
-pub use limiter::{Config, Limiter, ShutdownReport, Stats, DEFAULT_MAX_DEADLINE};
+pub use limiter::{Limiter, ShutdownReport, Stats};
 pub use reservation::{Reservation, Settlement, DEFAULT_GRACE};
 pub use store::Store;
 

@@ -3,74 +3,21 @@
 //! locally; billing counts admitted during an outage are charged to the store when it answers.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::call::{Counters, Mode};
-use crate::circuit::{Circuit, CircuitConfig};
-use crate::clock::{Clock, SystemClock};
+use crate::call::{Answered, Mode, Shared};
 use crate::command::{AllDecision, Class, Decision, Policy, Source};
-use crate::deadline::Deadline;
+use crate::config::Config;
+use crate::error::Error;
 use crate::fallback::Fallback;
 use crate::lease::Leases;
 use crate::ledger::Ledger;
-use crate::observe::{self, LogRecord, LogSink};
-use crate::{Error, Limit, Store};
-
-/// The default `Config::max_deadline`.
-pub const DEFAULT_MAX_DEADLINE: Duration = Duration::from_millis(20);
-
-/// How a [`Limiter`] behaves; `Config::default()` is a sound start.
-#[derive(Clone)]
-pub struct Config {
-    /// The shortest deadline of a check's store call: the longest it waits for the store before
-    /// its class's fallback decides while the store answers within it.
-    pub deadline: Duration,
-    /// The longest deadline: a store slower than usual but answering (a busy host) stretches
-    /// the deadline to 4 × its recent p99, up to this (docs/client.md, "Deadlines"). At or below
-    /// `deadline`: the deadline is fixed.
-    pub max_deadline: Duration,
-    /// N, the number of gateways sharing the store: the local fallbacks take L/N. `None`: the
-    /// security class fails closed (unless a limit sets its own local limit), the contract
-    /// class takes L.
-    pub gateways: Option<u32>,
-    pub circuit: CircuitConfig,
-    /// How long leased tokens may be spent after the grant; then they lapse.
-    pub lease_lifetime: Duration,
-    /// The deadline of each store call during `shutdown` (refunds, billing flush).
-    pub shutdown_deadline: Duration,
-    /// `Retry-After` of a fail-closed security decision.
-    pub fail_closed_retry: Duration,
-    /// The client's clock (leases, local buckets, circuit backoff).
-    pub clock: Arc<dyn Clock>,
-    /// Log one decision in this many (0: none).
-    pub log_every: u64,
-    pub log_sink: LogSink,
-    /// The billing journal: every count Billing admits without the store is appended here
-    /// before the request proceeds (fsynced in batches), and every charge before it is sent;
-    /// the next `Limiter` with the same path replays it. One path per process.
-    pub billing_journal: Option<PathBuf>,
-}
-
-impl Default for Config {
-    fn default() -> Config {
-        Config {
-            deadline: crate::store::DEFAULT_DEADLINE,
-            max_deadline: DEFAULT_MAX_DEADLINE,
-            gateways: None,
-            circuit: CircuitConfig::default(),
-            lease_lifetime: Duration::from_secs(1),
-            shutdown_deadline: Duration::from_secs(2),
-            fail_closed_retry: Duration::from_secs(1),
-            clock: Arc::new(SystemClock::new()),
-            log_every: 1000,
-            log_sink: observe::log_sink(),
-            billing_journal: None,
-        }
-    }
-}
+use crate::limit::Limit;
+use crate::observe::{self, LogRecord};
+use crate::reservation::{Dropped, Reservation};
+use crate::store::Store;
 
 /// Counters a test or an operator can read without a metrics exporter.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -98,30 +45,21 @@ pub struct ShutdownReport {
     pub unsettled: u64,
 }
 
-pub(crate) struct Inner {
-    pub(crate) store: Store,
-    pub(crate) config: Config,
-    pub(crate) circuit: Circuit,
-    pub(crate) counters: Counters,
-    pub(crate) fallback: Fallback,
-    pub(crate) leases: Leases,
-    pub(crate) ledger: Ledger,
-    pub(crate) deadline: Deadline,
-    /// Woken when the circuit opens: request calls still waiting stop waiting.
-    pub(crate) opened: tokio::sync::Notify,
-    decisions: AtomicU64,
+/// The concerns' state, each beside the others: every store call goes through `shared`.
+struct Inner {
+    shared: Arc<Shared>,
+    fallback: Fallback,
+    leases: Leases,
+    ledger: Arc<Ledger>,
     /// Reservations dropped without a settle (see `reservation`).
-    pub(crate) dropped: crate::reservation::Dropped,
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    dropped: Arc<Dropped>,
+    decisions: AtomicU64,
 }
 
 /// The limiter a gateway shares between its request handlers (cheap to clone).
 #[derive(Clone)]
 pub struct Limiter {
-    pub(crate) inner: Arc<Inner>,
+    inner: Arc<Inner>,
 }
 
 impl Limiter {
@@ -129,43 +67,39 @@ impl Limiter {
     /// becomes the longest, `max_deadline`). Reads the billing journal, if any, back into the
     /// counts to charge.
     pub fn new(store: Store, config: Config) -> Limiter {
-        let deadline = Deadline::new(config.deadline, config.max_deadline);
-        let store = store.with_deadline(deadline.cap());
-        let ledger = Ledger::new(config.billing_journal.as_deref());
+        let ledger = Arc::new(Ledger::new(config.billing_journal.as_deref()));
+        let billing = ledger.clone();
+        let answered: Answered =
+            Box::new(move |shared, recovered| billing.store_answered(shared, recovered));
         Limiter {
             inner: Arc::new(Inner {
-                store,
-                circuit: Circuit::new(config.circuit),
-                config,
-                counters: Counters::default(),
+                shared: Arc::new(Shared::new(store, config, answered)),
                 fallback: Fallback::default(),
                 leases: Leases::default(),
                 ledger,
-                deadline,
-                opened: tokio::sync::Notify::new(),
-                decisions: AtomicU64::new(0),
                 dropped: Default::default(),
+                decisions: AtomicU64::new(0),
             }),
         }
     }
 
     /// The store, for typed calls without fallback.
     pub fn store(&self) -> &Store {
-        &self.inner.store
+        &self.inner.shared.store
     }
 
     /// The deadline of the next store call (between `Config::deadline` and `max_deadline`).
     pub fn deadline(&self) -> Duration {
-        self.inner.deadline.current()
+        self.inner.shared.deadline.current()
     }
 
     /// True while the circuit is open (or probing): the store is not being called.
     pub fn circuit_open(&self) -> bool {
-        self.inner.circuit.is_open()
+        self.inner.shared.circuit.is_open()
     }
 
     pub fn stats(&self) -> Stats {
-        let c = &self.inner.counters;
+        let c = &self.inner.shared.counters;
         Stats {
             store_calls: c.store_calls.load(Ordering::Relaxed),
             lease_spent: c.lease_spent.load(Ordering::Relaxed),
@@ -180,6 +114,17 @@ impl Limiter {
         self.inner.ledger.unsettled()
     }
 
+    /// Charges the store for what billing admitted while it did not answer (each call with
+    /// the shutdown deadline: this is not on a request's path). Each charge carries a token the
+    /// store records in the same atomic call, so a charge that timed out and is sent again (now,
+    /// or by the next process from the journal) counts once. Counts the store cannot take yet
+    /// (the quota is spent) stay owed and are charged as it refills: a successful store call
+    /// starts another reconcile at most once per second while anything is owed.
+    pub async fn reconcile(&self) {
+        let i = &self.inner;
+        i.ledger.reconcile_once(&i.shared, false).await;
+    }
+
     /// One request of cost 1 on `key` under `limit`.
     pub async fn check(&self, limit: &Limit, key: &str) -> Result<Decision, Error> {
         self.check_cost(limit, key, 1).await
@@ -192,17 +137,24 @@ impl Limiter {
         let key = limit.store_key(key);
         let policy = limit.store_policy();
         let mut store_latency = None;
+        let i = &self.inner;
         let result = match limit.lease {
             Some(k) => {
-                self.leased(&key, &policy, cost, k, &mut store_latency)
+                let (shared, latency) = (&i.shared, &mut store_latency);
+                i.leases
+                    .leased(shared, &key, &policy, cost, k, latency)
                     .await
             }
-            None => self.decided(&key, &policy, cost, &mut store_latency).await,
+            None => {
+                i.shared
+                    .decided(&key, &policy, cost, &mut store_latency)
+                    .await
+            }
         };
         let (decision, status) = match result {
             Ok(d) => {
                 if limit.class != Class::Contract {
-                    let now = self.inner.config.clock.now_ns();
+                    let now = self.inner.shared.config.clock.now_ns();
                     self.inner.fallback.seen(limit, &key, &d, now);
                 }
                 (d, "ok")
@@ -224,12 +176,13 @@ impl Limiter {
         let args: Vec<(&str, Policy, u64)> =
             checks.iter().map(|(l, k, c)| (*k, l.policy, *c)).collect();
         let mut latency = None;
-        let result = self
-            .call(&mut latency, Mode::Request, self.inner.store.all(&args))
+        let shared = &self.inner.shared;
+        let result = shared
+            .call(&mut latency, Mode::Request, shared.store.all(&args))
             .await;
         let (all, status) = match result {
             Ok(all) => {
-                let now = self.inner.config.clock.now_ns();
+                let now = self.inner.shared.config.clock.now_ns();
                 for ((l, k, _), d) in checks.iter().zip(&all.limiters) {
                     if l.class != Class::Contract {
                         self.inner.fallback.seen(l, k, d, now);
@@ -260,6 +213,46 @@ impl Limiter {
         Ok(all)
     }
 
+    /// The class's decision without the store. `commit` false decides on a copy (RL.ALL's
+    /// first pass).
+    fn fall_back(
+        &self,
+        limit: &Limit,
+        key: &str,
+        policy: &Policy,
+        cost: u64,
+        commit: bool,
+    ) -> Decision {
+        let i = &self.inner;
+        i.fallback
+            .decide(&i.shared, &i.ledger, limit, key, policy, cost, commit)
+    }
+
+    /// Reserves `estimate` tokens on every `(limit, key)` at once (`RL.ALL`, keys used as given,
+    /// in one hash slot on a Cluster): admitted only if every limit admits. Settle the
+    /// reservation when the request is done; a denied one has nothing to settle.
+    pub async fn reserve(
+        &self,
+        limits: &[(&Limit, &str)],
+        estimate: u64,
+    ) -> Result<Reservation, Error> {
+        let checks: Vec<(&Limit, &str, u64)> =
+            limits.iter().map(|(l, k)| (*l, *k, estimate)).collect();
+        let decision = self.check_all(&checks).await?;
+        let i = &self.inner;
+        let (shared, ledger, dropped) = (i.shared.clone(), i.ledger.clone(), i.dropped.clone());
+        Ok(Reservation::new(
+            shared, ledger, dropped, limits, estimate, decision,
+        ))
+    }
+
+    /// Gives back the estimates of reservations dropped without a settle whose grace has run
+    /// out (on the client's clock); returns how many reservations went back. Dropping a
+    /// reservation schedules this after its grace; a test with a `ManualClock` calls it.
+    pub async fn give_back_dropped(&self) -> usize {
+        self.inner.dropped.give_back(&self.inner.shared).await
+    }
+
     fn observe(
         &self,
         limit: &Limit,
@@ -269,7 +262,7 @@ impl Limiter {
         status: &'static str,
     ) {
         observe::decision(&limit.name, limit.class, d, took, status);
-        let every = self.inner.config.log_every;
+        let every = self.inner.shared.config.log_every;
         if every > 0
             && self
                 .inner
@@ -277,7 +270,7 @@ impl Limiter {
                 .fetch_add(1, Ordering::Relaxed)
                 .is_multiple_of(every)
         {
-            (self.inner.config.log_sink)(&LogRecord {
+            (self.inner.shared.config.log_sink)(&LogRecord {
                 limit: limit.name.clone(),
                 class: limit.class,
                 algorithm: limit.policy.algorithm,
@@ -294,10 +287,14 @@ impl Limiter {
     /// and writes what it could not charge to the journal (when configured).
     pub async fn shutdown(&self) -> ShutdownReport {
         let i = &self.inner;
-        let store = i.store.clone().with_deadline(i.config.shutdown_deadline);
-        let refunded = self.refund_leases(&store).await;
+        let store = i
+            .shared
+            .store
+            .clone()
+            .with_deadline(i.shared.config.shutdown_deadline);
+        let refunded = i.leases.refund(&i.shared, &store).await;
         let before = i.ledger.total();
-        self.reconcile_once(true).await;
+        i.ledger.reconcile_once(&i.shared, true).await;
         let unsettled = i.ledger.total();
         i.ledger.close();
         ShutdownReport {

@@ -17,7 +17,9 @@ use http_body::{Body, Frame, SizeHint};
 use tower::{Layer, Service};
 
 use crate::http::Headers;
-use crate::{Limit, Limiter, Reservation, DEFAULT_GRACE};
+use crate::limit::Limit;
+use crate::limiter::Limiter;
+use crate::reservation::{Reservation, DEFAULT_GRACE};
 
 /// What a handler used, set in its response's extensions: the reservation is settled at this
 /// count when the response is produced, and the body is not counted.
@@ -297,7 +299,7 @@ where
                     return Ok(error_response(StatusCode::INTERNAL_SERVER_ERROR, counter));
                 }
             };
-            let named: Vec<(&str, &crate::Policy)> =
+            let named: Vec<(&str, &crate::command::Policy)> =
                 limits.iter().map(|l| (l.name(), l.policy())).collect();
             let r = headers.response_all(&named, reservation.decision());
             if !reservation.admitted() {

@@ -7,16 +7,19 @@
 //! when the store answers again); the other classes' settles are not made (their local fallback
 //! decided without the store). docs/tokens.md is the guide.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::Value;
 
-use crate::call::Mode;
+use crate::call::{Mode, Shared};
 use crate::clock::ns;
 use crate::command::{AllDecision, Class, Decision, Policy, Source};
-use crate::limiter::lock;
-use crate::{Error, Limit, Limiter, Store};
+use crate::error::Error;
+use crate::ledger::Ledger;
+use crate::limit::Limit;
+use crate::store::Store;
+use crate::sync::lock;
 
 /// How long a reservation dropped without a settle holds its estimate, by default.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
@@ -31,7 +34,9 @@ struct Part {
 
 /// An estimate reserved on one or several limits; settle it with [`Reservation::settle`].
 pub struct Reservation {
-    limiter: Limiter,
+    shared: Arc<Shared>,
+    ledger: Arc<Ledger>,
+    dropped: Arc<Dropped>,
     parts: Vec<Part>,
     estimate: u64,
     decision: AllDecision,
@@ -59,18 +64,58 @@ pub enum Settlement {
 #[derive(Default)]
 pub(crate) struct Dropped(Mutex<Vec<(u64, Vec<Part>, u64)>>);
 
-impl Limiter {
-    /// Reserves `estimate` tokens on every `(limit, key)` at once (`RL.ALL`, keys used as given,
-    /// in one hash slot on a Cluster): admitted only if every limit admits. Settle the
-    /// reservation when the request is done; a denied one has nothing to settle.
-    pub async fn reserve(
-        &self,
+impl Dropped {
+    /// Gives back the estimates whose grace has run out (on the client's clock); how many
+    /// reservations went back.
+    pub(crate) async fn give_back(&self, shared: &Arc<Shared>) -> usize {
+        let now = shared.config.clock.now_ns();
+        let due: Vec<(u64, Vec<Part>, u64)> = {
+            let mut dropped = lock(&self.0);
+            let (due, kept) = dropped.drain(..).partition(|(at, ..)| *at <= now);
+            *dropped = kept;
+            due
+        };
+        let mut given = 0;
+        for (at, parts, estimate) in due {
+            let by = -i64::try_from(estimate).unwrap_or(i64::MAX);
+            match settle_parts(shared, &parts, by, Mode::Background).await {
+                Ok(_) => given += 1,
+                // Not answered: tried again at the next call.
+                Err(e) if e.store_down() => lock(&self.0).push((at, parts, estimate)),
+                Err(_) => {}
+            }
+        }
+        given
+    }
+}
+
+async fn settle_parts(
+    shared: &Arc<Shared>,
+    parts: &[Part],
+    by: i64,
+    mode: Mode,
+) -> Result<AllDecision, Error> {
+    let limiters: Vec<(&str, Policy, i64)> = parts
+        .iter()
+        .map(|p| (p.key.as_str(), p.policy, by))
+        .collect();
+    let mut latency = None;
+    let store = &shared.store;
+    shared
+        .call(&mut latency, mode, store.settle(&limiters))
+        .await
+}
+
+impl Reservation {
+    /// The reservation `decision` made of `estimate` on every `(limit, key)`.
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        ledger: Arc<Ledger>,
+        dropped: Arc<Dropped>,
         limits: &[(&Limit, &str)],
         estimate: u64,
-    ) -> Result<Reservation, Error> {
-        let checks: Vec<(&Limit, &str, u64)> =
-            limits.iter().map(|(l, k)| (*l, *k, estimate)).collect();
-        let decision = self.check_all(&checks).await?;
+        decision: AllDecision,
+    ) -> Reservation {
         let parts = limits
             .iter()
             .map(|(l, k)| Part {
@@ -79,57 +124,18 @@ impl Limiter {
                 class: l.class(),
             })
             .collect();
-        Ok(Reservation {
-            limiter: self.clone(),
+        Reservation {
+            shared,
+            ledger,
+            dropped,
             parts,
             estimate,
             open: decision.combined.allowed,
             decision,
             grace: DEFAULT_GRACE,
-        })
-    }
-
-    /// Gives back the estimates of reservations dropped without a settle whose grace has run
-    /// out (on the client's clock); returns how many reservations went back. Dropping a
-    /// reservation schedules this after its grace; a test with a `ManualClock` calls it.
-    pub async fn give_back_dropped(&self) -> usize {
-        let now = self.inner.config.clock.now_ns();
-        let due: Vec<(u64, Vec<Part>, u64)> = {
-            let mut dropped = lock(&self.inner.dropped.0);
-            let (due, kept) = dropped.drain(..).partition(|(at, ..)| *at <= now);
-            *dropped = kept;
-            due
-        };
-        let mut given = 0;
-        for (at, parts, estimate) in due {
-            let by = -i64::try_from(estimate).unwrap_or(i64::MAX);
-            match self.settle_parts(&parts, by, Mode::Background).await {
-                Ok(_) => given += 1,
-                // Not answered: tried again at the next call.
-                Err(e) if e.store_down() => lock(&self.inner.dropped.0).push((at, parts, estimate)),
-                Err(_) => {}
-            }
         }
-        given
     }
 
-    async fn settle_parts(
-        &self,
-        parts: &[Part],
-        by: i64,
-        mode: Mode,
-    ) -> Result<AllDecision, Error> {
-        let limiters: Vec<(&str, Policy, i64)> = parts
-            .iter()
-            .map(|p| (p.key.as_str(), p.policy, by))
-            .collect();
-        let mut latency = None;
-        let store = &self.inner.store;
-        self.call(&mut latency, mode, store.settle(&limiters)).await
-    }
-}
-
-impl Reservation {
     /// The decision on the reservation: `combined` for all the limits, then one per limit.
     pub fn decision(&self) -> &AllDecision {
         &self.decision
@@ -160,11 +166,7 @@ impl Reservation {
         if self.decision.combined.source != Source::Store {
             return Ok(self.locally(by));
         }
-        match self
-            .limiter
-            .settle_parts(&self.parts, by, Mode::Request)
-            .await
-        {
+        match settle_parts(&self.shared, &self.parts, by, Mode::Request).await {
             Ok(all) => Ok(Settlement::Store(all)),
             Err(e) if e.store_down() => Ok(self.locally(by)),
             Err(e) => Err(e),
@@ -178,7 +180,7 @@ impl Reservation {
         for p in &self.parts {
             if by > 0 && p.class == Class::Billing {
                 let source = Source::Fallback(Class::Billing);
-                let ledger = &self.limiter.inner.ledger;
+                let ledger = &self.ledger;
                 ledger.fail_open(&p.key, &p.policy, n, true, source, None);
                 journaled += n;
             } else {
@@ -196,14 +198,18 @@ impl Drop for Reservation {
         if !self.open || self.decision.combined.source != Source::Store {
             return;
         }
-        let i = &self.limiter.inner;
-        let at = i.config.clock.now_ns().saturating_add(ns(self.grace));
-        lock(&i.dropped.0).push((at, self.parts.clone(), self.estimate));
+        let at = self
+            .shared
+            .config
+            .clock
+            .now_ns()
+            .saturating_add(ns(self.grace));
+        lock(&self.dropped.0).push((at, self.parts.clone(), self.estimate));
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (limiter, grace) = (self.limiter.clone(), self.grace);
+            let (shared, dropped, grace) = (self.shared.clone(), self.dropped.clone(), self.grace);
             runtime.spawn(async move {
                 tokio::time::sleep(grace).await;
-                limiter.give_back_dropped().await;
+                dropped.give_back(&shared).await;
             });
         }
     }
@@ -235,7 +241,7 @@ impl Store {
     /// difference in one atomic call (one hash slot on a Cluster). The Functions library has no
     /// `RL.SETTLE`: there, one `rl_charge` or `rl_refund` per limiter, not atomic.
     pub async fn settle(&self, limiters: &[(&str, Policy, i64)]) -> Result<AllDecision, Error> {
-        if self.backend() == crate::Backend::Functions {
+        if self.backend() == crate::command::Backend::Functions {
             return self.settle_each(limiters).await;
         }
         let keys: Vec<&str> = limiters.iter().map(|(k, _, _)| *k).collect();

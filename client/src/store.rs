@@ -12,7 +12,7 @@ use redis::{Cmd, IntoConnectionInfo, Value};
 use crate::bounded::{BoundedConnection, Reconnecting};
 
 use crate::command::{ints, AllDecision, Backend, Decision, Policy, Shape, ShapeDelay, Shaped};
-use crate::Error;
+use crate::error::Error;
 
 /// The default deadline of one store call: a few milliseconds, so that a slow store costs a
 /// request at most this much before its class's fallback decides.
@@ -160,7 +160,7 @@ impl Store {
         self.decide(
             key,
             &Policy {
-                algorithm: crate::Algorithm::Gcra,
+                algorithm: crate::command::Algorithm::Gcra,
                 ..policy
             },
             cost,
@@ -176,7 +176,7 @@ impl Store {
         cost: u64,
     ) -> Result<Decision, Error> {
         let policy = Policy {
-            algorithm: crate::Algorithm::TokenBucket,
+            algorithm: crate::command::Algorithm::TokenBucket,
             ..policy
         };
         self.decide(key, &policy, cost).await
