@@ -16,7 +16,7 @@
 
 use super::args::{parse_i64, parse_limiter, Amount, Options, Request};
 use super::charge::{self, Creator, Given};
-use super::key::at_key;
+use super::key::{accepts, at_key};
 use super::plan::{self, Plan};
 use super::reply::{fields, Reply};
 use super::settle;
@@ -64,13 +64,15 @@ impl<A: Stored> Planned for Plan<A> {
 type Planner = fn(Option<&Limiter>, &Policy, u64, u64) -> Result<Box<dyn Planned>, Error>;
 
 /// What limiter `A` would do with a request of `cost` under `policy`, as a limiter command
-/// decides it, with the decision for when another limiter denies.
+/// decides it (the log bound checked first), with the decision for when another limiter
+/// denies.
 fn plan_for<A: Stored + 'static>(
     stored: Option<&Limiter>,
     policy: &Policy,
     now_ns: u64,
     cost: u64,
 ) -> Result<Box<dyn Planned>, Error> {
+    accepts::<A>(policy)?;
     let planned = plan::plan::<A, _, _>(stored, policy, cost, now_ns, plan::checked(cost), true)?;
     Ok(Box::new(planned))
 }

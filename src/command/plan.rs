@@ -86,7 +86,8 @@ enum Write<A: Stored> {
 
 /// Decides a request of `amount` (0: a peek) under the caller's policy on the limiter the key
 /// holds, if any, by `rule`. `either`: the call may leave the key uncharged though it admits
-/// (`RL.ALL`), so the plan carries that decision too.
+/// (`RL.ALL`), so the plan carries that decision too. The caller checked that `called` keeps
+/// within the log bound (`key::accepts`); a share's scaled policy is checked here.
 #[inline(always)]
 pub fn plan<A: Stored, D, S>(
     stored: Option<&Limiter>,
@@ -100,7 +101,6 @@ where
     D: FnOnce(Option<&A>, &Policy, u64) -> Outcome<A>,
     S: Fn(&Decision) -> u64 + Copy,
 {
-    accepts::<A>(called)?;
     let peek = amount == 0;
     let Some(limiter) = stored else {
         return Ok(by_rule(None, called, now_ns, rule, peek, either));
