@@ -22,12 +22,13 @@ fn close(typed: &[i64], raw: &[i64], what: &str) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn typed_calls_through_fcall() {
+/// A server (without the module) with the Functions library loaded; None, with a note, when
+/// the library is not in the tree.
+fn with_library() -> Option<Server> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../functions/ratelimit.lua");
     let Ok(library) = std::fs::read_to_string(path) else {
         eprintln!("functions/ratelimit.lua is absent: the Functions backend is not tested");
-        return;
+        return None;
     };
     let s = Server::plain();
     let _: String = redis::cmd("FUNCTION")
@@ -36,6 +37,14 @@ async fn typed_calls_through_fcall() {
         .arg(&library)
         .query(&mut s.connect())
         .unwrap();
+    Some(s)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn typed_calls_through_fcall() {
+    let Some(s) = with_library() else {
+        return;
+    };
     let store = Store::connect(&s.url())
         .await
         .unwrap()
@@ -159,18 +168,9 @@ async fn typed_calls_through_fcall() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_charge_sent_twice_through_fcall_counts_once() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../functions/ratelimit.lua");
-    let Ok(library) = std::fs::read_to_string(path) else {
-        eprintln!("functions/ratelimit.lua is absent: the Functions backend is not tested");
+    let Some(s) = with_library() else {
         return;
     };
-    let s = Server::plain();
-    let _: String = redis::cmd("FUNCTION")
-        .arg("LOAD")
-        .arg("REPLACE")
-        .arg(&library)
-        .query(&mut s.connect())
-        .unwrap();
     // The charge's shape (RL.ALL over the key and a token key of 1 per day), sent twice
     // through the library as the ledger sends it: the second is denied by its token.
     let store = Store::connect(&s.url())
