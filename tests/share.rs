@@ -6,6 +6,7 @@
 mod support;
 
 use redis::Connection;
+use support::registry::limiter_algorithms;
 use support::*;
 
 fn at(c: &mut Connection, t_ms: u64) {
@@ -55,13 +56,7 @@ fn admit(c: &mut Connection, algorithm: &str, key: &str, n: usize) -> i64 {
 fn a_share_scales_the_callers_policy_and_the_spend_carries() {
     let (_s, mut c) = server();
     at(&mut c, 0);
-    for algorithm in [
-        "GCRA",
-        "TOKENBUCKET",
-        "SLIDINGLOG",
-        "SLIDINGCOUNTER",
-        "FIXEDWINDOW",
-    ] {
+    for algorithm in limiter_algorithms().map(|a| a.word.as_str()) {
         let key = format!("k:{algorithm}");
         let command = format!("RL.{algorithm}");
         // Created (missing), full, under L = 20: [share, expiry, L, B].
@@ -332,13 +327,7 @@ fn nested(c: &mut Connection, words: &[&str]) -> Vec<Vec<i64>> {
 fn rl_all_decides_a_shared_key_under_its_share_and_keeps_it() {
     let (_s, mut c) = server();
     at(&mut c, 0);
-    for algorithm in [
-        "GCRA",
-        "TOKENBUCKET",
-        "SLIDINGLOG",
-        "SLIDINGCOUNTER",
-        "FIXEDWINDOW",
-    ] {
+    for algorithm in limiter_algorithms().map(|a| a.word.as_str()) {
         let (a, b) = (format!("a:{algorithm}"), format!("b:{algorithm}"));
         share(&mut c, algorithm, &[(&a, 3)], 60_000);
         let all = |c: &mut Connection| -> (Vec<i64>, Vec<i64>, Vec<i64>) {
