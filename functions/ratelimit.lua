@@ -878,6 +878,19 @@ function log.check_all(s, p, now, cost)
   return d, { dropped = 0, at = at, count = cost, merged = merged }
 end
 
+-- A view's first `len` entries copied into a log in memory of its own, remembering `others`
+-- (a log not read from a key has nothing to view).
+local function copied(view, len, others)
+  local entries = {}
+  for i = 1, len do
+    local at, count = view.entry(i)
+    entries[i] = { at, count }
+  end
+  local m = memory_log(entries)
+  m.others = others
+  return m
+end
+
 -- A policy change: the entries still inside the new window; above the new L entries, the
 -- oldest are merged into one at the latest of their instants. Those that leave are a prefix,
 -- so the result is a view over `s`: the prefix read once, nothing else read or copied.
@@ -917,15 +930,7 @@ function log.rescale(s, from, to, now)
     return s.entry(i + gone)
   end
   if not s.key then
-    -- In memory: the view's entries, copied.
-    local entries = {}
-    for i = 1, len do
-      local a, c = v.entry(i)
-      entries[i] = { a, c }
-    end
-    local m = memory_log(entries)
-    m.others = s.others
-    return m
+    return copied(v, len, s.others)
   end
   return v
 end
@@ -973,14 +978,7 @@ function log.refund(s, p, now, n)
     return v.entry(i)
   end
   if not v.key then
-    local entries = {}
-    for i = 1, len do
-      local at, count = r.entry(i)
-      entries[i] = { at, count }
-    end
-    local m = memory_log(entries)
-    m.others = unedged(v.others)
-    return m
+    return copied(r, len, unedged(v.others))
   end
   return r
 end
