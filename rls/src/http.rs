@@ -24,6 +24,8 @@ pub async fn serve(
         let Ok((mut socket, _)) = listener.accept().await else {
             continue;
         };
+        // One write and a close per request: no small write may wait for an ACK.
+        let _ = socket.set_nodelay(true);
         let metrics = metrics.clone();
         let health = health.clone();
         let metrics_path = metrics_path.clone();

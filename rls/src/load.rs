@@ -11,6 +11,7 @@ use yaml_rust2::yaml::Hash;
 use yaml_rust2::{Yaml, YamlLoader};
 
 use crate::config::{Config, Node, Options, Rule, Unit};
+use crate::yaml_limits::{self, YamlLimits};
 
 /// The fields the peer knows, then ours.
 const FIELDS: &[&str] = &[
@@ -46,10 +47,16 @@ impl std::fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// Builds one config from `(file name, contents)` pairs, in order. `merge` is the peer's
-/// `MERGE_DOMAIN_CONFIG`: a domain in two files is merged instead of refused.
-pub fn load(files: &[(String, String)], merge: bool) -> Result<Config, ConfigError> {
+/// `MERGE_DOMAIN_CONFIG`: a domain in two files is merged instead of refused. Each file's depth
+/// and aliases are checked against `limits` before it is parsed into a tree.
+pub fn load(
+    files: &[(String, String)],
+    merge: bool,
+    limits: YamlLimits,
+) -> Result<Config, ConfigError> {
     let mut config = Config::default();
     for (name, text) in files {
+        yaml_limits::check(text, limits).map_err(|e| ConfigError(format!("{name}: {e}")))?;
         load_file(&mut config, name, text, merge)?;
         config.files.push(name.clone());
     }
@@ -172,6 +179,14 @@ fn load_level(
             return Err(err(&here, "descriptor has empty key".into()));
         }
         let value = field("value")?;
+        // Only a trailing `*` (a prefix match) is matched here; a value with a `*` before its
+        // end would load and never match, so it is refused rather than silently limiting nothing.
+        if value.trim_end_matches('*').contains('*') {
+            return Err(err(
+                &here,
+                format!("value '{value}': a '*' is supported only at the end of a value"),
+            ));
+        }
         let composite = if value.is_empty() {
             key.clone()
         } else {
@@ -376,7 +391,11 @@ mod tests {
     use super::*;
 
     fn one(text: &str) -> Result<Config, ConfigError> {
-        load(&[("config/t.yaml".into(), text.into())], false)
+        load(
+            &[("config/t.yaml".into(), text.into())],
+            false,
+            YamlLimits::default(),
+        )
     }
 
     fn rule_of(c: &Config, domain: &str, entries: &[(&str, &str)]) -> Option<String> {
@@ -458,6 +477,10 @@ descriptors:
                 "config/t.yaml: descriptors[0] (key 'k').rate_limit: unknown algorithm 'leaky' (fixed_window, gcra, token_bucket, sliding_log, sliding_counter)",
             ),
             (
+                "domain: d\ndescriptors:\n  - key: k\n    value: ab*yz\n",
+                "config/t.yaml: descriptors[0] (key 'k'): value 'ab*yz': a '*' is supported only at the end of a value",
+            ),
+            (
                 "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, settle: yes}\n",
                 "config/t.yaml: descriptors[0] (key 'k').rate_limit: settle must be true or false",
             ),
@@ -470,9 +493,9 @@ descriptors:
             ("b.yaml".to_string(), "domain: d\n".to_string()),
         ];
         assert_eq!(
-            load(&two, false).unwrap_err().0,
+            load(&two, false, YamlLimits::default()).unwrap_err().0,
             "b.yaml: duplicate domain 'd' in config file"
         );
-        assert!(load(&two, true).is_ok());
+        assert!(load(&two, true, YamlLimits::default()).is_ok());
     }
 }

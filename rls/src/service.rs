@@ -33,7 +33,7 @@ pub struct Service {
 /// Why a request got no answer (Envoy then applies its `failure_mode_deny`).
 #[derive(Debug)]
 pub enum Refusal {
-    /// An empty domain or no descriptors.
+    /// An empty domain, no descriptors, or more limited descriptors than one call decides.
     BadRequest(String),
     /// The store refused the call for a reason no fallback may hide (a wrong type at a key).
     Store(Error),
@@ -64,7 +64,9 @@ pub(crate) struct Outcome {
     pub(crate) retry_after_ms: Option<u64>,
     pub(crate) reset_after_ms: u64,
     pub(crate) local_cache: bool,
-    pub(crate) source: Source,
+    /// Who decided; `None`: this server, without asking (a limit of 0, a charge above the
+    /// capacity, the denial cache), so it is never taken for the store's answer.
+    pub(crate) source: Option<Source>,
 }
 
 impl Item {
@@ -83,7 +85,7 @@ impl Outcome {
             retry_after_ms: d.retry_after_ms,
             reset_after_ms: d.reset_after_ms,
             local_cache: false,
-            source: d.source,
+            source: Some(d.source),
         }
     }
 
@@ -94,7 +96,7 @@ impl Outcome {
             retry_after_ms: Some(retry_ms),
             reset_after_ms: retry_ms,
             local_cache,
-            source: Source::Store,
+            source: None,
         }
     }
 }
@@ -108,7 +110,7 @@ impl Service {
     ) -> Service {
         Service {
             config: RwLock::new(Arc::new(config)),
-            denials: Denials::new(settings.denial_cache_max),
+            denials: Denials::new(settings.local_cache_size_in_bytes),
             limiter,
             settings,
             metrics: Arc::new(Metrics::default()),
@@ -156,6 +158,19 @@ impl Service {
         // Settles are charged apart, after the decisions (never denied: `settle.rs`).
         let (mut settles, mut items): (Vec<Item>, Vec<Item>) =
             self.items(&config, req).into_iter().partition(|i| i.settle);
+        // One store call decides a request, all or nothing; RL.ALL (and RL.SETTLE) take at most
+        // 32 keys, so a request with more is refused before anything is charged, never split
+        // (a later call's denial would leave the earlier calls' charges) nor failed open.
+        let most = self.settings.max_descriptors;
+        if items.len() > most || settles.len() > most {
+            self.metrics
+                .service("call_should_rate_limit_service_error", 1);
+            return Err(Refusal::BadRequest(format!(
+                "{} limited descriptors in one request: at most {most} are decided at once \
+                 (RLS_MAX_DESCRIPTORS)",
+                items.len().max(settles.len())
+            )));
+        }
         let now = self.clock.now_ns();
         let global_shadow = self.settings.shadow_mode;
 
@@ -169,7 +184,7 @@ impl Service {
             if policy.limit == 0 || item.hits > policy.capacity() {
                 item.outcome = Some(Outcome::local_denial(window_ms, false));
             } else if item.hits > 0 {
-                if let Some(retry) = self.denials.denied(&item.key, now) {
+                if let Some(retry) = self.denials.denied(&item.key, item.hits, now) {
                     item.outcome = Some(Outcome::local_denial(retry, true));
                 }
             }
@@ -348,25 +363,27 @@ impl Service {
         Ok(())
     }
 
-    /// Keys the store denied with nothing left are answered here until their retry time. Only
-    /// when that time holds for any charge: a cost of 1, or a fixed window (denied until the
-    /// window ends whatever the cost).
+    /// Keys the store denied are answered here until the store's retry time, for the charges
+    /// that answer holds for: in a fixed window, every charge above what it has left (denied
+    /// until the window ends); in the others, this charge and larger ones (a larger one needs at
+    /// least as long). Only the store's own denials: never one decided here (a charge above the
+    /// capacity says nothing about smaller ones) nor a fallback's.
     fn remember_denials(&self, items: &[Item], now: u64) {
         for item in items {
             let Some(o) = item.outcome else { continue };
             let Some(policy) = item.rule.policy() else {
                 continue;
             };
-            let exact = item.hits == 1 || policy.algorithm == Algorithm::FixedWindow;
-            if !o.admitted
-                && !o.local_cache
-                && o.source == Source::Store
-                && o.remaining == 0
-                && exact
-            {
-                if let Some(retry) = o.retry_after_ms.filter(|r| *r > 0) {
-                    self.denials.deny(&item.key, now, retry);
-                }
+            if o.admitted || item.hits == 0 || o.source != Some(Source::Store) {
+                continue;
+            }
+            let min_hits = if policy.algorithm == Algorithm::FixedWindow {
+                o.remaining.saturating_add(1)
+            } else {
+                item.hits
+            };
+            if let Some(retry) = o.retry_after_ms.filter(|r| *r > 0) {
+                self.denials.deny(&item.key, min_hits, now, retry);
             }
         }
     }
@@ -497,7 +514,7 @@ impl Service {
             ..RuleCounts::default()
         };
         let Some(o) = item.outcome else { return c };
-        if matches!(o.source, Source::Fallback(_)) {
+        if matches!(o.source, Some(Source::Fallback(_))) {
             c.fallback = 1;
         }
         if !o.admitted && item.enforced() {

@@ -5,6 +5,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::yaml_limits::YamlLimits;
+
+/// `RL.ALL`'s most keys per call: the most descriptors one request can be decided on at once.
+pub const MAX_KEYS_PER_CALL: usize = 32;
+
 /// The peer's variables this server accepts but does not use (with why, for the log line).
 const IGNORED: &[(&str, &str)] = &[
     (
@@ -40,16 +45,15 @@ const IGNORED: &[(&str, &str)] = &[
         "the module expires its keys itself",
     ),
     (
-        "LOCAL_CACHE_SIZE_IN_BYTES",
-        "the denial cache is always on, bounded by entries",
-    ),
-    (
         "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
         "a denied request is never charged here",
     ),
     ("CONFIG_TYPE", "configuration comes from files only"),
     ("TRACING_ENABLED", "no tracing exporter"),
 ];
+
+/// The denial cache's default bound: 16 MiB, under 2 % of a 1 GiB container.
+pub const DEFAULT_LOCAL_CACHE_BYTES: u64 = 16 << 20;
 
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -88,8 +92,14 @@ pub struct Settings {
     pub reload_interval: Duration,
     /// `RLS_IETF_HEADERS`: also add `RateLimit-Policy` and `RateLimit` (docs/http.md).
     pub ietf_headers: bool,
-    /// `RLS_DENIAL_CACHE_MAX`: keys kept in the denial cache at most.
-    pub denial_cache_max: usize,
+    /// `LOCAL_CACHE_SIZE_IN_BYTES` (the peer's name): the denial cache's bound in bytes, its
+    /// keys and a fixed cost per entry counted; 0 turns it off, as for the peer.
+    pub local_cache_size_in_bytes: u64,
+    /// `RLS_CONFIG_MAX_DEPTH` and `RLS_CONFIG_MAX_ALIAS_NODES`: a config file's bounds.
+    pub yaml_limits: YamlLimits,
+    /// `RLS_MAX_DESCRIPTORS`: limited descriptors (distinct store keys) one request may bring,
+    /// at most RL.ALL's 32; a request with more is refused with INVALID_ARGUMENT.
+    pub max_descriptors: usize,
     /// `RLS_BILLING_JOURNAL`: a file where billing counts owed while the store is down (admits
     /// and settles) are written before they count, so a killed server's are charged by the next.
     pub billing_journal: Option<std::path::PathBuf>,
@@ -138,6 +148,23 @@ impl Settings {
             Some(v) => Some(number("RLS_GATEWAYS", Some(v), 1u32)?),
         };
         let near_limit_ratio: f64 = number("NEAR_LIMIT_RATIO", get("NEAR_LIMIT_RATIO"), 0.8)?;
+        if get("RLS_DENIAL_CACHE_MAX").is_some() {
+            return Err(
+                "RLS_DENIAL_CACHE_MAX is replaced by LOCAL_CACHE_SIZE_IN_BYTES (a bound in bytes)"
+                    .into(),
+            );
+        }
+        let max_descriptors: usize = number(
+            "RLS_MAX_DESCRIPTORS",
+            get("RLS_MAX_DESCRIPTORS"),
+            MAX_KEYS_PER_CALL,
+        )?;
+        if max_descriptors == 0 || max_descriptors > MAX_KEYS_PER_CALL {
+            return Err(format!(
+                "RLS_MAX_DESCRIPTORS={max_descriptors}: between 1 and {MAX_KEYS_PER_CALL} \
+                 (RL.ALL decides at most {MAX_KEYS_PER_CALL} keys at once)"
+            ));
+        }
         let redis_type = text("REDIS_TYPE", "SINGLE").to_ascii_uppercase();
         if !matches!(redis_type.as_str(), "SINGLE" | "CLUSTER") {
             return Err(format!(
@@ -176,7 +203,24 @@ impl Settings {
             gateways,
             reload_interval: Duration::from_millis(reload_ms.max(10)),
             ietf_headers: flag("RLS_IETF_HEADERS", false)?,
-            denial_cache_max: number("RLS_DENIAL_CACHE_MAX", get("RLS_DENIAL_CACHE_MAX"), 100_000)?,
+            local_cache_size_in_bytes: number(
+                "LOCAL_CACHE_SIZE_IN_BYTES",
+                get("LOCAL_CACHE_SIZE_IN_BYTES"),
+                DEFAULT_LOCAL_CACHE_BYTES,
+            )?,
+            yaml_limits: YamlLimits {
+                max_depth: number(
+                    "RLS_CONFIG_MAX_DEPTH",
+                    get("RLS_CONFIG_MAX_DEPTH"),
+                    YamlLimits::default().max_depth,
+                )?,
+                max_alias_nodes: number(
+                    "RLS_CONFIG_MAX_ALIAS_NODES",
+                    get("RLS_CONFIG_MAX_ALIAS_NODES"),
+                    YamlLimits::default().max_alias_nodes,
+                )?,
+            },
+            max_descriptors,
             billing_journal: get("RLS_BILLING_JOURNAL")
                 .filter(|p| !p.is_empty())
                 .map(std::path::PathBuf::from),
@@ -211,10 +255,16 @@ impl Settings {
                     .into(),
             );
         }
-        let auth = match self.redis_auth.split_once(':') {
-            _ if self.redis_auth.is_empty() => String::new(),
-            Some((user, pass)) => format!("{user}:{pass}@"),
-            None => format!(":{}@", self.redis_auth),
+        // REDIS_AUTH is `password` or `user:password`; both parts go into the URL
+        // percent-encoded, so a password with `@ / # ? + = %` reaches AUTH as written.
+        let (user, pass) = match self.redis_auth.split_once(':') {
+            Some((user, pass)) => (encode(user), encode(pass)),
+            None => (String::new(), encode(&self.redis_auth)),
+        };
+        let auth = if self.redis_auth.is_empty() {
+            String::new()
+        } else {
+            format!("{user}:{pass}@")
         };
         self.redis_url
             .split(',')
@@ -226,11 +276,11 @@ impl Settings {
                 } else if self.redis_socket_type == "unix" {
                     let mut url = format!("redis+unix://{u}");
                     if !self.redis_auth.is_empty() {
-                        let (user, pass) = self
-                            .redis_auth
-                            .split_once(':')
-                            .unwrap_or(("", &self.redis_auth));
-                        url += &format!("?user={user}&pass={pass}");
+                        // No `user=` without a user: an empty one would be sent to AUTH.
+                        url += &format!("?pass={pass}");
+                        if !user.is_empty() {
+                            url += &format!("&user={user}");
+                        }
                     }
                     Ok(url)
                 } else if self.redis_socket_type == "tcp" {
@@ -244,6 +294,41 @@ impl Settings {
             })
             .collect()
     }
+}
+
+/// Every byte but the URL's unreserved characters as `%XX`: the redis crate decodes it back,
+/// in the authority and in the query (where a bare `+` would become a space).
+fn encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(b));
+        } else {
+            out += &format!("%{b:02X}");
+        }
+    }
+    out
+}
+
+/// `REDIS_URL` fit for a log line: the user and password of every URL in it (before its last
+/// `@`, and a `pass=` in its query) shown as `***`.
+pub fn redacted_url(urls: &str) -> String {
+    urls.split(',')
+        .map(|u| {
+            let mut u = u.to_string();
+            if let (Some(start), Some(at)) = (u.find("://"), u.rfind('@')) {
+                if at > start + 3 {
+                    u.replace_range(start + 3..at, "***");
+                }
+            }
+            if let Some(p) = u.find("pass=") {
+                let end = u[p..].find('&').map_or(u.len(), |e| p + e);
+                u.replace_range(p + 5..end, "***");
+            }
+            u
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]
@@ -296,5 +381,30 @@ mod tests {
             Settings::ignored(|k| (k == "USE_STATSD").then(|| "true".to_string())).len(),
             1
         );
+    }
+
+    #[test]
+    fn credentials_are_encoded_and_never_shown() {
+        let s = with(&[
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "h:1"),
+            ("REDIS_AUTH", "al ice:p@ss/w#1?+=%"),
+        ])
+        .unwrap();
+        assert_eq!(
+            s.redis_urls().unwrap(),
+            ["redis://al%20ice:p%40ss%2Fw%231%3F%2B%3D%25@h:1/"]
+        );
+        let s = with(&[("REDIS_URL", "/run/r.sock"), ("REDIS_AUTH", "a+b=")]).unwrap();
+        assert_eq!(
+            s.redis_urls().unwrap(),
+            ["redis+unix:///run/r.sock?pass=a%2Bb%3D"]
+        );
+        assert_eq!(
+            redacted_url("redis://u:p@ss@h:1/,redis+unix:///s?pass=x&db=1,h:2"),
+            "redis://***@h:1/,redis+unix:///s?pass=***&db=1,h:2"
+        );
+        assert!(with(&[("RLS_DENIAL_CACHE_MAX", "10")]).is_err());
+        assert!(with(&[("RLS_MAX_DESCRIPTORS", "33")]).is_err());
     }
 }
