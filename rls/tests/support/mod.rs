@@ -90,6 +90,16 @@ impl Redis {
         Redis::start_with(&[], free_port)
     }
 
+    /// A server with the module and these arguments too (`--unixsocket …`).
+    pub fn start_args(extra: &[&str]) -> Redis {
+        Redis::start_with(extra, free_port)
+    }
+
+    /// A scratch path for this server (a unix socket, a file).
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
     /// A Cluster node (not yet part of a cluster).
     pub fn cluster_node() -> Redis {
         Redis::start_with(
