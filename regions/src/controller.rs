@@ -205,16 +205,23 @@ impl Controller {
             });
             let learning = started + lifetime + margin;
             for per_group in found {
-                for (g, names) in self.groups.iter_mut().zip(per_group) {
-                    let start = (now_ms < learning).then_some(Claim {
-                        share: g.policy.limit,
-                        until_ms: learning,
-                    });
+                for (gi, names) in per_group.into_iter().enumerate() {
                     for name in names {
-                        if g.known.insert(name.clone()) {
-                            g.add(name, n, now_ms, start);
-                            report.keys_found += 1;
+                        // One key, one group: a key listed in one group, or found by an earlier
+                        // group's pattern, is not split again under another group's L.
+                        if self.groups.iter().any(|g| g.known.contains(&name)) {
+                            continue;
                         }
+                        let Some(g) = self.groups.get_mut(gi) else {
+                            continue;
+                        };
+                        let start = (now_ms < learning).then_some(Claim {
+                            share: g.policy.limit,
+                            until_ms: learning,
+                        });
+                        g.known.insert(name.clone());
+                        g.add(name, n, now_ms, start);
+                        report.keys_found += 1;
                     }
                 }
             }

@@ -234,7 +234,10 @@ async fn more_limited_descriptors_than_one_call_decides_are_refused_as_invalid()
     for n in [33, 10_000] {
         let status = client.should_rate_limit(many("d", n)).await.unwrap_err();
         assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
-        assert!(status.message().contains("RLS_MAX_DESCRIPTORS"), "{status:?}");
+        assert!(
+            status.message().contains("RLS_MAX_DESCRIPTORS"),
+            "{status:?}"
+        );
     }
     // Only limited descriptors count: 40 that no rule matches are answered.
     let r = client.should_rate_limit(many("nothing", 40)).await.unwrap();
@@ -273,7 +276,11 @@ async fn an_oversized_charge_does_not_lock_a_fixed_window_key() {
     assert_eq!(ask(61).await, (OVER_LIMIT, 60));
     let calls = redis.calls("RL.FIXEDWINDOW");
     assert_eq!(ask(70).await.0, OVER_LIMIT);
-    assert_eq!(redis.calls("RL.FIXEDWINDOW"), calls, "70 was answered by the cache");
+    assert_eq!(
+        redis.calls("RL.FIXEDWINDOW"),
+        calls,
+        "70 was answered by the cache"
+    );
     assert_eq!(ask(60).await, (OK, 0));
     assert_eq!(redis.calls("RL.FIXEDWINDOW"), calls + 1);
 }
@@ -306,7 +313,12 @@ async fn the_denial_cache_keeps_to_its_bytes() {
         let mut client = client.clone();
         async move {
             let req = simple("d", &[&[("k", value.as_str())]]);
-            client.should_rate_limit(req).await.unwrap().into_inner().overall_code
+            client
+                .should_rate_limit(req)
+                .await
+                .unwrap()
+                .into_inner()
+                .overall_code
         }
     };
     // Warm up, then 6,000 unique 4 KB keys each denied by the store once (24 MB of keys).
