@@ -158,3 +158,44 @@ fn partitions_drops_and_a_controller_restart_stay_safe_and_every_region_decides(
     );
     assert_eq!(world.gcra_calls(), world.calls);
 }
+
+/// docs/regions.md, "A store that loses a key": the region decides under its safe share until
+/// the controller's next period writes its share again, so for at most one period the shares in
+/// force sum above L, by at most its safe share less what it held; then they fit again.
+#[test]
+fn a_store_that_loses_a_key_is_over_l_by_its_safe_share_for_at_most_one_period() {
+    let mut world = World::new(0);
+    let mut controller = world.controller();
+    let demand = [60, 2, 0];
+    let mut sums = Vec::new();
+    for period in 0..6 {
+        let report = controller.period(world.now_ms());
+        assert!(report.unreachable.is_empty());
+        for step in 0..STEPS_PER_PERIOD {
+            // B's store loses the key (a flush, a failover to a replica without it) a step
+            // into the fourth period; its gateways then call it under their safe share.
+            if period == 3 && step == 1 {
+                let _: i64 = redis::cmd("DEL")
+                    .arg(KEY)
+                    .query(&mut world.looks[1])
+                    .unwrap();
+            }
+            let seen = world.step(&demand);
+            sums.push((period, seen.limit.iter().sum::<u64>(), seen.limit));
+        }
+    }
+    let before: Vec<_> = sums.iter().filter(|s| s.0 == 2).collect();
+    let held_by_b = before.last().map(|s| s.2[1]).unwrap();
+    let over: Vec<_> = sums.iter().filter(|s| s.1 > L).collect();
+    let worst = over.iter().map(|s| s.1).max().unwrap_or(L);
+    println!(
+        "B held {held_by_b}; {} steps of {STEP_MS} ms over L, at most {worst} against L = {L}",
+        over.len()
+    );
+    assert!(!over.is_empty(), "losing the key put nothing over L");
+    assert!(worst <= L + SAFE - held_by_b, "{worst}");
+    // Only in the period of the loss: the next period's read sees it and writes B's share back
+    // (a lower, first).
+    assert!(over.iter().all(|s| s.0 == 3), "{over:?}");
+    assert!(over.len() < STEPS_PER_PERIOD);
+}
