@@ -96,8 +96,8 @@ fn default_batch() -> usize {
 fn default_scan_calls() -> usize {
     4
 }
-/// The controller holds about 1 KB per key at three regions while a period runs: a quarter of a
-/// 1 GiB container at most.
+/// The controller took 1.4 KB per key at three regions (peak resident over three periods at
+/// 100,000 keys): 350 MB here, about a third of a 1 GiB container.
 fn default_max_keys() -> u64 {
     250_000
 }
