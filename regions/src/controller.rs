@@ -103,6 +103,8 @@ pub struct Report {
     pub raises_capped: usize,
     /// Regions that did not answer one of the steps.
     pub unreachable: Vec<String>,
+    /// Why, one line per failed step: `region: what the link or the store said`.
+    pub causes: Vec<String>,
     /// Keys found by a pattern this period, and found keys forgotten (idle, their shares over).
     pub keys_found: usize,
     pub keys_forgotten: usize,
@@ -127,7 +129,10 @@ impl Controller {
         let links = config
             .regions
             .iter()
-            .map(|r| Link::new(&r.url, r.cluster, timeout))
+            .map(|r| {
+                Link::new(&r.url, r.cluster, timeout)
+                    .map_err(|e| format!("region '{}': {e}", r.name))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let n = config.regions.len();
         let mut groups = Vec::new();
@@ -256,8 +261,11 @@ impl Controller {
                     }
                     self.learned[r] |= settle;
                 }
-                Err(_) => {
+                Err(e) => {
                     down[r] = true;
+                    report
+                        .causes
+                        .push(format!("{}: {e}", self.config.regions[r].name));
                     for g in &mut self.groups {
                         for d in &mut g.demand {
                             d[r] = None;
@@ -368,10 +376,16 @@ impl Controller {
                 });
             let started = Instant::now();
             for (r, answer) in answers.into_iter().enumerate() {
-                let Ok(answer) = answer else {
-                    // The claims stay until they end: those writes may have landed.
-                    down[r] = true;
-                    continue;
+                let answer = match answer {
+                    Ok(a) => a,
+                    Err(e) => {
+                        report
+                            .causes
+                            .push(format!("{}: {e}", self.config.regions[r].name));
+                        // The claims stay until they end: those writes may have landed.
+                        down[r] = true;
+                        continue;
+                    }
                 };
                 for ((g, writes), rows) in self.groups.iter_mut().zip(&per_region[r]).zip(answer) {
                     for (&(k, share), held) in writes.iter().zip(rows) {

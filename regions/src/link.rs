@@ -47,7 +47,8 @@ impl Link {
     pub fn new(url: &str, cluster: bool, timeout: Duration) -> Result<Link, String> {
         let info = url
             .into_connection_info()
-            .map_err(|e| format!("{url}: {e}"))?;
+            // Not the URL itself: it may hold a password.
+            .map_err(|e| format!("its url does not parse: {e}"))?;
         let store = if cluster {
             Store::Cluster(Cluster::new(info, timeout)?)
         } else {

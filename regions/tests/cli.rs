@@ -54,3 +54,38 @@ fn one_period_against_a_real_store() {
         .expect("demand");
     assert_eq!(rows[0][2], 100);
 }
+
+/// A region that cannot be reached is reported with the cause (here a key of another type that
+/// the store refuses to share), never its URL's password.
+#[test]
+fn an_unreachable_region_is_reported_with_its_cause() {
+    let server = world::Server::start();
+    let mut c = server.connect().expect("connect");
+    let _: () = redis::cmd("SET")
+        .arg("garbage:1")
+        .arg("x")
+        .query(&mut c)
+        .expect("set");
+    let dir = std::env::temp_dir().join(format!("rl-regions-cause-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let config = dir.join("regions.toml");
+    let text = format!(
+        "[[regions]]\nname = \"a\"\nurl = \"redis://127.0.0.1:{}\"\n[[keys]]\nkeys = [\"garbage:1\"]\n\
+         algorithm = \"GCRA\"\nlimit = 100\nwindow_ms = 1000\n",
+        server.port
+    );
+    std::fs::write(&config, text).expect("write");
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .arg("--once")
+        .output()
+        .expect("run");
+    let (line, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(line.contains("unreachable=a"), "{line}");
+    assert!(err.contains("unreachable: a: "), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
