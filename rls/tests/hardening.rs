@@ -169,8 +169,8 @@ async fn hostile_files_in_a_live_config_directory_are_refused_and_the_last_good_
     assert!(rls.serving().await, "{}", rls.log());
     let mut client = rls.client().await;
     let hostile = [
-        // 3,000 levels: overflowed a worker thread's stack on reload (SIGABRT).
-        (nested(3_000), "RLS_CONFIG_MAX_DEPTH"),
+        // 1,600 levels overflowed a worker thread's stack on reload (SIGABRT, exit 134).
+        (nested(1_600), "RLS_CONFIG_MAX_DEPTH"),
         (alias_bomb(), "RLS_CONFIG_MAX_ALIAS_NODES"),
         (
             "domain: w\ndescriptors:\n  - key: path\n    value: ab*yz\n    rate_limit: {unit: second, requests_per_unit: 1}\n".to_string(),
@@ -189,7 +189,7 @@ async fn hostile_files_in_a_live_config_directory_are_refused_and_the_last_good_
         assert_eq!(r.get_ref().overall_code, OK, "{why}");
     }
     // At start too: refused by name, exit 1, no abort.
-    let mut at_start = Binary::spawn(&redis.url(), &nested(3_000), &[]);
+    let mut at_start = Binary::spawn(&redis.url(), &nested(1_600), &[]);
     assert!(!at_start.serving().await);
     assert_eq!(at_start.child.wait().unwrap().code(), Some(1));
     assert!(at_start.log().contains("RLS_CONFIG_MAX_DEPTH"));
@@ -219,8 +219,9 @@ async fn sixteen_descriptors_are_answered_without_waiting_for_an_ack() {
         }
     }
     println!("{slow} of {n} replies took over 30 ms");
-    // With Nagle on the listener every one of them did (about 44 ms each).
-    assert!(slow * 4 < n, "{slow} of {n} replies took over 30 ms");
+    // With Nagle on the listener every one of them did (about 44 ms each); without it one in a
+    // hundred, and a loaded machine may slow some more.
+    assert!(slow * 2 < n, "{slow} of {n} replies took over 30 ms");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
