@@ -23,6 +23,36 @@ fn help_and_refusals() {
         .expect("run");
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no regions"));
+    // Issue 36: one key in two groups (the stricter L was ignored), and five ranges of ten
+    // million keys (6.5 GB before they were refused): refused by name, at once.
+    let region = "[[regions]]\nname = \"a\"\nurl = \"redis://127.0.0.1:1\"\n";
+    let group = |keys: &str, limit: u64| {
+        format!(
+            "[[keys]]\nkeys = [{keys}]\nalgorithm = \"GCRA\"\nlimit = {limit}\nwindow_ms = 1000\n"
+        )
+    };
+    let ranges = "\"a{1..9999999}\", \"b{1..9999999}\", \"c{1..9999999}\", \"d{1..9999999}\", \"e{1..9999999}\"";
+    for (text, want) in [
+        (
+            format!("{region}{}{}", group("\"k\"", 1000), group("\"k\"", 30)),
+            "key 'k' is listed twice (one key, one group)",
+        ),
+        (
+            format!("{region}{}", group(ranges, 1000)),
+            "49999995 keys once ranges are expanded: at most max_keys = 250000",
+        ),
+    ] {
+        std::fs::write(&bad, text).expect("write");
+        let out = Command::new(BIN)
+            .arg("--config")
+            .arg(&bad)
+            .arg("--once")
+            .output()
+            .expect("run");
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{err}");
+    }
 }
 
 #[test]
