@@ -10,11 +10,13 @@ pub mod headers;
 pub mod http;
 pub mod load;
 pub mod logging;
+pub mod metadata;
 pub mod metrics;
 pub mod server;
 pub mod service;
 pub mod settings;
 pub mod settle;
+pub mod wildcard;
 
 /// Envoy's generated types this server speaks (requests, responses, the gRPC client).
 pub use envoy_types::pb;

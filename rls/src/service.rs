@@ -15,7 +15,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use ratelimit_client::{Algorithm, Clock, Decision, Error, Limiter, Source};
 
-use crate::config::{descriptor_key, Config, Rule, Unit, SETTLE_KEY};
+use crate::config::{descriptor_key, Config, Matched, Rule, Unit, SETTLE_KEY};
 use crate::denials::Denials;
 use crate::headers::{self, Part};
 use crate::metrics::{Metrics, RuleCounts};
@@ -224,28 +224,32 @@ impl Service {
                 continue;
             }
             let own_key = descriptor_key(&req.domain, &entries);
-            let rule = match &d.limit {
-                Some(o) => Unit::from_proto(o.unit).map(|unit| {
-                    Arc::new(Rule::from_override(
+            let found = match &d.limit {
+                Some(o) => Unit::from_proto(o.unit).map(|unit| Matched {
+                    rule: Arc::new(Rule::from_override(
                         own_key.clone(),
                         o.requests_per_unit,
                         unit,
-                    ))
+                    )),
+                    stats_key: own_key.clone(),
+                    shared: Vec::new(),
                 }),
                 None => config.rule_for(&req.domain, &entries),
             };
-            let Some(rule) = rule else { continue };
-            let stats_key = if rule.detailed_metric {
-                own_key
-            } else {
-                rule.stats_key.clone()
+            let Some(Matched {
+                rule,
+                stats_key,
+                shared,
+            }) = found
+            else {
+                continue;
             };
             let hits = hits(req, d);
             let settle = marked || d.is_negative_hits || (rule.settle && hits > 0);
             let size = i64::try_from(hits).unwrap_or(i64::MAX);
             let by = if d.is_negative_hits { -size } else { size };
             let key = rule.policy().map_or(String::new(), |p| {
-                self.store_key(&req.domain, &entries, p.algorithm)
+                self.store_key(&req.domain, &entries, &shared, p.algorithm)
             });
             matched.push(Item {
                 indexes: vec![index],
@@ -289,13 +293,21 @@ impl Service {
     /// `<prefix>rls:{<domain>}:<key>_<value>.<key>_<value>:<ALGORITHM>`: the domain is the hash
     /// tag, so every descriptor of a request is on one Cluster slot (one `RL.ALL`); the
     /// algorithm is in the key so that changing a rule's algorithm starts a new key instead of
-    /// meeting the old one's type.
-    fn store_key(&self, domain: &str, entries: &[(&str, &str)], algorithm: Algorithm) -> String {
+    /// meeting the old one's type. A `share_threshold` entry's value is its pattern: every
+    /// value the pattern matches shares the one counter.
+    fn store_key(
+        &self,
+        domain: &str,
+        entries: &[(&str, &str)],
+        shared: &[Option<String>],
+        algorithm: Algorithm,
+    ) -> String {
         let mut key = format!("{}rls:{{{domain}}}:", self.settings.cache_key_prefix);
         for (i, (k, v)) in entries.iter().enumerate() {
             if i > 0 {
                 key.push('.');
             }
+            let v = shared.get(i).and_then(Option::as_deref).unwrap_or(v);
             key.push_str(k);
             if !v.is_empty() {
                 key.push('_');
