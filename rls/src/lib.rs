@@ -2,6 +2,7 @@
 //! envoyproxy/ratelimit's config files and environment unchanged and decides on the
 //! redis-ratelimit module through the client crate. docs/envoy.md is the guide.
 
+pub mod answer;
 pub mod config;
 pub mod denials;
 pub mod files;

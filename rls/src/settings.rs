@@ -43,10 +43,6 @@ const IGNORED: &[(&str, &str)] = &[
         "LOCAL_CACHE_SIZE_IN_BYTES",
         "the denial cache is always on, bounded by entries",
     ),
-    (
-        "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
-        "a denied request is never charged here",
-    ),
     ("CONFIG_TYPE", "configuration comes from files only"),
     ("TRACING_ENABLED", "no tracing exporter"),
 ];
@@ -70,6 +66,13 @@ pub struct Settings {
     pub redis_tls: bool,
     pub cache_key_prefix: String,
     pub shadow_mode: bool,
+    /// QUOTA_MODE: every descriptor in quota mode (the request denied only when all are over).
+    pub quota_mode: bool,
+    /// RESPONSE_DYNAMIC_METADATA: the request and the passed rules' `metadata` in the response.
+    pub response_dynamic_metadata: bool,
+    /// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: one descriptor over its limit charges none of
+    /// the request's (one atomic `RL.ALL`); unset, each is decided and charged on its own.
+    pub stop_increment_when_overlimit: bool,
     pub headers_enabled: bool,
     pub header_limit: String,
     pub header_remaining: String,
@@ -162,6 +165,9 @@ impl Settings {
             redis_tls: flag("REDIS_TLS", false)?,
             cache_key_prefix: text("CACHE_KEY_PREFIX", ""),
             shadow_mode: flag("SHADOW_MODE", false)?,
+            quota_mode: flag("QUOTA_MODE", false)?,
+            response_dynamic_metadata: flag("RESPONSE_DYNAMIC_METADATA", false)?,
+            stop_increment_when_overlimit: flag("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)?,
             headers_enabled: flag("LIMIT_RESPONSE_HEADERS_ENABLED", false)?,
             header_limit: text("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
             header_remaining: text("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),

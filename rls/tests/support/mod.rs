@@ -238,6 +238,8 @@ pub fn settings(root: &Path, redis: &Redis, extra: &[(&str, &str)]) -> Settings 
         ("REDIS_URL", &url),
         ("RLS_RELOAD_INTERVAL_MS", "20"),
         ("RLS_DEADLINE_MS", "50"),
+        // Our atomic mode unless a test asks for the peer's (`peer_sequences.rs`).
+        ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
     ];
     vars.extend_from_slice(extra);
     Settings::from_lookup(|k| {
