@@ -112,7 +112,11 @@ impl Service {
                 });
             }
         }
-        let over_limit = |i: usize| statuses.get(i).is_some_and(|s| s.code == Code::OverLimit as i32);
+        let over_limit = |i: usize| {
+            statuses
+                .get(i)
+                .is_some_and(|s| s.code == Code::OverLimit as i32)
+        };
         let quotas = (0..n).filter(|i| quota[*i]).count();
         let quotas_over = (0..n).filter(|i| quota[*i] && over_limit(*i)).count();
         let mut over = failed || (quotas > 0 && quotas == quotas_over);

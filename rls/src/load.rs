@@ -470,7 +470,8 @@ mod tests {
     }
 
     fn rule_of(c: &Config, domain: &str, entries: &[(&str, &str)]) -> Option<String> {
-        c.rule_for(domain, entries).map(|m| m.rule.stats_key.clone())
+        c.rule_for(domain, entries)
+            .map(|m| m.rule.stats_key.clone())
     }
 
     #[test]

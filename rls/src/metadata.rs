@@ -27,10 +27,9 @@ fn value(yaml: &Yaml) -> Result<Value, String> {
     let kind = match yaml {
         Yaml::String(s) => Kind::StringValue(s.clone()),
         Yaml::Integer(i) => Kind::NumberValue(*i as f64),
-        Yaml::Real(r) => Kind::NumberValue(
-            r.parse()
-                .map_err(|_| format!("'{r}' is not a number"))?,
-        ),
+        Yaml::Real(r) => {
+            Kind::NumberValue(r.parse().map_err(|_| format!("'{r}' is not a number"))?)
+        }
         Yaml::Boolean(b) => Kind::BoolValue(*b),
         Yaml::Null => Kind::NullValue(0),
         Yaml::Array(items) => Kind::ListValue(ListValue {
@@ -160,9 +159,11 @@ mod tests {
         let a = from_yaml(&yaml("service_with_quota: {name: service_1}\nn: 1\n"))
             .unwrap()
             .unwrap();
-        let b = from_yaml(&yaml("service_with_quota: {name: x, other: 2}\nflag: true\n"))
-            .unwrap()
-            .unwrap();
+        let b = from_yaml(&yaml(
+            "service_with_quota: {name: x, other: 2}\nflag: true\n",
+        ))
+        .unwrap()
+        .unwrap();
         let req = RateLimitRequest {
             domain: "d".into(),
             ..RateLimitRequest::default()

@@ -86,9 +86,9 @@ fn check_lookup(config: &Config, lookup: &Yaml) -> Vec<String> {
     expect(
         "unit",
         format!("{:?}", r.unit).to_lowercase(),
-        want["unit"].as_str().map(|u| {
-            format!("{:?}", Unit::parse(u).expect("a unit in the case")).to_lowercase()
-        }),
+        want["unit"]
+            .as_str()
+            .map(|u| format!("{:?}", Unit::parse(u).expect("a unit in the case")).to_lowercase()),
     );
     expect("name", r.name.clone(), text(&want["name"]));
     expect("stats key", m.stats_key.clone(), text(&want["stats_key"]));
@@ -98,7 +98,11 @@ fn check_lookup(config: &Config, lookup: &Yaml) -> Vec<String> {
     expect("quota_mode", r.quota_mode.to_string(), flag("quota"));
     if let Some(shared) = want["shared"].as_vec() {
         let want: Vec<Option<String>> = shared.iter().map(text).collect();
-        expect("shared", format!("{:?}", m.shared), Some(format!("{want:?}")));
+        expect(
+            "shared",
+            format!("{:?}", m.shared),
+            Some(format!("{want:?}")),
+        );
     }
     if !want["metadata"].is_badvalue() {
         let w = metadata::from_yaml(&want["metadata"]).expect("metadata in the case");

@@ -358,7 +358,10 @@ async fn global_shadow_mode_decides_counts_and_answers_ok() {
     let redis = Redis::start();
     let mut rls = Rls::start(&redis, SHOP, &[("SHADOW_MODE", "true")]).await;
     let pair: &[&[(&str, &str)]] = &[&[("client", "4.4.4.4")], &[("path", "/admin/z")]];
-    assert_eq!(ask(&mut rls, pair).await, (OK, vec![(OK, 2, 3), (OK, 0, 1)]));
+    assert_eq!(
+        ask(&mut rls, pair).await,
+        (OK, vec![(OK, 2, 3), (OK, 0, 1)])
+    );
     // As the peer: the status keeps its OVER_LIMIT, the total is OK.
     assert_eq!(
         ask(&mut rls, pair).await,

@@ -48,7 +48,13 @@ async fn replay(stop_increment: bool) {
     rls.write("another.yaml", &fixture("integration_another.yaml"));
     // The second file is picked up by the watcher: wait for it (a poll, not a timed wait).
     for _ in 0..500 {
-        if rls.running().service.config().domains.contains_key("another") {
+        if rls
+            .running()
+            .service
+            .config()
+            .domains
+            .contains_key("another")
+        {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
@@ -70,7 +76,11 @@ async fn replay(stop_increment: bool) {
     // Over a minute limit on one key: 20 admitted, then OVER_LIMIT with 0 left.
     for i in 0..25u32 {
         let r = rls.ask(simple("another", &[&[("key2", "4242")]])).await;
-        let (code, left) = if i >= 20 { (OVER_LIMIT, 0) } else { (OK, 20 - (i + 1)) };
+        let (code, left) = if i >= 20 {
+            (OVER_LIMIT, 0)
+        } else {
+            (OK, 20 - (i + 1))
+        };
         assert_eq!(
             (r.overall_code, statuses(&r)),
             (code, vec![(code, 20, MINUTE, left, 60)]),
@@ -78,7 +88,11 @@ async fn replay(stop_increment: bool) {
         );
         let c = m.of("another.key2");
         assert_eq!(c.total_hits, u64::from(i + 1), "{mode}: step {i}");
-        assert_eq!(c.over_limit, u64::from(i.saturating_sub(19)), "{mode}: step {i}");
+        assert_eq!(
+            c.over_limit,
+            u64::from(i.saturating_sub(19)),
+            "{mode}: step {i}"
+        );
         assert_eq!(
             c.over_limit_with_local_cache,
             u64::from(i.saturating_sub(20)),
@@ -114,7 +128,11 @@ async fn replay(stop_increment: bool) {
         assert_eq!(k2.over_limit, 5, "{mode}: step {i}");
         let k3 = m.of("another.key3");
         assert_eq!(k3.total_hits, u64::from(i + 1), "{mode}: step {i}");
-        assert_eq!(k3.over_limit, u64::from(i.saturating_sub(9)), "{mode}: step {i}");
+        assert_eq!(
+            k3.over_limit,
+            u64::from(i.saturating_sub(9)),
+            "{mode}: step {i}"
+        );
         assert_eq!(
             k3.over_limit_with_local_cache,
             u64::from(i.saturating_sub(10)),
