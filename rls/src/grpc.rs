@@ -20,6 +20,9 @@ impl RateLimitService for Grpc {
         match self.0.should_rate_limit(request.get_ref()).await {
             Ok(r) => Ok(Response::new(r)),
             Err(Refusal::BadRequest(m)) => Err(Status::invalid_argument(m)),
+            Err(Refusal::NoConfig) => {
+                Err(Status::unavailable("no rate limit configuration loaded"))
+            }
             Err(Refusal::Store(e)) => Err(Status::unavailable(e.to_string())),
         }
     }

@@ -1,18 +1,13 @@
-//! The HTTP port: `GET /healthcheck` (200 `OK` while serving, 500 once shutting down or with no
-//! config loaded) and `GET /metrics` (Prometheus text). A few lines of HTTP/1.1 over a socket,
+//! The HTTP port: `GET /healthcheck` (200 `OK` while healthy as `health.rs` says, else 500) and `GET /metrics` (Prometheus text). A few lines of HTTP/1.1 over a socket,
 //! one request per connection: two fixed routes need no framework.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use crate::health::Health;
 use crate::metrics::Metrics;
-
-pub struct Health {
-    pub serving: AtomicBool,
-}
 
 pub async fn serve(
     listener: TcpListener,
@@ -44,7 +39,7 @@ pub async fn serve(
             let path = head.split_whitespace().nth(1).unwrap_or("");
             let path = path.split('?').next().unwrap_or("");
             let (status, kind, body) = if path == "/healthcheck" {
-                if health.serving.load(Ordering::Relaxed) {
+                if health.ok() {
                     ("200 OK", "text/plain", "OK".to_string())
                 } else {
                     (

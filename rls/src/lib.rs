@@ -6,9 +6,12 @@ pub mod answer;
 pub mod config;
 pub mod denials;
 pub mod files;
+pub mod go_duration;
 pub mod grpc;
 pub mod headers;
+pub mod health;
 pub mod http;
+pub mod listen;
 pub mod load;
 pub mod logging;
 pub mod metadata;
@@ -17,6 +20,7 @@ pub mod server;
 pub mod service;
 pub mod settings;
 pub mod settle;
+pub mod tls;
 pub mod wildcard;
 
 /// Envoy's generated types this server speaks (requests, responses, the gRPC client).

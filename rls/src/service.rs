@@ -4,6 +4,7 @@
 //! in one store call (`RL.ALL`), all or nothing. `answer.rs` writes the response.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -17,6 +18,8 @@ use crate::settings::Settings;
 
 pub struct Service {
     config: RwLock<Arc<Config>>,
+    /// A config has loaded (at start or since).
+    has_config: AtomicBool,
     limiter: Limiter,
     settings: Arc<Settings>,
     pub denials: Denials,
@@ -29,6 +32,8 @@ pub struct Service {
 pub enum Refusal {
     /// An empty domain or no descriptors.
     BadRequest(String),
+    /// No config has loaded yet (the one at start was refused).
+    NoConfig,
     /// The store refused the call for a reason no fallback may hide (a wrong type at a key).
     Store(Error),
 }
@@ -101,14 +106,16 @@ impl Outcome {
 }
 
 impl Service {
+    /// `config` is `None` when none loaded at start: every request is refused until one does.
     pub fn new(
         limiter: Limiter,
         settings: Arc<Settings>,
         clock: Arc<dyn Clock>,
-        config: Config,
+        config: Option<Config>,
     ) -> Service {
         Service {
-            config: RwLock::new(Arc::new(config)),
+            has_config: AtomicBool::new(config.is_some()),
+            config: RwLock::new(Arc::new(config.unwrap_or_default())),
             denials: Denials::new(settings.denial_cache_max),
             limiter,
             settings,
@@ -125,6 +132,10 @@ impl Service {
         &self.limiter
     }
 
+    pub fn has_config(&self) -> bool {
+        self.has_config.load(Ordering::Relaxed)
+    }
+
     pub fn config(&self) -> Arc<Config> {
         self.config
             .read()
@@ -136,6 +147,7 @@ impl Service {
     /// emptied (a limit may have been raised).
     pub fn replace_config(&self, config: Config) {
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+        self.has_config.store(true, Ordering::Relaxed);
         self.denials.clear();
     }
 
@@ -156,6 +168,11 @@ impl Service {
             return Err(Refusal::BadRequest(
                 "rate limit descriptor list must not be empty".into(),
             ));
+        }
+        if !self.has_config() {
+            self.metrics
+                .service("call_should_rate_limit_service_error", 1);
+            return Err(Refusal::NoConfig);
         }
         let config = self.config();
         // Settles are charged apart, after the decisions (never denied: `settle.rs`).

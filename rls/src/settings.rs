@@ -19,7 +19,6 @@ const IGNORED: &[(&str, &str)] = &[
     ("DISABLE_STATS", "metrics are only rendered when scraped"),
     ("DEBUG_HOST", "no debug port: /metrics is on the HTTP port"),
     ("DEBUG_PORT", "no debug port: /metrics is on the HTTP port"),
-    ("GRPC_UDS", "gRPC listens on GRPC_HOST:GRPC_PORT only"),
     ("BACKEND_TYPE", "the store is always Redis with the module"),
     ("REDIS_POOL_SIZE", "one multiplexed connection, pipelined"),
     (
@@ -83,8 +82,35 @@ pub struct Settings {
     pub prometheus_path: String,
     pub log_level: String,
     pub log_format: String,
-    /// `RLS_DEADLINE_MS`: the longest a decision waits for the store (then its class decides).
+    /// The longest a decision waits for the store (then its class decides): `RLS_DEADLINE_MS`,
+    /// else the peer's `REDIS_TIMEOUT`, else 5 ms.
     pub deadline: Duration,
+    /// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: unhealthy until a config with a domain loads.
+    pub healthy_with_config: bool,
+    /// FORCE_START_WITHOUT_INITIAL_CONFIG: accepted; a bad or missing config at start never
+    /// stops this server (it serves without a config until one loads), set or not.
+    pub force_start_without_initial_config: bool,
+    /// REDIS_HEALTH_CHECK_ACTIVE_CONNECTION: health follows the store (unhealthy while the
+    /// client's circuit is open, i.e. the store keeps failing).
+    pub redis_health_follows_store: bool,
+    /// REDIS_STARTUP_INITIAL_INTERVAL, _MAX_INTERVAL, _MAX_ELAPSED_TIME (0: forever): a store
+    /// that does not answer at start is retried, the wait doubling up to the max.
+    pub redis_startup_initial: Duration,
+    pub redis_startup_max_interval: Duration,
+    pub redis_startup_max_elapsed: Duration,
+    /// GRPC_UDS: a Unix socket path to serve gRPC on instead of GRPC_HOST:GRPC_PORT.
+    pub grpc_uds: String,
+    /// GRPC_MAX_CONNECTION_AGE, GRPC_MAX_CONNECTION_AGE_GRACE (24h, 1h).
+    pub grpc_max_connection_age: Duration,
+    pub grpc_max_connection_age_grace: Duration,
+    /// GRPC_SERVER_USE_TLS with GRPC_SERVER_TLS_CERT/_KEY (PEM files); GRPC_CLIENT_TLS_CACERT
+    /// makes it mutual (a client certificate signed by that CA required), GRPC_CLIENT_TLS_SAN
+    /// also requires that name among the client certificate's subject alternative names.
+    pub grpc_tls: bool,
+    pub grpc_tls_cert: String,
+    pub grpc_tls_key: String,
+    pub grpc_client_ca: String,
+    pub grpc_client_san: String,
     /// `RLS_GATEWAYS`: how many RLS replicas share the store (the fallbacks take L/N).
     pub gateways: Option<u32>,
     /// `RLS_RELOAD_INTERVAL_MS`: how often the config directory is checked for changes.
@@ -130,7 +156,14 @@ impl Settings {
                     .map_err(|_| format!("{k}={v}: not a number")),
             }
         }
-        let deadline_ms: u64 = number("RLS_DEADLINE_MS", get("RLS_DEADLINE_MS"), 5)?;
+        let duration = |k: &str, default: &str| -> Result<Duration, String> {
+            crate::go_duration::parse(&text(k, default)).map_err(|e| format!("{k}: {e}"))
+        };
+        let deadline = match (get("RLS_DEADLINE_MS"), get("REDIS_TIMEOUT")) {
+            (Some(ms), _) => Duration::from_millis(number("RLS_DEADLINE_MS", Some(ms), 5u64)?),
+            (None, Some(_)) => duration("REDIS_TIMEOUT", "")?,
+            (None, None) => Duration::from_millis(5),
+        };
         let reload_ms: u64 = number(
             "RLS_RELOAD_INTERVAL_MS",
             get("RLS_RELOAD_INTERVAL_MS"),
@@ -178,7 +211,21 @@ impl Settings {
             prometheus_path: text("PROMETHEUS_PATH", "/metrics"),
             log_level: text("LOG_LEVEL", "WARN"),
             log_format: text("LOG_FORMAT", "text"),
-            deadline: Duration::from_millis(deadline_ms.max(1)),
+            deadline: deadline.max(Duration::from_millis(1)),
+            healthy_with_config: flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
+            force_start_without_initial_config: flag("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,
+            redis_health_follows_store: flag("REDIS_HEALTH_CHECK_ACTIVE_CONNECTION", false)?,
+            redis_startup_initial: duration("REDIS_STARTUP_INITIAL_INTERVAL", "1s")?,
+            redis_startup_max_interval: duration("REDIS_STARTUP_MAX_INTERVAL", "30s")?,
+            redis_startup_max_elapsed: duration("REDIS_STARTUP_MAX_ELAPSED_TIME", "0")?,
+            grpc_uds: text("GRPC_UDS", ""),
+            grpc_max_connection_age: duration("GRPC_MAX_CONNECTION_AGE", "24h")?,
+            grpc_max_connection_age_grace: duration("GRPC_MAX_CONNECTION_AGE_GRACE", "1h")?,
+            grpc_tls: flag("GRPC_SERVER_USE_TLS", false)?,
+            grpc_tls_cert: text("GRPC_SERVER_TLS_CERT", ""),
+            grpc_tls_key: text("GRPC_SERVER_TLS_KEY", ""),
+            grpc_client_ca: text("GRPC_CLIENT_TLS_CACERT", ""),
+            grpc_client_san: text("GRPC_CLIENT_TLS_SAN", ""),
             gateways,
             reload_interval: Duration::from_millis(reload_ms.max(10)),
             ietf_headers: flag("RLS_IETF_HEADERS", false)?,
