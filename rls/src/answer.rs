@@ -112,6 +112,16 @@ impl Service {
                 });
             }
         }
+        // The store did not answer for some descriptor (its class decided): the peer's
+        // redis_error, so that an outage shows where operators look for it.
+        if items.iter().any(|i| {
+            i.outcome
+                .is_some_and(|o| matches!(o.source, Source::Fallback(_)))
+        }) {
+            self.metrics
+                .service("call_should_rate_limit_redis_error", 1);
+            self.metrics.service("store_fallback_requests", 1);
+        }
         let over_limit = |i: usize| {
             statuses
                 .get(i)

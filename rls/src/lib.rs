@@ -20,6 +20,7 @@ pub mod server;
 pub mod service;
 pub mod settings;
 pub mod settle;
+pub mod statsd;
 pub mod tls;
 pub mod wildcard;
 

@@ -18,7 +18,7 @@ use crate::http;
 use crate::listen::{self, GrpcAddr};
 use crate::service::Service;
 use crate::settings::Settings;
-use crate::{files, load};
+use crate::{files, load, statsd};
 
 pub struct Running {
     pub grpc_addr: GrpcAddr,
@@ -200,6 +200,7 @@ pub async fn start_with_clock(
     } else {
         None
     };
+    let statsd_task = statsd::spawn(&settings, service.metrics.clone())?;
     let (reporter, health_service) = tonic_health::server::health_reporter();
     health.report(&reporter).await;
     let reload_task = tokio::spawn(watch(
@@ -236,7 +237,7 @@ pub async fn start_with_clock(
         }
         reload_task.abort();
         http_task.abort();
-        if let Some(t) = prometheus_task {
+        for t in [prometheus_task, statsd_task].into_iter().flatten() {
             t.abort();
         }
         let report = svc.limiter().shutdown().await;

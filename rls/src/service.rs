@@ -175,6 +175,9 @@ impl Service {
             return Err(Refusal::NoConfig);
         }
         let config = self.config();
+        if !config.domains.contains_key(&req.domain) {
+            self.metrics.domain_not_found(&req.domain);
+        }
         // Settles are charged apart, after the decisions (never denied: `settle.rs`).
         let (items, unlimited) = self.items(&config, req);
         let (mut settles, mut items): (Vec<Item>, Vec<Item>) =

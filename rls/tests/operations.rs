@@ -155,6 +155,7 @@ async fn the_binary_serves_health_and_metrics_and_stops_on_sigterm() {
         .env("LOG_LEVEL", "info")
         .env("LOG_FORMAT", "json")
         .env("USE_STATSD", "false")
+        .env("REDIS_POOL_SIZE", "10")
         .env("SOME_UNKNOWN_VARIABLE", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -195,7 +196,7 @@ async fn the_binary_serves_health_and_metrics_and_stops_on_sigterm() {
     let (status, metrics) = http_get(http, "/metrics").unwrap();
     assert_eq!(status, 200);
     assert!(
-        metrics.contains("ratelimit_service_rate_limit_total_hits_total{key=\"d.k\"} 1\n"),
+        metrics.contains("ratelimit_service_rate_limit_total_hits{domain=\"d\",key1=\"k\"} 1\n"),
         "{metrics}"
     );
     let pid = child.id().to_string();
@@ -214,7 +215,7 @@ async fn the_binary_serves_health_and_metrics_and_stops_on_sigterm() {
         .read_to_string(&mut logs)
         .unwrap();
     assert!(logs.lines().all(|l| l.starts_with("{\"time\":")), "{logs}");
-    assert!(logs.contains("USE_STATSD is ignored"), "{logs}");
+    assert!(logs.contains("REDIS_POOL_SIZE is ignored"), "{logs}");
     assert!(logs.contains("SIGTERM: shutting down"), "{logs}");
     let _ = std::fs::remove_dir_all(&root);
 }

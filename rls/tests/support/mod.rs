@@ -252,6 +252,8 @@ pub fn settings(root: &Path, redis: &Redis, extra: &[(&str, &str)]) -> Settings 
         ("RLS_DEADLINE_MS", "50"),
         // Our atomic mode unless a test asks for the peer's (`peer_sequences.rs`).
         ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
+        // No statsd datagrams unless a test listens for them (`metrics.rs`).
+        ("USE_STATSD", "false"),
     ];
     vars.extend_from_slice(extra);
     Settings::from_lookup(|k| {
