@@ -4,6 +4,7 @@
 
 pub mod answer;
 pub mod config;
+pub mod debug;
 pub mod denials;
 pub mod files;
 pub mod go_duration;
@@ -11,6 +12,7 @@ pub mod grpc;
 pub mod headers;
 pub mod health;
 pub mod http;
+pub mod json;
 pub mod listen;
 pub mod load;
 pub mod logging;

@@ -23,6 +23,7 @@ use crate::{files, load, statsd};
 pub struct Running {
     pub grpc_addr: GrpcAddr,
     pub http_addr: std::net::SocketAddr,
+    pub debug_addr: std::net::SocketAddr,
     pub service: Arc<Service>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<ShutdownReport>,
@@ -174,14 +175,28 @@ pub async fn start_with_clock(
         .map_err(|e| format!("HTTP {}:{}: {e}", settings.host, settings.port))?;
     let http_addr = http_listener.local_addr().map_err(|e| e.to_string())?;
 
-    let metrics = service.metrics.clone();
-    let http_task = tokio::spawn(http::serve(
-        http_listener,
-        metrics.clone(),
-        health.clone(),
-        settings.prometheus_path.clone(),
-    ));
-    let prometheus_task = if settings.use_prometheus {
+    let debug_listener = TcpListener::bind((settings.debug_host.as_str(), settings.debug_port))
+        .await
+        .map_err(|e| format!("DEBUG {}:{}: {e}", settings.debug_host, settings.debug_port))?;
+    let debug_addr = debug_listener.local_addr().map_err(|e| e.to_string())?;
+    let max = settings.http_max_request_bytes;
+    let mut http_tasks = vec![
+        tokio::spawn(http::serve(
+            http_listener,
+            http::Port::Main,
+            service.clone(),
+            health.clone(),
+            max,
+        )),
+        tokio::spawn(http::serve(
+            debug_listener,
+            http::Port::Debug,
+            service.clone(),
+            health.clone(),
+            max,
+        )),
+    ];
+    if settings.use_prometheus {
         let addr = settings.prometheus_addr.clone();
         let addr = if addr.starts_with(':') {
             format!("0.0.0.0{addr}")
@@ -191,15 +206,14 @@ pub async fn start_with_clock(
         let listener = TcpListener::bind(&addr)
             .await
             .map_err(|e| format!("PROMETHEUS_ADDR {addr}: {e}"))?;
-        Some(tokio::spawn(http::serve(
+        http_tasks.push(tokio::spawn(http::serve(
             listener,
-            metrics,
+            http::Port::Prometheus,
+            service.clone(),
             health.clone(),
-            settings.prometheus_path.clone(),
-        )))
-    } else {
-        None
-    };
+            max,
+        )));
+    }
     let statsd_task = statsd::spawn(&settings, service.metrics.clone())?;
     let (reporter, health_service) = tonic_health::server::health_reporter();
     health.report(&reporter).await;
@@ -223,7 +237,7 @@ pub async fn start_with_clock(
     let grpc_task = tokio::spawn(grpc_incoming.serve(grpc, async {
         let _ = grpc_stop_rx.await;
     }));
-    log::warn!("serving gRPC on {grpc_addr}, HTTP on {http_addr}");
+    log::warn!("serving gRPC on {grpc_addr}, HTTP on {http_addr}, debug on {debug_addr}");
 
     let svc = service.clone();
     let task = tokio::spawn(async move {
@@ -236,8 +250,7 @@ pub async fn start_with_clock(
             log::error!("gRPC server: {e}");
         }
         reload_task.abort();
-        http_task.abort();
-        for t in [prometheus_task, statsd_task].into_iter().flatten() {
+        for t in http_tasks.into_iter().chain(statsd_task) {
             t.abort();
         }
         let report = svc.limiter().shutdown().await;
@@ -252,6 +265,7 @@ pub async fn start_with_clock(
     Ok(Running {
         grpc_addr,
         http_addr,
+        debug_addr,
         service,
         stop: Some(stop_tx),
         task,

@@ -7,8 +7,6 @@ use std::time::Duration;
 
 /// The peer's variables this server accepts but does not use (with why, for the log line).
 const IGNORED: &[(&str, &str)] = &[
-    ("DEBUG_HOST", "no debug port: /metrics is on the HTTP port"),
-    ("DEBUG_PORT", "no debug port: /metrics is on the HTTP port"),
     ("BACKEND_TYPE", "the store is always Redis with the module"),
     ("REDIS_POOL_SIZE", "one multiplexed connection, pipelined"),
     (
@@ -40,6 +38,12 @@ const IGNORED: &[(&str, &str)] = &[
 pub struct Settings {
     pub host: String,
     pub port: u16,
+    /// DEBUG_HOST, DEBUG_PORT (0.0.0.0, 6070): `/rlconfig` and `/stats`.
+    pub debug_host: String,
+    pub debug_port: u16,
+    /// RLS_HTTP_MAX_REQUEST_BYTES (65536): the longest request an HTTP port reads (head and
+    /// body, e.g. a `POST /json`); longer is answered 413.
+    pub http_max_request_bytes: usize,
     pub grpc_host: String,
     pub grpc_port: u16,
     pub runtime_root: PathBuf,
@@ -182,6 +186,13 @@ impl Settings {
         Ok(Settings {
             host: text("HOST", "0.0.0.0"),
             port: number("PORT", get("PORT"), 8080)?,
+            debug_host: text("DEBUG_HOST", "0.0.0.0"),
+            debug_port: number("DEBUG_PORT", get("DEBUG_PORT"), 6070)?,
+            http_max_request_bytes: number(
+                "RLS_HTTP_MAX_REQUEST_BYTES",
+                get("RLS_HTTP_MAX_REQUEST_BYTES"),
+                65_536,
+            )?,
             grpc_host: text("GRPC_HOST", "0.0.0.0"),
             grpc_port: number("GRPC_PORT", get("GRPC_PORT"), 8081)?,
             runtime_root: PathBuf::from(text("RUNTIME_ROOT", "/srv/runtime_data/current")),

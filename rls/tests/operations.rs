@@ -156,6 +156,8 @@ async fn the_binary_serves_health_and_metrics_and_stops_on_sigterm() {
         .env("LOG_FORMAT", "json")
         .env("USE_STATSD", "false")
         .env("REDIS_POOL_SIZE", "10")
+        .env("DEBUG_HOST", "127.0.0.1")
+        .env("DEBUG_PORT", "0")
         .env("SOME_UNKNOWN_VARIABLE", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -254,6 +254,8 @@ pub fn settings(root: &Path, redis: &Redis, extra: &[(&str, &str)]) -> Settings 
         ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
         // No statsd datagrams unless a test listens for them (`metrics.rs`).
         ("USE_STATSD", "false"),
+        ("DEBUG_HOST", "127.0.0.1"),
+        ("DEBUG_PORT", "0"),
     ];
     vars.extend_from_slice(extra);
     Settings::from_lookup(|k| {
