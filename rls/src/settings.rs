@@ -1,13 +1,13 @@
 //! The environment, read once at start: envoyproxy/ratelimit's variables with their meaning and
-//! defaults where they apply here, ours prefixed `RLS_`. Variables of the peer that make no sense
-//! here are accepted and logged as ignored; unknown ones are not an error.
+//! defaults, ours prefixed `RLS_`. The peer's variables that make no sense here are accepted and
+//! logged as ignored, with why (IGNORED); those that choose what this server does not do are
+//! refused by name (REFUSED); unknown ones are not an error.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 /// The peer's variables this server accepts but does not use (with why, for the log line).
 const IGNORED: &[(&str, &str)] = &[
-    ("BACKEND_TYPE", "the store is always Redis with the module"),
     ("REDIS_POOL_SIZE", "one multiplexed connection, pipelined"),
     (
         "REDIS_PIPELINE_WINDOW",
@@ -30,8 +30,58 @@ const IGNORED: &[(&str, &str)] = &[
         "LOCAL_CACHE_SIZE_IN_BYTES",
         "the denial cache is always on, bounded by entries",
     ),
-    ("CONFIG_TYPE", "configuration comes from files only"),
-    ("TRACING_ENABLED", "no tracing exporter"),
+    (
+        "REDIS_CLUSTER_PIPELINE_PARALLELISM",
+        "one multiplexed connection per node, pipelined",
+    ),
+    (
+        "REDIS_POOL_ON_EMPTY_BEHAVIOR",
+        "one multiplexed connection: no pool to run empty",
+    ),
+    (
+        "FORCE_START_WITHOUT_INITIAL_CONFIG",
+        "a bad or missing config never stops this server: it always starts and waits for one",
+    ),
+    (
+        "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS",
+        "the response time is a histogram in seconds, as the peer's default mapping gives it",
+    ),
+    (
+        "TRACING_ENABLED",
+        "no tracing exporter: spans are not recorded",
+    ),
+    ("TRACING_SERVICE_NAME", "no tracing exporter"),
+    ("TRACING_SERVICE_NAMESPACE", "no tracing exporter"),
+    ("TRACING_SERVICE_INSTANCE_ID", "no tracing exporter"),
+    ("TRACING_EXPORTER_PROTOCOL", "no tracing exporter"),
+    ("TRACING_SAMPLING_RATE", "no tracing exporter"),
+];
+
+/// The peer's variables that choose what this server does not do: refused at start, by name,
+/// when set to anything but the default.
+const REFUSED: &[(&str, &str, &str)] = &[
+    (
+        "BACKEND_TYPE",
+        "redis",
+        "the store is Redis with the module (memcache is not served)",
+    ),
+    (
+        "CONFIG_TYPE",
+        "FILE",
+        "configuration comes from files (xDS is not served)",
+    ),
+    (
+        "USE_DOG_STATSD_MOGRIFIERS",
+        "",
+        "DogStatsD mogrifiers are not applied",
+    ),
+    (
+        "PROMETHEUS_MAPPER_YAML",
+        "",
+        "a custom statsd-to-Prometheus mapping is not read: the default mapping's names are served",
+    ),
+    ("MEMCACHE_HOST_PORT", "", "memcache is not served"),
+    ("MEMCACHE_SRV", "", "memcache is not served"),
 ];
 
 #[derive(Clone, Debug)]
@@ -135,6 +185,13 @@ impl Settings {
 
     /// From any lookup (tests pass a map).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Settings, String> {
+        for (k, default, why) in REFUSED {
+            if let Some(v) = get(k) {
+                if !v.trim().is_empty() && !v.trim().eq_ignore_ascii_case(default) {
+                    return Err(format!("{k}={v} is refused: {why}"));
+                }
+            }
+        }
         let text = |k: &str, default: &str| get(k).unwrap_or_else(|| default.to_string());
         let flag = |k: &str, default: bool| -> Result<bool, String> {
             match get(k) {
@@ -363,8 +420,13 @@ mod tests {
             .redis_urls()
             .is_err());
         assert_eq!(
-            Settings::ignored(|k| (k == "USE_STATSD").then(|| "true".to_string())).len(),
+            Settings::ignored(|k| (k == "REDIS_POOL_SIZE").then(|| "10".to_string())).len(),
             1
         );
+        assert!(with(&[("BACKEND_TYPE", "redis"), ("CONFIG_TYPE", "FILE")]).is_ok());
+        let err = with(&[("BACKEND_TYPE", "memcache")]).unwrap_err();
+        assert!(err.starts_with("BACKEND_TYPE=memcache is refused"), "{err}");
+        assert!(with(&[("CONFIG_TYPE", "GRPC_XDS")]).is_err());
+        assert!(with(&[("PROMETHEUS_MAPPER_YAML", "/m.yaml")]).is_err());
     }
 }
