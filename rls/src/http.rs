@@ -10,6 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use crate::health::Health;
+use crate::reply::Reply;
 use crate::service::Service;
 use crate::{debug, json};
 
@@ -19,22 +20,6 @@ pub enum Port {
     Main,
     Prometheus,
     Debug,
-}
-
-pub struct Reply {
-    pub status: &'static str,
-    pub kind: &'static str,
-    pub body: String,
-}
-
-impl Reply {
-    pub fn text(status: &'static str, body: impl Into<String>) -> Reply {
-        Reply {
-            status,
-            kind: "text/plain",
-            body: body.into(),
-        }
-    }
 }
 
 /// Serves one port. A request's head and body are read up to `max_request_bytes`

@@ -13,7 +13,7 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use serde_json::{json, Map, Value};
 
 use crate::config::Unit;
-use crate::http::Reply;
+use crate::reply::Reply;
 use crate::service::{Refusal, Service};
 
 pub async fn answer(service: &Service, body: &[u8]) -> Reply {

@@ -19,6 +19,7 @@ pub mod logging;
 pub mod metadata;
 pub mod metrics;
 pub mod server;
+pub mod reply;
 pub mod service;
 pub mod settings;
 pub mod settle;

@@ -48,7 +48,7 @@ async fn a_bad_config_at_start_is_named_counted_and_the_server_runs_on() {
             write_config(&root, name, yaml);
         }
         let s = settings(&root, &redis, &[]);
-        let err = server::load_config(&s).err().expect("refused");
+        let err = server::load_config(&s).expect_err("refused");
         assert_eq!(err, *want, "case {i}");
         // As the peer: logged and counted, and the server runs on without a config, every
         // request refused until one loads.
