@@ -428,5 +428,18 @@ mod tests {
         assert!(err.starts_with("BACKEND_TYPE=memcache is refused"), "{err}");
         assert!(with(&[("CONFIG_TYPE", "GRPC_XDS")]).is_err());
         assert!(with(&[("PROMETHEUS_MAPPER_YAML", "/m.yaml")]).is_err());
+        let s = with(&[
+            ("GRPC_MAX_CONNECTION_AGE", "90s"),
+            ("GRPC_MAX_CONNECTION_AGE_GRACE", "1m30s"),
+            ("STATS_FLUSH_INTERVAL", "250ms"),
+        ])
+        .unwrap();
+        assert_eq!(s.grpc_max_connection_age, Duration::from_secs(90));
+        assert_eq!(s.grpc_max_connection_age_grace, Duration::from_secs(90));
+        assert_eq!(s.stats_flush_interval, Duration::from_millis(250));
+        let s = with(&[]).unwrap();
+        assert_eq!(s.grpc_max_connection_age, Duration::from_secs(86_400));
+        assert!((s.use_statsd, s.debug_port) == (true, 6070));
+        assert!(with(&[("GRPC_MAX_CONNECTION_AGE", "1 day")]).is_err());
     }
 }
