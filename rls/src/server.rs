@@ -214,7 +214,7 @@ pub async fn start_with_clock(
             max,
         )));
     }
-    let statsd_task = statsd::spawn(&settings, service.metrics.clone())?;
+    let statsd_task = statsd::spawn(&settings, service.metrics.clone());
     let (reporter, health_service) = tonic_health::server::health_reporter();
     health.report(&reporter).await;
     let reload_task = tokio::spawn(watch(

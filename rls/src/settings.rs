@@ -126,7 +126,8 @@ pub struct Settings {
     pub use_statsd: bool,
     pub statsd_host: String,
     pub statsd_port: u16,
-    pub extra_tags: String,
+    /// EXTRA_TAGS `k1:v1,k2:v2`, sorted by key.
+    pub extra_tags: Vec<(String, String)>,
     pub use_dog_statsd: bool,
     pub stats_flush_interval: Duration,
     pub disable_stats: bool,
@@ -276,7 +277,7 @@ impl Settings {
             use_statsd: flag("USE_STATSD", true)?,
             statsd_host: text("STATSD_HOST", "localhost"),
             statsd_port: number("STATSD_PORT", get("STATSD_PORT"), 8125)?,
-            extra_tags: text("EXTRA_TAGS", ""),
+            extra_tags: parse_tags(&text("EXTRA_TAGS", ""))?,
             use_dog_statsd: flag("USE_DOG_STATSD", false)?,
             stats_flush_interval: duration("STATS_FLUSH_INTERVAL", "10s")?,
             disable_stats: flag("DISABLE_STATS", false)?,
@@ -373,6 +374,19 @@ impl Settings {
     }
 }
 
+/// EXTRA_TAGS: `k1:v1,k2:v2`.
+fn parse_tags(text: &str) -> Result<Vec<(String, String)>, String> {
+    let mut tags = Vec::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = pair
+            .split_once(':')
+            .ok_or_else(|| format!("EXTRA_TAGS: '{pair}' is not key:value"))?;
+        tags.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    tags.sort();
+    Ok(tags)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -441,5 +455,11 @@ mod tests {
         assert_eq!(s.grpc_max_connection_age, Duration::from_secs(86_400));
         assert!((s.use_statsd, s.debug_port) == (true, 6070));
         assert!(with(&[("GRPC_MAX_CONNECTION_AGE", "1 day")]).is_err());
+        let s = with(&[("EXTRA_TAGS", "foo:bar, a:b")]).unwrap();
+        assert_eq!(
+            s.extra_tags,
+            [("a".into(), "b".into()), ("foo".into(), "bar".into())]
+        );
+        assert!(with(&[("EXTRA_TAGS", "foo")]).is_err());
     }
 }

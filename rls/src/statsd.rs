@@ -24,22 +24,9 @@ pub struct Statsd {
     last: HashMap<String, u64>,
 }
 
-/// EXTRA_TAGS: `k1:v1,k2:v2`.
-pub fn parse_tags(text: &str) -> Result<Vec<(String, String)>, String> {
-    let mut tags = Vec::new();
-    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (k, v) = pair
-            .split_once(':')
-            .ok_or_else(|| format!("EXTRA_TAGS: '{pair}' is not key:value"))?;
-        tags.push((k.trim().to_string(), v.trim().to_string()));
-    }
-    tags.sort();
-    Ok(tags)
-}
-
 impl Statsd {
     pub fn new(settings: &Settings) -> Result<Statsd, String> {
-        let tags = parse_tags(&settings.extra_tags)?;
+        let tags = settings.extra_tags.clone();
         let addr = (settings.statsd_host.as_str(), settings.statsd_port);
         let socket = UdpSocket::bind("0.0.0.0:0").map_err(|e| format!("statsd: {e}"))?;
         socket
@@ -99,21 +86,29 @@ impl Statsd {
     }
 }
 
-/// The flusher, when USE_STATSD is on and DISABLE_STATS off.
-pub fn spawn(settings: &Settings, metrics: Arc<Metrics>) -> Result<Option<JoinHandle<()>>, String> {
+/// The flusher, when USE_STATSD is on and DISABLE_STATS off. A sink that cannot be set up (the
+/// host does not resolve) is logged and the server runs without it, as a statsd daemon that is
+/// not listening costs the peer nothing either.
+pub fn spawn(settings: &Settings, metrics: Arc<Metrics>) -> Option<JoinHandle<()>> {
     if !settings.use_statsd || settings.disable_stats {
-        return Ok(None);
+        return None;
     }
-    let mut statsd = Statsd::new(settings)?;
+    let mut statsd = match Statsd::new(settings) {
+        Ok(s) => s,
+        Err(e) => {
+            log::error!("no statsd: {e}");
+            return None;
+        }
+    };
     let every = settings
         .stats_flush_interval
         .max(std::time::Duration::from_millis(1));
-    Ok(Some(tokio::spawn(async move {
+    Some(tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
             statsd.flush(&metrics);
         }
-    })))
+    }))
 }
