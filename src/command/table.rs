@@ -347,7 +347,8 @@ crate::algo::registry!(command_table);
 
 #[cfg(test)]
 mod tests {
-    use super::COMMANDS;
+    use super::super::throttle::CL_THROTTLE;
+    use super::{Spec, COMMANDS};
     use crate::server::ACL_CATEGORY;
 
     #[test]
@@ -365,5 +366,21 @@ mod tests {
                 spec.name
             );
         }
+    }
+
+    #[test]
+    fn cl_throttle_is_registered_only_in_compat_mode() {
+        let row = |name: &str| COMMANDS.iter().find(|s| s.name == name).unwrap();
+        let (cl, rl) = (row(CL_THROTTLE), row("RL.THROTTLE"));
+        let registered = |spec: &Spec| {
+            spec.condition
+                .as_ref()
+                .is_none_or(|condition| (condition.registered)())
+        };
+        assert!(!registered(cl) && registered(rl));
+        // A failed registration of CL.THROTTLE says why; any other is left as it is.
+        let explain = cl.condition.as_ref().map(|c| c.explain).unwrap();
+        assert!(explain("cannot register CL.THROTTLE".into()).contains("another module"));
+        assert!(rl.condition.is_none());
     }
 }

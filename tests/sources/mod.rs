@@ -3,6 +3,8 @@
 //! code of a file as tokens, without comments, strings or character literals. No server.
 #![allow(dead_code)]
 
+pub mod imports;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -177,4 +179,28 @@ fn raw_string(chars: &[char], i: usize) -> bool {
         j += 1;
     }
     chars.get(j) == Some(&'"')
+}
+
+/// The crate roots of a package (its directory relative to the root, "" for the root
+/// package): `src/lib.rs`, `src/main.rs`, `src/bin/*.rs`, and each file of `tests/`,
+/// `examples/` and `benches/`: every crate cargo builds from it.
+pub fn crate_roots(package: &str) -> Vec<PathBuf> {
+    let dir = root().join(package);
+    let mut roots: Vec<PathBuf> = ["src/lib.rs", "src/main.rs"]
+        .iter()
+        .map(|f| dir.join(f))
+        .filter(|p| p.is_file())
+        .collect();
+    for sub in ["src/bin", "tests", "examples", "benches"] {
+        if let Ok(entries) = fs::read_dir(dir.join(sub)) {
+            let mut files: Vec<PathBuf> = entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "rs"))
+                .collect();
+            files.sort();
+            roots.extend(files);
+        }
+    }
+    roots
 }

@@ -1,7 +1,7 @@
 //! The registry as data, for what cannot take the macro (`INFO`'s ids, the packages that link
 //! the core): generated from `algo::registry!`, so it lists every algorithm, once.
 
-use super::Algorithm;
+use super::algorithm::Algorithm;
 
 macro_rules! algorithm_ids {
     ($($module:ident::$variant:ident, $word:literal, $event:literal, $kind:ident, $summary:literal;)*) => {

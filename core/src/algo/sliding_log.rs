@@ -19,7 +19,9 @@
 //! The entries live in a ring of words (see `ring`); this file is the algorithm on them.
 
 use super::bytes::Reader;
-use super::{inspection, relative_ms, Decision, Field, Outcome, Policy};
+use super::decision::{Decision, Outcome};
+use super::inspect::{inspection, relative_ms, Field};
+use super::policy::Policy;
 pub use ring::{entry_hash, mix, Change, Charge, Invalid, SlidingLog, MAX_LOG_LIMIT};
 use ring::{in_window, tick_ceil, tick_shift, COUNT_MASK};
 
@@ -276,12 +278,13 @@ pub fn fingerprint(p: &Policy, log: &SlidingLog) -> u64 {
         log.hash(),
     ]
     .iter()
-    .fold(u64::from(<SlidingLog as super::Algorithm>::TAG), |h, &x| {
-        mix(h ^ x)
-    })
+    .fold(
+        u64::from(<SlidingLog as super::algorithm::Algorithm>::TAG),
+        |h, &x| mix(h ^ x),
+    )
 }
 
-super::algorithm!(SlidingLog, name: "sliding log", id: "sliding_log", tag: 3, burst: false,
+super::algorithm::algorithm!(SlidingLog, name: "sliding log", id: "sliding_log", tag: 3, burst: false,
 type Change = Change;
 fn entries(policy: &Policy) -> u64 {
     policy.limit()

@@ -77,7 +77,9 @@
 
 use std::borrow::Cow;
 
-use super::{Algorithm, Decision, Outcome, Policy};
+use super::algorithm::Algorithm;
+use super::decision::{Decision, Outcome};
+use super::policy::Policy;
 
 /// The most configurations a key remembers, the current one included (see the module comment:
 /// a configuration beyond them is decided so that it can only deny more).

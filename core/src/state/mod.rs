@@ -84,13 +84,6 @@ pub trait Stored: Algorithm<Change: IntoDelta> {
         let prior = self.apply_in_place(policy, change)?;
         change.into_delta(prior)
     }
-
-    /// The admit of `cost` on `limiter`, a key of this algorithm that remembers other
-    /// configurations, under the policy it holds as current, planned without changing it (see
-    /// [`in_place::IntoDelta::plan_remembered`]): None where `algo::step` must decide.
-    fn plan_remembered(limiter: &Limiter, now_ns: u64, cost: u64) -> Option<in_place::Remembering> {
-        <Self::Change as IntoDelta>::plan_remembered(limiter, now_ns, cost)
-    }
 }
 
 /// Work done on a stored state of any algorithm (see [`AlgoState::visit`]).
@@ -110,7 +103,7 @@ macro_rules! algorithms {
         pub enum AlgoState {
             $($variant($variant),)*
             Remembered(Box<Remembered>),
-            Shared(Box<Shared>),
+            Shared(Box<Shared<AlgoState>>),
         }
 
         impl AlgoState {
@@ -144,7 +137,7 @@ macro_rules! algorithms {
                 match self {
                     $(AlgoState::$variant(s) => Algorithm::heap_bytes(s),)*
                     AlgoState::Remembered(r) => r.heap_bytes(),
-                    AlgoState::Shared(s) => std::mem::size_of::<Shared>() + s.current.heap_bytes(),
+                    AlgoState::Shared(s) => std::mem::size_of::<Shared<AlgoState>>() + s.current.heap_bytes(),
                 }
             }
 
@@ -312,14 +305,14 @@ impl Limiter {
     }
 
     /// The region's share this key holds, if any (see `share`).
-    pub fn shared(&self) -> Option<&Shared> {
+    pub fn shared(&self) -> Option<&Shared<AlgoState>> {
         match &self.state {
             AlgoState::Shared(s) => Some(s),
             _ => None,
         }
     }
 
-    pub fn shared_mut(&mut self) -> Option<&mut Shared> {
+    pub fn shared_mut(&mut self) -> Option<&mut Shared<AlgoState>> {
         match &mut self.state {
             AlgoState::Shared(s) => Some(s),
             _ => None,

@@ -11,7 +11,7 @@ use crate::algo::sliding_log::{self, Change, SlidingLog};
 use crate::error::Error;
 use crate::state::delta::{Delta, DELTA_LEN, SLIDING_LOG};
 use crate::state::effect::{EFFECT_DELTA, EFFECT_HEADER};
-use crate::state::{AlgoState, Limiter};
+use crate::state::{AlgoState, Limiter, Stored};
 
 /// A 64-bit fingerprint of a sliding-log limiter: its policy, entry count, total, newest instant
 /// and the hash of its entries (kept up to date by every change, so this is O(1)). Two limiters
@@ -176,6 +176,23 @@ pub fn plan_remembered(
     };
     Some((decision, Some((delta, keep_ns))))
 }
+
+/// What [`plan_remembered`] answers: the decision and, when admitted, the delta that charges
+/// every configuration and how long the key must then live.
+pub type Remembering = (crate::algo::Decision, Option<(ChargedDelta, u64)>);
+
+/// The admit of a key that remembers other configurations, planned in place, as every stored
+/// algorithm offers it (`A::plan_remembered`): [`plan_remembered`], which answers None for any
+/// but the sliding log (the one algorithm with an in-place path), so `algo::step` decides.
+pub trait PlanRemembered: Stored {
+    /// The admit of `cost` on `limiter`, a key of this algorithm that remembers other
+    /// configurations, under the policy it holds as current, planned without changing it.
+    fn plan_remembered(limiter: &Limiter, now_ns: u64, cost: u64) -> Option<Remembering> {
+        plan_remembered(limiter, now_ns, cost)
+    }
+}
+
+impl<A: Stored> PlanRemembered for A {}
 
 /// [`plan_remembered`], carried out on `limiter` at once when admitted: what the command
 /// layer's commit does with such a plan, for the tests.

@@ -1,5 +1,6 @@
 use super::*;
-use crate::algo::props::{assert_covers_registry, run, trace_strategy, window_policy_strategy, T0};
+use crate::algo::promises::assert_covers_registry;
+use crate::algo::props::{run, trace_strategy, window_policy_strategy, T0};
 use crate::algo::MAX_LIMIT;
 use crate::algo::{fixed_window, sliding_counter, sliding_log, token_bucket};
 use proptest::prelude::*;

@@ -14,7 +14,7 @@
 //! is the oldest entry's instant and each word `offset << 20 | count` with `offset` the distance
 //! from it in ticks (the first 0), so a log has exactly one encoding.
 
-use crate::algo::Policy;
+use crate::algo::policy::Policy;
 
 const COUNT_BITS: u32 = 20;
 pub(super) const COUNT_MASK: u64 = (1 << COUNT_BITS) - 1;

@@ -1,9 +1,8 @@
-use super::super::props::{
-    for_each_algorithm, policy_of, policy_strategy, window_policy_strategy, EachAlgorithm, Promise,
-    Promised,
-};
+use super::super::policy::ms_ceil;
+use super::super::promises::{for_each_algorithm, policy_of, EachAlgorithm, Promised};
+use super::super::props::{policy_strategy, window_policy_strategy, Promise};
 use super::super::{
-    fixed_window::FixedWindow, ms_ceil, sliding_counter::SlidingCounter, sliding_log::SlidingLog,
+    fixed_window::FixedWindow, sliding_counter::SlidingCounter, sliding_log::SlidingLog,
 };
 use super::*;
 use proptest::prelude::*;
