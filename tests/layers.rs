@@ -4,7 +4,7 @@
 //! (`src/host/`) and the data type's callbacks (`src/state/rdb.rs`). No server needed: it reads
 //! the files.
 //!
-//! Bottom up: `algo` → `error`, `config` → `state` → `host` → `clock`, `metrics`, `server` →
+//! Bottom up: `algo` → `error`, `config` → `state` → `host` → `clock`, `metrics`, `server_facts` →
 //! `command` → `lib.rs`. A module of the same layer may use another.
 //!
 //! And in every crate of the workspace, at file level: no two files name each other, directly
@@ -22,7 +22,7 @@ const LAYERS: &[(&str, u8)] = &[
     ("host", 3),
     ("clock", 4),
     ("metrics", 4),
-    ("server", 4),
+    ("server_facts", 4),
     ("command", 5),
     ("lib", 6),
     // The core's `algo::registry!`, exported at the core's root as macros are.

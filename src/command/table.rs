@@ -117,7 +117,7 @@ pub struct Spec {
     pub event: &'static CStr,
     /// ACL categories, where the server has them (Redis 7.2+, Valkey): built-in ones plus
     /// `ratelimit`, the module's own, which is left out where the server cannot add categories
-    /// (7.2). See `server::acl_categories`. A gateway command is `GATEWAY` (or `GATEWAY_READ`
+    /// (7.2). See `server_facts::acl_categories`. A gateway command is `GATEWAY` (or `GATEWAY_READ`
     /// if it only reads); an operator-only one is in `dangerous` and never in `ratelimit`.
     pub acl: &'static str,
     pub handler: Handler,
@@ -349,7 +349,7 @@ crate::algo::registry!(command_table);
 mod tests {
     use super::super::throttle::CL_THROTTLE;
     use super::{Spec, COMMANDS};
-    use crate::server::ACL_CATEGORY;
+    use crate::server_facts::ACL_CATEGORY;
 
     #[test]
     fn every_command_is_either_for_gateways_or_dangerous() {
