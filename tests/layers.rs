@@ -176,6 +176,7 @@ fn no_files_import_each_other_in_a_circle() {
         }
     }
     assert!(arrows > 100, "the sources were read");
+    println!("{arrows} arrows between files (counted per crate)");
     let mut problems = Vec::new();
     for (files, why) in LEFT_FOR_LATER {
         let files: Vec<String> = files.iter().map(|f| f.to_string()).collect();
