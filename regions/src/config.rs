@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 
+use ratelimit_core::algo::listed;
 use ratelimit_core::algo::{Policy as StorePolicy, PolicyError};
 use serde::Deserialize;
 
@@ -65,7 +66,8 @@ pub struct KeyGroup {
     /// the group when found (see docs/regions.md, "Key patterns").
     #[serde(default)]
     pub patterns: Vec<String>,
-    /// GCRA, TOKENBUCKET, SLIDINGLOG, SLIDINGCOUNTER or FIXEDWINDOW.
+    /// A limiter's command word of the registry (`ratelimit_core::algo::listed::limiters`), in
+    /// any case: `GCRA`, `tokenbucket`.
     pub algorithm: String,
     /// The global L per W ms, with a burst of B (default L; the window algorithms have B = L).
     pub limit: u64,
@@ -114,14 +116,6 @@ pub struct Policy {
     pub safe_burst: u64,
     pub floor: u64,
 }
-
-const ALGORITHMS: [&str; 5] = [
-    "GCRA",
-    "TOKENBUCKET",
-    "SLIDINGLOG",
-    "SLIDINGCOUNTER",
-    "FIXEDWINDOW",
-];
 
 impl Config {
     pub fn parse(text: &str) -> Result<Config, String> {
@@ -181,11 +175,12 @@ impl Config {
     /// of all regions fit in L.
     pub fn policy(&self, group: &KeyGroup) -> Result<Policy, String> {
         let n = self.regions.len() as u64;
-        let algorithm = group.algorithm.to_ascii_uppercase();
-        if !ALGORITHMS.contains(&algorithm.as_str()) {
+        // The registry's limiters and its burst rule: the window algorithms have B = L.
+        let Some(listed) = listed::limiter_by_word(&group.algorithm) else {
             return Err(format!("unknown algorithm '{}'", group.algorithm));
-        }
-        let windowed = !matches!(algorithm.as_str(), "GCRA" | "TOKENBUCKET");
+        };
+        let algorithm = listed.word.to_string();
+        let windowed = !listed.burst;
         let limit = group.limit;
         let burst = group.burst.unwrap_or(limit);
         if limit == 0 || group.window_ms == 0 || burst == 0 || (windowed && burst != limit) {

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use ratelimit_client::{Algorithm, Class};
+use ratelimit_core::algo::listed;
 use yaml_rust2::yaml::Hash;
 use yaml_rust2::{Yaml, YamlLoader};
 
@@ -331,22 +332,13 @@ fn rule(
 fn options(rl: &Hash, at: &str, err: &Err<'_>) -> Result<Options, ConfigError> {
     let mut o = Options::default();
     if let Some(a) = text(rl, "algorithm") {
-        o.algorithm = match a.as_str() {
-            "fixed_window" => Algorithm::FixedWindow,
-            "gcra" => Algorithm::Gcra,
-            "token_bucket" => Algorithm::TokenBucket,
-            "sliding_log" => Algorithm::SlidingLog,
-            "sliding_counter" => Algorithm::SlidingCounter,
-            _ => {
-                return Err(err(
-                    at,
-                    format!(
-                        "unknown algorithm '{a}' (fixed_window, gcra, token_bucket, sliding_log, \
-                         sliding_counter)"
-                    ),
-                ))
-            }
-        };
+        // The words are the registry's limiter ids; the client's enum has each limiter.
+        o.algorithm = listed::limiter_by_id(&a)
+            .and_then(|l| Algorithm::parse(l.word))
+            .ok_or_else(|| {
+                let ids = listed::limiter_list(|l| l.id, |_| true, ", ");
+                err(at, format!("unknown algorithm '{a}' ({ids})"))
+            })?;
     }
     if let Some(c) = text(rl, "class") {
         o.class = match c.as_str() {
@@ -366,7 +358,10 @@ fn options(rl: &Hash, at: &str, err: &Err<'_>) -> Result<Options, ConfigError> {
     if o.burst.is_some() && !o.algorithm.has_burst() && o.lease.is_none() {
         return Err(err(
             at,
-            "burst is for the gcra and token_bucket algorithms only".into(),
+            format!(
+                "burst is for the {} algorithms only",
+                listed::limiter_list(|l| l.id, |l| l.burst, " and ")
+            ),
         ));
     }
     if o.lease.is_some() && !matches!(o.algorithm, Algorithm::TokenBucket) {
@@ -557,7 +552,7 @@ descriptors:
             ),
             (
                 "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: leaky}\n",
-                "config/t.yaml: descriptors[0] (key 'k').rate_limit: unknown algorithm 'leaky' (fixed_window, gcra, token_bucket, sliding_log, sliding_counter)",
+                "config/t.yaml: descriptors[0] (key 'k').rate_limit: unknown algorithm 'leaky' (gcra, token_bucket, sliding_log, sliding_counter, fixed_window)",
             ),
             (
                 "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, settle: yes}\n",
