@@ -12,8 +12,8 @@
 #![cfg_attr(not(test), allow(dead_code))]
 
 use super::{
-    fixed_window, gcra, shape, sliding_counter, sliding_log, token_bucket, Algorithm, Decision,
-    Outcome, Policy,
+    concurrency, fixed_window, gcra, shape, sliding_counter, sliding_log, token_bucket, Algorithm,
+    Decision, Outcome, Policy,
 };
 use proptest::prelude::*;
 
@@ -215,6 +215,12 @@ impl Promised for fixed_window::FixedWindow {
 /// The leaky bucket admits like GCRA with capacity queue + 1 (see `shape`'s tests).
 impl Promised for shape::Shape {
     const PROMISE: Promise = Promise::Bucket;
+}
+
+/// Anonymous holders (a request of cost n through the trait) each hold a slot exactly TTL: a
+/// sliding log of L = N, W = TTL (see `concurrency`).
+impl Promised for concurrency::Concurrency {
+    const PROMISE: Promise = Promise::SlidingLog;
 }
 
 /// Work a test does on each algorithm of the registry (see [`for_each_algorithm`]).
