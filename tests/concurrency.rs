@@ -325,3 +325,110 @@ fn corrupted_payloads_are_refused() {
     }
     assert_eq!(rl(&mut c, &with(&base, &["PEEK"]))[2], 1);
 }
+
+/// In RL.ALL, a concurrency slot beside a rate limit: a request denied by either takes neither.
+#[test]
+fn rl_all_takes_a_slot_only_with_the_rate_limits() {
+    let (_s, mut c) = server();
+    let all = |c: &mut Connection, id: &str| -> Vec<Vec<i64>> {
+        redis::cmd("RL.ALL")
+            .arg(&[
+                "2",
+                "rate",
+                "slots",
+                "GCRA",
+                "2",
+                "60000",
+                "CONCURRENCY",
+                "2",
+                "60000",
+            ])
+            .arg(&["ACQUIRE", id])
+            .query(c)
+            .unwrap()
+    };
+    let slots = ["RL.CONCURRENCY", "slots", "2", "60000"];
+    let rate = ["RL.GCRA", "rate", "2", "60000", "COST", "0"];
+    assert_eq!(all(&mut c, "a")[0][0], 1);
+    assert_eq!(rl(&mut c, &with(&slots, &["PEEK"]))[2], 1);
+    assert_eq!(all(&mut c, "b")[0][0], 1);
+    // The rate limit denies c: c takes no slot (a and b hold both), and the rate is not charged.
+    assert_eq!(rl(&mut c, &with(&slots, &["RELEASE", "b"]))[0], 1);
+    let denied = all(&mut c, "c");
+    assert_eq!(denied[0][0], 0);
+    assert_eq!(denied[1][0], 0, "the rate limit denies");
+    assert_eq!(
+        denied[2][..3],
+        [1, 2, 1],
+        "the slot would admit; it is not taken"
+    );
+    assert_eq!(rl(&mut c, &with(&slots, &["RELEASE", "c"]))[0], 0);
+    assert_eq!(rl(&mut c, &with(&slots, &["PEEK"]))[2], 1);
+    // The slots deny d (fresh rate key): the rate is not charged.
+    let fresh = |c: &mut Connection, id: &str| -> i64 {
+        let v: Vec<Vec<i64>> = redis::cmd("RL.ALL")
+            .arg(&[
+                "2",
+                "rate2",
+                "slots",
+                "GCRA",
+                "2",
+                "60000",
+                "CONCURRENCY",
+                "1",
+                "60000",
+            ])
+            .arg(&["ACQUIRE", id])
+            .query(c)
+            .unwrap();
+        v[0][0]
+    };
+    assert_eq!(fresh(&mut c, "d"), 0);
+    assert_eq!(
+        dump(&mut c, "rate2"),
+        None,
+        "a denied RL.ALL charged the rate"
+    );
+    assert_eq!(rl(&mut c, &rate)[2], 0);
+    // PEEK looks without taking; RENEW and RELEASE are RL.CONCURRENCY's alone.
+    let peek: Value = redis::cmd("RL.ALL")
+        .arg(&["1", "slots", "CONCURRENCY", "2", "60000", "PEEK"])
+        .query(&mut c)
+        .unwrap();
+    assert!(matches!(peek, Value::Array(_)));
+    assert_eq!(rl(&mut c, &with(&slots, &["PEEK"]))[2], 1);
+    let e = err(
+        &mut c,
+        &[
+            "RL.ALL",
+            "1",
+            "slots",
+            "CONCURRENCY",
+            "2",
+            "60000",
+            "RELEASE",
+            "a",
+        ],
+    );
+    assert_eq!(
+        e,
+        "ERR RL.ALL takes CONCURRENCY N TTL ACQUIRE id or PEEK; RENEW and RELEASE are RL.CONCURRENCY's"
+    );
+    let e = err(
+        &mut c,
+        &[
+            "RL.ALL",
+            "1",
+            "rate",
+            "CONCURRENCY",
+            "2",
+            "60000",
+            "ACQUIRE",
+            "a",
+        ],
+    );
+    assert!(
+        e.starts_with("WRONGTYPE the key 'rate' holds a GCRA limiter"),
+        "{e}"
+    );
+}
