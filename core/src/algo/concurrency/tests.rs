@@ -18,7 +18,9 @@ fn step(state: &mut Option<Concurrency>, p: &Policy, at_ms: u64, op: Op) -> Deci
 }
 
 /// (allowed, remaining, retry_after_ms or -1, reset_after_ms), as the reply shows them.
-fn fields(d: Decision) -> (u64, u64, i64, u64) {
+type Fields = (u64, u64, i64, u64);
+
+fn fields(d: Decision) -> Fields {
     let retry = d
         .retry_after_ns
         .map_or(-1, |ns| i64::try_from(ns.div_ceil(NS_PER_MS)).unwrap());
@@ -35,7 +37,7 @@ fn the_contract_case_by_case() {
     let p = two();
     let (a, b, c) = (holder_id(b"a"), holder_id(b"b"), holder_id(b"c"));
     let mut s = None;
-    let cases: &[(u64, Op, (u64, u64, i64, u64))] = &[
+    let cases: &[(u64, Op, Fields)] = &[
         // Empty: a peek admits, two slots free.
         (0, Op::Peek, (1, 2, -1, 0)),
         (0, Op::Acquire(a), (1, 1, -1, 1000)),
