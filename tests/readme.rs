@@ -309,7 +309,10 @@ fn the_acl_recipes_grant_what_they_say() {
             allowed(&mut c, &["RL.LEASE", "rl:batch", "10", "1000", "WANT", "5"]);
             allowed(&mut c, &["RL.REFUND", "rl:batch", "2"]);
             allowed(&mut c, &["RL.THROTTLE", "rl:cell", "4", "1", "1"]);
-            allowed(&mut c, &["RL.CONCURRENCY", "rl:jobs", "2", "1000", "ACQUIRE", "a"]);
+            allowed(
+                &mut c,
+                &["RL.CONCURRENCY", "rl:jobs", "2", "1000", "ACQUIRE", "a"],
+            );
             allowed(
                 &mut c,
                 &[
