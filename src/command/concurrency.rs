@@ -40,9 +40,26 @@ pub fn concurrency(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
         Op::Acquire(_) => {}
     }
     let mut key = ctx.open(name, op != Op::Peek);
-    let stored = key.limiter(Concurrency::NAME)?;
-    let planned = plan(stored.as_deref(), &policy, now_ns, op)?;
-    let decision = commit(ctx, &mut key, name, planned, true, now_ns)?;
+    let Some(limiter) = key.limiter(Concurrency::NAME)? else {
+        let planned = plan(None, &policy, now_ns, op)?;
+        return Ok(Reply::decision(&commit(
+            ctx, &mut key, name, planned, true, now_ns,
+        )?));
+    };
+    // The key's own holders, changed where they are: no new value, one allocation at most.
+    let before = metrics::Footprint::of(limiter);
+    of::<Concurrency>(limiter)?;
+    let state = Concurrency::of_mut(&mut limiter.state).ok_or(Error::Internal)?;
+    let (decision, changed) = state.apply(&policy, now_ns, op);
+    if changed {
+        limiter.policy = policy;
+        metrics::limiter_changed(before, limiter);
+        // The holders carry absolute expiries: a replica or an AOF replay frees each slot at
+        // the same instant as the master.
+        let keep_ns = decision.reset_after_ns;
+        let at = effect::commit(ctx, name, Commit::State(limiter), now_ns, keep_ns);
+        key.expire_at(Some(at));
+    }
     Ok(Reply::decision(&decision))
 }
 

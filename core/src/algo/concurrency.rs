@@ -142,26 +142,33 @@ fn answer(
     want: u64,
 ) -> Decision {
     let n = policy.limit();
-    let mut expiries: Vec<u64> = state
-        .iter()
-        .filter(|h| h.live(now_ns))
-        .map(|h| h.expires_ns)
-        .collect();
-    let live = expiries.len() as u64;
-    let reset_after_ns = expiries.iter().max().map_or(0, |&e| e - now_ns);
-    let retry_after_ns = if admitted {
-        None
-    } else {
-        // Free when at most n − want are live: after the k-th earliest expiry.
-        let k = (live + want).saturating_sub(n);
-        Some(
-            match usize::try_from(k).ok().and_then(|k| k.checked_sub(1)) {
-                None => 0,
-                Some(i) if i < expiries.len() => *expiries.select_nth_unstable(i).1 - now_ns,
+    let (mut live, mut latest) = (0u64, None::<u64>);
+    for h in state.iter().filter(|h| h.live(now_ns)) {
+        live += 1;
+        latest = latest.max(Some(h.expires_ns));
+    }
+    let reset_after_ns = latest.map_or(0, |e| e - now_ns);
+    // Free when at most n − want are live: after the k-th earliest expiry (only a call that
+    // admitted nothing needs it, so only it collects the expiries).
+    let k = (live + want).saturating_sub(n);
+    let retry_after_ns = match (
+        admitted,
+        usize::try_from(k).ok().and_then(|k| k.checked_sub(1)),
+    ) {
+        (true, _) => None,
+        (false, None) => Some(0),
+        (false, Some(i)) => {
+            let mut expiries: Vec<u64> = state
+                .iter()
+                .filter(|h| h.live(now_ns))
+                .map(|h| h.expires_ns)
+                .collect();
+            Some(match expiries.get(i) {
+                Some(_) => *expiries.select_nth_unstable(i).1 - now_ns,
                 // More wanted than N can ever hold: the caller guarantees want <= N.
-                Some(_) => reset_after_ns,
-            },
-        )
+                None => reset_after_ns,
+            })
+        }
     };
     Decision {
         allowed,
@@ -173,56 +180,74 @@ fn answer(
 }
 
 /// One call of `RL.CONCURRENCY` on the state at `now_ns` under `policy` (N, TTL): the decision,
-/// and the state to store when the call changed it.
-/// - `Acquire(id)`: renews a live holder `id`, else admits it while fewer than N are live
-///   (denied: retry_after until a slot frees).
-/// - `Renew(id)`: renews a live holder; `id` holding nothing: allowed 0, nothing changes (the
-///   caller must ACQUIRE again; retry_after says when that would be admitted, 0 now).
-/// - `Release(id)`: ends a live holder (allowed 1: one slot given back); `id` holding nothing:
-///   allowed 0, nothing changes, retry_after as for RENEW.
-/// - `Peek`: an ACQUIRE by a new id, answered, nothing stored.
-///
-/// A change drops the expired holders.
+/// and the state to store when the call changed it ([`Concurrency::apply`] on a copy).
 pub fn operate(
     state: Option<&Concurrency>,
     policy: &Policy,
     now_ns: u64,
     op: Op,
 ) -> Outcome<Concurrency> {
-    let empty = Concurrency::default();
-    let state = state.unwrap_or(&empty);
-    let holds = |id| state.holds(id, now_ns);
-    let unchanged = |admitted| Outcome {
-        decision: answer(&state.holders, policy, now_ns, 0, admitted, 1),
-        next: None,
-    };
-    let changed = |holders: Vec<Holder>| {
-        let next = Concurrency::of(holders);
-        Outcome {
-            decision: answer(&next.holders, policy, now_ns, 1, true, 1),
-            next: Some(next),
+    let mut next = state.cloned().unwrap_or_default();
+    let (decision, changed) = next.apply(policy, now_ns, op);
+    Outcome {
+        decision,
+        next: changed.then_some(next),
+    }
+}
+
+impl Concurrency {
+    /// One call of `RL.CONCURRENCY` at `now_ns` under `policy` (N, TTL), changing the holders
+    /// in place; returns the decision and whether the holders changed.
+    /// - `Acquire(id)`: renews a live holder `id`, else admits it while fewer than N are live
+    ///   (denied: retry_after until a slot frees).
+    /// - `Renew(id)`: renews a live holder; `id` holding nothing: allowed 0, nothing changes
+    ///   (the caller must ACQUIRE again; retry_after says when that would be admitted, 0 now).
+    /// - `Release(id)`: ends a live holder (allowed 1: one slot given back); `id` holding
+    ///   nothing: allowed 0, nothing changes, retry_after as for RENEW.
+    /// - `Peek`: an ACQUIRE by a new id, answered, nothing changed.
+    ///
+    /// A change drops the expired holders. A renewal with none expired changes one expiry where
+    /// it is; any other change writes the holders anew, once, in order.
+    pub fn apply(&mut self, policy: &Policy, now_ns: u64, op: Op) -> (Decision, bool) {
+        let live = self.live(now_ns);
+        let (id, keep) = match op {
+            Op::Acquire(id) => (id, self.holds(id, now_ns) || live < policy.limit()),
+            Op::Renew(id) => (id, self.holds(id, now_ns)),
+            Op::Release(id) => (id, false),
+            Op::Peek => {
+                let free = live < policy.limit();
+                let d = answer(&self.holders, policy, now_ns, u64::from(free), free, 1);
+                return (d, false);
+            }
+        };
+        let releases = matches!(op, Op::Release(_)) && self.holds(id, now_ns);
+        if !keep && !releases {
+            return (answer(&self.holders, policy, now_ns, 0, false, 1), false);
         }
-    };
-    let renewed = |id| {
-        let mut holders = state.kept(now_ns, Some(id));
-        holders.push(Holder {
-            id,
-            expires_ns: expiry(policy, now_ns),
-        });
-        changed(holders)
-    };
-    match op {
-        Op::Acquire(id) if holds(id) || state.live(now_ns) < policy.limit() => renewed(id),
-        Op::Renew(id) if holds(id) => renewed(id),
-        Op::Release(id) if holds(id) => changed(state.kept(now_ns, Some(id))),
-        Op::Peek => {
-            let free = state.live(now_ns) < policy.limit();
-            Outcome {
-                decision: answer(&state.holders, policy, now_ns, u64::from(free), free, 1),
-                next: None,
+        let expires_ns = expiry(policy, now_ns);
+        let found = self.holders.binary_search_by_key(&id, |h| h.id);
+        match (found, live as usize == self.holders.len() && keep) {
+            (Ok(at), true) => {
+                if let Some(h) = self.holders.get_mut(at) {
+                    h.expires_ns = expires_ns;
+                }
+            }
+            _ => {
+                let added = keep.then_some(Holder { id, expires_ns });
+                let mut holders = Vec::with_capacity(live as usize + usize::from(keep));
+                let mut pending = added;
+                for h in self.holders.iter().filter(|h| h.live(now_ns) && h.id != id) {
+                    if let Some(new) = pending.filter(|new| new.id < h.id) {
+                        holders.push(new);
+                        pending = None;
+                    }
+                    holders.push(*h);
+                }
+                holders.extend(pending);
+                self.holders = holders.into_boxed_slice();
             }
         }
-        Op::Acquire(_) | Op::Renew(_) | Op::Release(_) => unchanged(false),
+        (answer(&self.holders, policy, now_ns, 1, true, 1), true)
     }
 }
 
