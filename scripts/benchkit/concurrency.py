@@ -89,6 +89,8 @@ def concurrency_bench(argv, quick):
     if argv and not use_callgrind:
         sys.exit("usage: scripts/bench concurrency [--callgrind]")
     n = 2_000 if use_callgrind else (10_000 if quick else 50_000)
+    # BENCH_TOP=k: the k costliest functions of each row (inclusive), with --callgrind.
+    top = int(os.environ.get("BENCH_TOP", "0"))
     out_dir = None
     if use_callgrind:
         if not shutil.which("valgrind"):
@@ -122,11 +124,14 @@ def concurrency_bench(argv, quick):
                                timeout=60, check=True)
                 dumps = sorted((f for f in os.listdir(out_dir) if f.startswith("cg.out.")),
                                key=lambda f: os.path.getmtime(os.path.join(out_dir, f)))
-                per = inclusive(os.path.join(out_dir, dumps[-1]), n).get("???:processCommand", 0)
-                # processCommand runs once per command: per unit is per call × calls per unit.
-                per *= len(unit(0))
+                # Counted over n units: per unit, whatever its number of commands.
+                counts = inclusive(os.path.join(out_dir, dumps[-1]), n)
+                per = counts.get("???:processCommand", 0)
                 gcra = gcra or per
                 print("%-36s %14.0f %13.2fx" % (label, per, per / gcra), flush=True)
+                for fn, count in sorted(counts.items(), key=lambda kv: -kv[1])[:top]:
+                    if fn != "total":
+                        print("    %8.0f  %s" % (count, fn[:110]))
                 continue
             c("CONFIG", "RESETSTAT")
             wall = drive(c, unit, n)
