@@ -432,3 +432,34 @@ fn rl_all_takes_a_slot_only_with_the_rate_limits() {
         "{e}"
     );
 }
+
+/// Worker processes take slots and are killed with SIGKILL mid-request (their RELEASE never
+/// comes): every slot comes back at its TTL on the server's clock, not a millisecond earlier.
+#[test]
+fn workers_killed_mid_request_free_their_slots_at_ttl() {
+    let (s, mut c) = server();
+    let port = s.port.to_string();
+    let mut workers: Vec<std::process::Child> = (0..3)
+        .map(|w| {
+            let script = format!(
+                "redis-cli -p {port} RL.CONCURRENCY k 3 5000 ACQUIRE worker-{w} >/dev/null; \
+                 exec sleep 600"
+            );
+            std::process::Command::new("sh")
+                .args(["-c", &script])
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let peek = ["RL.CONCURRENCY", "k", "3", "5000", "PEEK"];
+    wait_for("three workers holding slots", || rl(&mut c, &peek)[2] == 0);
+    for w in &mut workers {
+        w.kill().unwrap();
+        w.wait().unwrap();
+    }
+    assert_eq!(rl(&mut c, &with(&peek[..4], &["ACQUIRE", "new"]))[0], 0);
+    clock_advance(&mut c, 4999);
+    assert_eq!(rl(&mut c, &peek)[..3], [0, 3, 0]);
+    clock_advance(&mut c, 1);
+    assert_eq!(rl(&mut c, &peek), [1, 3, 3, -1, 0]);
+}
