@@ -153,10 +153,16 @@ fn algorithm(word: &[u8]) -> Option<&'static Entry> {
 struct Part<'a> {
     request: Request<'a>,
     name: &'static str,
-    plan: Planner,
+    plan: How,
     settle: Option<(i64, &'static Creator)>,
-    /// A concurrency slot (`CONCURRENCY N TTL ACQUIRE id | PEEK`) in place of `plan`.
-    slot: Option<Op>,
+}
+
+/// How a part is planned: a limiter of the registry by its planner, or a concurrency slot
+/// (`CONCURRENCY N TTL ACQUIRE id | PEEK`) by its operation.
+#[derive(Clone, Copy)]
+enum How {
+    Limiter(Planner),
+    Slot(Op),
 }
 
 /// `RL.SETTLE numkeys key [key ...] <limiter> [<limiter> ...]`, each `<limiter>` RL.ALL's with
@@ -194,10 +200,10 @@ pub fn all(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
         let stored = key.limiter(part.name).map_err(|e| at_key(e, name))?;
         let stored = stored.map(|l| &*l);
         let (policy, amount) = (&part.request.policy, part.request.amount);
-        let plan = match part.slot {
-            Some(op) => concurrency::plan(stored, policy, now_ns, op)
+        let plan = match part.plan {
+            How::Slot(op) => concurrency::plan(stored, policy, now_ns, op)
                 .map(|p| Box::new(p) as Box<dyn Planned>),
-            None => (part.plan)(stored, policy, now_ns, amount),
+            How::Limiter(planner) => planner(stored, policy, now_ns, amount),
         }
         .map_err(|e| at_key(e, name))?;
         plans.push(plan);
@@ -285,11 +291,8 @@ fn slot<'a>(key: RString<'a>, args: &mut Args<'a>) -> Result<Part<'a>, Error> {
             amount,
         },
         name: Concurrency::NAME,
-        // Never called: `slot` plans this part (the planner of anonymous holders would take a
-        // slot no RELEASE names).
-        plan: plan_for::<Concurrency>,
+        plan: How::Slot(op),
         settle: None,
-        slot: Some(op),
     })
 }
 
@@ -374,9 +377,8 @@ fn parse<'a>(args: &mut Args<'a>, settling: bool) -> Result<Vec<Part<'a>>, Error
         parts.push(Part {
             request,
             name,
-            plan,
+            plan: How::Limiter(plan),
             settle,
-            slot: None,
         });
     }
     if args.remaining() > 0 {
