@@ -2435,11 +2435,7 @@ redis.register_function({ function_name = 'rl_peek', callback = guarded(peek), f
 
 local concurrency = { max_holders = 1000, max_id = 1024 }
 
--- The live holders at `now`, the latest expiry (0: none), and the k-th earliest live expiry.
-function concurrency.live(key, now)
-  return redis.call('ZCOUNT', key, '(' .. num(now), '+inf')
-end
-
+-- The latest expiry after `now` (`now` when none is live), and the k-th earliest live expiry.
 function concurrency.latest(key, now)
   local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
   local at = tonumber(last[2] or 0)
@@ -2451,10 +2447,9 @@ function concurrency.kth(key, now, k)
   return tonumber(got[2])
 end
 
--- The answer as the set stands: `allowed`, and when not admitted the time until an ACQUIRE by a
--- new id would be (0: now).
-function concurrency.answer(key, n, now, allowed, admitted)
-  local live = concurrency.live(key, now)
+-- The answer with `live` holders live: `allowed`, and when not admitted the time until an
+-- ACQUIRE by a new id would be (0: now).
+function concurrency.answer(key, n, now, live, allowed, admitted)
   local retry = nil
   if not admitted then
     retry = live < n and 0 or concurrency.kth(key, now, live - n + 1) - now
@@ -2489,29 +2484,36 @@ function concurrency.call(keys, args)
   else
     fail("ERR unknown operation '" .. echo(args[3]) .. "'; expected ACQUIRE, RENEW, RELEASE or PEEK")
   end
-  local kind = redis.call('TYPE', key).ok
-  if kind ~= 'none' and (kind ~= 'zset' or redis.call('ZCARD', key) > concurrency.max_holders) then
+  -- One call tells a sorted set (or nothing) from any other type.
+  local count = redis.pcall('ZCARD', key)
+  if type(count) ~= 'number' or count > concurrency.max_holders then
+    local kind = redis.call('TYPE', key).ok
     wrong_type(TYPE_NAMES[kind] or ('a ' .. kind), 'concurrency')
   end
   local now = now_ms()
-  local score = id and tonumber(redis.call('ZSCORE', key, id) or 0) or 0
+  local live = count > 0 and redis.call('ZCOUNT', key, '(' .. num(now), '+inf') or 0
+  local score = (id and count > 0) and tonumber(redis.call('ZSCORE', key, id) or 0) or 0
   local holds = score > now
-  local take = (op == 'ACQUIRE' and (holds or concurrency.live(key, now) < n)) or (op == 'RENEW' and holds)
+  local take = (op == 'ACQUIRE' and (holds or live < n)) or (op == 'RENEW' and holds)
   if take or (op == 'RELEASE' and holds) then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now))
+    if count > live then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now))
+    end
     if take then
       redis.call('ZADD', key, num(now + ttl), id)
+      live = holds and live or live + 1
     else
       redis.call('ZREM', key, id)
+      live = live - 1
     end
-    local answer = concurrency.answer(key, n, now, 1, true)
-    if redis.call('EXISTS', key) == 1 then
+    local answer = concurrency.answer(key, n, now, live, 1, true)
+    if live > 0 then
       redis.call('PEXPIREAT', key, num(now + math.max(answer[5], MIN_TTL_MS)))
     end
     return answer
   end
-  local free = op == 'PEEK' and concurrency.live(key, now) < n
-  return concurrency.answer(key, n, now, free and 1 or 0, free)
+  local free = op == 'PEEK' and live < n
+  return concurrency.answer(key, n, now, live, free and 1 or 0, free)
 end
 
 redis.register_function('rl_concurrency', guarded(concurrency.call))

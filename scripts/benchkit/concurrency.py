@@ -1,6 +1,6 @@
-"""Part 5 of `make bench`: RL.CONCURRENCY's ACQUIRE + RELEASE pair beside one RL.GCRA admit and
+"""Part 5 of `make bench`: RL.CONCURRENCY's ACQUIRE + RELEASE pair beside one RL.GCRA admit,
 beside the sorted-set Lua recipe (an EVALSHA of ZREMRANGEBYSCORE + ZCARD + ZADD to acquire, a
-ZREM to release), then the memory a holder costs (MEMORY USAGE at 1 and at 1,000 holders, and
+ZREM to release) and beside the Functions library's `rl_concurrency` pair, then the memory a holder costs (MEMORY USAGE at 1 and at 1,000 holders, and
 the recipe's sorted set the same way).
 
 A pair is two commands (a redis-benchmark run repeats one), so this part drives the server from
@@ -20,6 +20,7 @@ import tempfile
 import time
 
 from .callgrind import inclusive
+from .lua import load_library
 from .server import Server, commandstats
 
 # The recipe as the common one runs it: drop the expired (score = expiry in ms), count, and add
@@ -53,6 +54,11 @@ def rows(sha):
         ("Lua sorted set EVALSHA + ZREM",
          lambda i: [("EVALSHA", sha, 1, "z:%d" % (i % 1000), N, TTL_MS, "id%d" % i),
                     ("ZREM", "z:%d" % (i % 1000), "id%d" % i)]),
+        ("FCALL rl_concurrency ACQUIRE + RELEASE",
+         lambda i: [("FCALL", "rl_concurrency", 1, "f:%d" % (i % 1000), N, TTL_MS, "ACQUIRE",
+                     "id%d" % i),
+                    ("FCALL", "rl_concurrency", 1, "f:%d" % (i % 1000), N, TTL_MS, "RELEASE",
+                     "id%d" % i)]),
     ]
 
 
@@ -104,6 +110,7 @@ def concurrency_bench(argv, quick):
     c = server.client
     try:
         sha = c("SCRIPT", "LOAD", LUA_ACQUIRE)
+        load_library(c)
         print("RL.CONCURRENCY: pairs of ACQUIRE + RELEASE (N = %d, every pair its own id, 1,000"
               " keys), %d per row, batches of %d pipelined" % (N, n, BATCH))
         if use_callgrind:
