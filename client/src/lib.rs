@@ -36,6 +36,8 @@ mod local;
 mod metered;
 pub mod observe;
 mod reservation;
+mod slot;
+mod slot_layer;
 pub mod store;
 mod sync;
 
@@ -50,7 +52,8 @@ pub use ledger::CHARGE_TOKEN_TTL;
 pub use limit::{key_slot, sub_keys, Limit};
 pub use limiter::{Limiter, ShutdownReport, Stats};
 pub use reservation::{Reservation, Settlement, DEFAULT_GRACE};
-pub use store::Store;
+pub use slot::{ConcurrencyLimit, Slot, SlotGuard};
+pub use store::{SlotOp, Store};
 
 /// docs/client.md, whose Rust snippets are compiled as doctests.
 #[cfg(doctest)]
