@@ -13,6 +13,31 @@ fn code(line: &str) -> &str {
     line.split("//").next().unwrap_or(line)
 }
 
+/// A file's text, or a module folder's files one after another (the folder is one module here;
+/// `the_files_of_a_module_folder_import_one_another_one_way` checks inside it).
+fn source(path: &Path) -> String {
+    if !path.is_dir() {
+        return fs::read_to_string(path).expect("readable source");
+    }
+    folder(path).into_values().collect::<Vec<_>>().join("\n")
+}
+
+/// The `.rs` files of a module folder by name (`mod` for mod.rs).
+fn folder(path: &Path) -> BTreeMap<String, String> {
+    let mut files = BTreeMap::new();
+    for entry in fs::read_dir(path).expect("readable folder") {
+        let file = entry.expect("a directory entry").path();
+        if file.extension().is_some_and(|e| e == "rs") {
+            let name = file.file_stem().and_then(|s| s.to_str()).expect("a name");
+            files.insert(
+                name.to_string(),
+                fs::read_to_string(&file).expect("readable"),
+            );
+        }
+    }
+    files
+}
+
 /// What each module imports: `lib` is `src/lib.rs`, which imports every module it declares.
 fn imports() -> BTreeMap<String, BTreeSet<String>> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
@@ -22,7 +47,7 @@ fn imports() -> BTreeMap<String, BTreeSet<String>> {
         let Some(module) = path.file_stem().and_then(|s| s.to_str()) else {
             continue;
         };
-        let text = fs::read_to_string(&path).expect("readable source");
+        let text = source(&path);
         let mut uses: BTreeSet<String> = BTreeSet::new();
         for line in text.lines().map(code) {
             if module == "lib" {
@@ -97,4 +122,48 @@ fn the_modules_import_one_another_one_way() {
             panic!("an import circle: {}", found.join(" -> "));
         }
     }
+}
+
+#[test]
+fn the_files_of_a_module_folder_import_one_another_one_way() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut folders = 0;
+    for entry in fs::read_dir(&src).expect("readable src") {
+        let path = entry.expect("a directory entry").path();
+        if !path.is_dir() {
+            continue;
+        }
+        folders += 1;
+        let files = folder(&path);
+        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (name, text) in &files {
+            let mut uses = BTreeSet::new();
+            if name != "mod" {
+                for line in text.lines().map(code) {
+                    for (at, _) in line.match_indices("super::") {
+                        let rest = &line[at + "super::".len()..];
+                        let used: String = rest
+                            .chars()
+                            .take_while(|c| c.is_alphanumeric() || *c == '_')
+                            .collect();
+                        if files.contains_key(&used) && used != *name {
+                            uses.insert(used);
+                        }
+                    }
+                }
+            }
+            graph.insert(name.clone(), uses);
+        }
+        let mut done = BTreeSet::new();
+        for module in graph.keys() {
+            if let Some(found) = circle(&graph, module, &mut Vec::new(), &mut done) {
+                panic!(
+                    "an import circle in {}: {}",
+                    path.display(),
+                    found.join(" -> ")
+                );
+            }
+        }
+    }
+    assert!(folders >= 1, "the login folder was read");
 }
