@@ -83,6 +83,8 @@ pub struct Ticket {
     /// The client's network key; `None` for a trusted device (not counted per network).
     pub(super) prefix: Option<String>,
     pub(super) tier: Tier,
+    /// The account's failures counted with this attempt's: the k of a failure in a row.
+    pub(super) failures: u64,
 }
 
 impl fmt::Debug for Ticket {
@@ -211,6 +213,7 @@ mod tests {
                 tag: "t".into(),
                 prefix: Some("203.0.113.0/24".into()),
                 tier: Tier::Strict,
+                failures: 1,
             }),
         };
         assert_eq!(d.status(), Some(StatusCode::TOO_MANY_REQUESTS));

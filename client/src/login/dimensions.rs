@@ -2,9 +2,11 @@
 //! hash tag of its tag (so its cap and its (account, network) count are one `RL.ALL` on a
 //! Cluster too); a network's key and the signal's counters have their own.
 //!
-//! Failures are counted on token buckets (`RL.REFUND` resets them on a success), the growing
-//! delay is a leaky-bucket queue (`RL.SHAPE`: each failure takes a place, the places drain at one
-//! per step, and a place beyond the free ones waits its turn), the signal on sliding counters.
+//! Failures are counted on token buckets (`RL.REFUND` resets them on a success), the signal on
+//! sliding counters, and the growing delay on a leaky-bucket queue (`RL.SHAPE`): every attempt
+//! takes a place, the places drain at one per step, and an attempt with more places ahead of it
+//! than the free ones waits its turn. A failure also charges extra places (`RL.CHARGE`), more
+//! for each failure in a row, so the wait after it grows: see [`DelayQueue::extra`].
 
 use crate::command::{Class, Policy, Shape, ShapeDelay};
 use crate::limit::Limit;
@@ -23,8 +25,8 @@ pub(super) struct Dimensions {
     pub(super) prefix: Limit,
     pub(super) strict_prefix: Limit,
     pub(super) trusted: Limit,
-    pub(super) shape: Shape,
-    pub(super) strict_shape: Shape,
+    pub(super) delay: DelayQueue,
+    pub(super) strict_delay: DelayQueue,
     pub(super) recent: Policy,
     pub(super) baseline: Policy,
     prefix_key: String,
@@ -56,8 +58,8 @@ impl Dimensions {
             // A trusted device keeps its own budget through an outage too.
             trusted: security("login-trusted", s.trusted_failures, s.trusted_window)
                 .local_limit(s.trusted_failures, ms(s.trusted_window)),
-            shape: shape(s.free_failures, s.delay_step, s.max_delay),
-            strict_shape: shape(
+            delay: DelayQueue::new(s.free_failures, s.delay_step, s.max_delay),
+            strict_delay: DelayQueue::new(
                 s.strict_free_failures,
                 s.strict_delay_step,
                 s.strict_max_delay,
@@ -75,10 +77,10 @@ impl Dimensions {
         }
     }
 
-    pub(super) fn shape_of(&self, tier: Tier) -> &Shape {
+    pub(super) fn delay_of(&self, tier: Tier) -> &DelayQueue {
         match tier {
-            Tier::Normal => &self.shape,
-            Tier::Strict => &self.strict_shape,
+            Tier::Normal => &self.delay,
+            Tier::Strict => &self.strict_delay,
         }
     }
 
@@ -117,22 +119,47 @@ impl Dimensions {
     }
 }
 
-/// `RL.SHAPE key 1 step QUEUE q DELAY free−1`: the attempt after k failures in a row (each
-/// holding a place) goes at once while k < free, else waits (k − free + 1) steps; the queue holds
-/// the free places and `max_delay`'s worth of steps.
-fn shape(free: u64, step: std::time::Duration, max_delay: std::time::Duration) -> Shape {
-    let d = free.saturating_sub(1);
-    Shape {
-        limit: 1,
-        window_ms: ms(step),
-        queue: Some(d.saturating_add(steps(max_delay, step))),
-        delay: ShapeDelay::Delay(d),
-    }
+/// An account's delay queue in one tier: `RL.SHAPE key 1 step QUEUE q DELAY free−1`. A burst of
+/// `free` attempts goes at once, the next waits a step; the queue holds the free places and
+/// `max_delay`'s worth of steps.
+pub(super) struct DelayQueue {
+    pub(super) shape: Shape,
+    free: u64,
+    max_steps: u64,
 }
 
-/// How many places a reset gives back: the whole queue and the one beyond it.
-pub(super) fn places(shape: &Shape) -> u64 {
-    shape.queue.unwrap_or(0).saturating_add(1)
+impl DelayQueue {
+    fn new(free: u64, step: std::time::Duration, max_delay: std::time::Duration) -> DelayQueue {
+        let d = free.saturating_sub(1);
+        let max_steps = steps(max_delay, step).max(1);
+        DelayQueue {
+            shape: Shape {
+                limit: 1,
+                window_ms: ms(step),
+                queue: Some(d.saturating_add(max_steps)),
+                delay: ShapeDelay::Delay(d),
+            },
+            free,
+            max_steps,
+        }
+    }
+
+    /// How many places a reset gives back: the whole queue and the one beyond it.
+    pub(super) fn places(&self) -> u64 {
+        self.shape.queue.unwrap_or(0).saturating_add(1)
+    }
+
+    /// The places the k-th failure in a row charges beyond the one its attempt took: none below
+    /// `free`, then 2^(k−free) − 1, so that an attacker who waits out each delay waits about
+    /// step × 2^(k−free) after the k-th failure: 1 s, 2 s, 4 s … by default, never more than
+    /// `max_delay`.
+    pub(super) fn extra(&self, k: u64) -> u64 {
+        if k < self.free {
+            return 0;
+        }
+        let doubling = (k - self.free).min(62);
+        (1u64 << doubling).min(self.max_steps) - 1
+    }
 }
 
 #[cfg(test)]
@@ -156,10 +183,16 @@ mod tests {
             assert_eq!(slot(&k), slot(&account), "{k}");
         }
         assert_eq!(d.prefix_key("203.0.113.0/24"), "login:net:{203.0.113.0/24}");
-        // 5 free, then 1 s more per failure up to 60 s: DELAY 4, QUEUE 64.
-        assert_eq!(d.shape.delay, ShapeDelay::Delay(4));
-        assert_eq!((d.shape.queue, d.shape.window_ms), (Some(64), 1000));
-        assert_eq!(places(&d.shape), 65);
-        assert_eq!(d.strict_shape.queue, Some(1 + 60));
+        // 5 free, then steps of 1 s up to 60 s: DELAY 4, QUEUE 64.
+        assert_eq!(d.delay.shape.delay, ShapeDelay::Delay(4));
+        assert_eq!(
+            (d.delay.shape.queue, d.delay.shape.window_ms),
+            (Some(64), 1000)
+        );
+        assert_eq!(d.delay.places(), 65);
+        assert_eq!(d.strict_delay.shape.queue, Some(1 + 60));
+        let extra: Vec<u64> = (3..14).map(|k| d.delay.extra(k)).collect();
+        assert_eq!(extra, [0, 0, 0, 1, 3, 7, 15, 31, 59, 59, 59]);
+        assert_eq!(d.delay.extra(u64::MAX), 59);
     }
 }

@@ -14,7 +14,7 @@ use crate::limiter::Limiter;
 
 use super::decision::{AfterLogin, Dimension, LoginDecision, Outcome, Ticket, Verdict};
 use super::device::{Device, Devices};
-use super::dimensions::{places, Dimensions, METER_LIMIT};
+use super::dimensions::{Dimensions, METER_LIMIT};
 use super::settings::{ms, InvalidSetting, LoginSettings};
 use super::signal::{Reading, Signal, SignalState, Tier};
 
@@ -122,11 +122,13 @@ impl LoginGuard {
         d.source = source(&group, &net);
         refused_by(&mut d, shaped.as_ref(), &group, &net);
         if d.verdict == Verdict::Proceed {
+            let cap = group.limiters.first();
             d.ticket = Some(Ticket {
                 account: attempt.account.to_string(),
                 tag,
                 prefix: Some(network),
                 tier,
+                failures: cap.map_or(0, |c| c.limit.saturating_sub(c.remaining)),
             });
             return Ok(observed(d));
         }
@@ -174,6 +176,7 @@ impl LoginGuard {
                 tag,
                 prefix: None,
                 tier: i.signal.tier(),
+                failures: 0,
             }),
         }))
     }
@@ -195,23 +198,25 @@ impl LoginGuard {
                     .await?;
             }
             (Outcome::Success, Some(network)) => {
-                let shape = i.dims.shape_of(ticket.tier);
+                let queue = i.dims.delay_of(ticket.tier);
                 let (account, pair) = (i.dims.account_key(tag), i.dims.pair_key(tag, network));
                 let (delay, net) = (i.dims.delay_key(tag), i.dims.prefix_key(network));
                 tokio::try_join!(
                     self.refund(true, &account, s.max_failures),
                     self.refund(true, &pair, s.pair_failures),
-                    self.refund(true, &delay, places(shape)),
+                    self.refund(true, &delay, queue.places()),
                     self.refund(true, &net, 1),
                 )?;
             }
             (Outcome::Failure, None) => self.count(Tier::Normal).await?,
             (Outcome::Failure, Some(_)) => {
                 let delay_key = i.dims.delay_key(tag);
-                let (next, ()) = tokio::try_join!(
-                    self.shape(&delay_key, ticket.tier, 0),
-                    self.count(ticket.tier)
-                )?;
+                let extra = i.dims.delay_of(ticket.tier).extra(ticket.failures);
+                let next = async {
+                    self.charge(&delay_key, extra).await?;
+                    self.shape(&delay_key, ticket.tier, 0).await
+                };
+                let (next, ()) = tokio::try_join!(next, self.count(ticket.tier))?;
                 after.retry_after_ms = next.and_then(wait);
             }
         }
@@ -230,12 +235,8 @@ impl LoginGuard {
         if i.limiter.circuit_open() {
             return Ok(None);
         }
-        match i
-            .limiter
-            .store()
-            .shape(key, i.dims.shape_of(tier), cost)
-            .await
-        {
+        let shape = &i.dims.delay_of(tier).shape;
+        match i.limiter.store().shape(key, shape, cost).await {
             Ok(s) => Ok(Some(s)),
             Err(e) if e.store_down() => Ok(None),
             Err(e) => Err(e),
@@ -249,6 +250,20 @@ impl LoginGuard {
             return Ok(());
         }
         match i.limiter.store().refund(key, n).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.store_down() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `RL.CHARGE key n` on the delay queue: the extra places of a failure in a row (a key gone
+    /// meanwhile, or a store that does not answer, charges nothing).
+    async fn charge(&self, key: &str, n: u64) -> Result<(), Error> {
+        let i = &self.inner;
+        if n == 0 || i.limiter.circuit_open() {
+            return Ok(());
+        }
+        match i.limiter.store().charge(key, n, None).await {
             Ok(_) => Ok(()),
             Err(e) if e.store_down() => Ok(()),
             Err(e) => Err(e),

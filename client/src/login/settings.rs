@@ -257,7 +257,8 @@ mod tests {
     #[test]
     fn the_defaults_are_valid_and_each_bad_setting_is_named() {
         assert_eq!(settings().validate(), Ok(()));
-        let cases: [(&str, fn(&mut LoginSettings)); 8] = [
+        type Break = fn(&mut LoginSettings);
+        let cases: [(&str, Break); 8] = [
             ("key_prefix", |s| s.key_prefix = "{x}".into()),
             ("max_failures", |s| s.max_failures = 0),
             ("free_failures", |s| s.free_failures = 0),
