@@ -262,6 +262,9 @@ async fn a_trusted_device_passes_a_targeted_lockout() {
     // A token is the victim's alone: another account's is an unknown device.
     let d = r.before("victim", "192.0.2.66", Some(&other)).await;
     assert_eq!(d.device, Device::Refused, "{d}");
+    assert_eq!(r.guard.device("victim", Some(&other)), Device::Refused);
+    assert_eq!(r.guard.device("victim", Some(&token)), Device::Trusted);
+    assert_eq!(r.guard.device("victim", None), Device::Unknown);
     assert!(!d.proceed());
     // The trusted devices' own budget: 3 failures, then refused until it refills.
     for _ in 0..3 {

@@ -65,6 +65,13 @@ impl LoginGuard {
         })
     }
 
+    /// Whether `token` is a valid, unexpired device token of `account` (for a verifier in front
+    /// of the login service, e.g. an Envoy `ext_authz` setting `x-login-device`).
+    pub fn device(&self, account: &str, token: Option<&str>) -> Device {
+        let now_s = self.inner.settings.clock.now_ns() / 1_000_000_000;
+        self.inner.devices.verify(account, token, now_s)
+    }
+
     /// What the global signal last read.
     pub fn signal(&self) -> SignalState {
         self.inner.signal.state()
