@@ -35,14 +35,18 @@ const OWNER_EVERY_MS: u64 = 10_000;
 pub enum Attack {
     None,
     Stuffing,
+    /// Stuffing by bots that solve every challenge (a CAPTCHA-solving service): the strict
+    /// tier's limits alone.
+    StuffingSolving,
     Spraying,
     Lockout,
     SlowBruteForce,
 }
 
 impl Attack {
-    pub const ALL: [Attack; 5] = [
+    pub const ALL: [Attack; 6] = [
         Attack::Stuffing,
+        Attack::StuffingSolving,
         Attack::Spraying,
         Attack::Lockout,
         Attack::SlowBruteForce,
@@ -53,6 +57,7 @@ impl Attack {
         match self {
             Attack::None => "none",
             Attack::Stuffing => "stuffing",
+            Attack::StuffingSolving => "stuffing_solving_challenges",
             Attack::Spraying => "spraying",
             Attack::Lockout => "lockout",
             Attack::SlowBruteForce => "slow_brute_force",
@@ -63,7 +68,9 @@ impl Attack {
     fn plan(self, scale: u64) -> (u64, u64, u64) {
         match self {
             Attack::None => (0, 1_000_000, 1),
-            Attack::Stuffing => (100_000 / scale, 1_000 * scale, 10_000 / scale),
+            Attack::Stuffing | Attack::StuffingSolving => {
+                (100_000 / scale, 1_000 * scale, 10_000 / scale)
+            }
             Attack::Spraying => (50_000 / scale, 2_000 * scale, 10_000 / scale),
             Attack::Lockout => (10_000 / scale, 10_000 * scale, 1),
             Attack::SlowBruteForce => (60, 30_000_000, 1),
@@ -73,7 +80,7 @@ impl Attack {
     /// The `i`-th attempt: its account and the address it comes from.
     fn bot(self, i: u64, accounts: u64) -> (u64, String) {
         match self {
-            Attack::Stuffing => (
+            Attack::Stuffing | Attack::StuffingSolving => (
                 i % accounts,
                 format!("2001:db8:{:x}:{:x}::1", i >> 16, i & 0xffff),
             ),
@@ -123,6 +130,7 @@ enum Actor {
     Bot {
         account: u64,
         from: String,
+        solves: bool,
     },
 }
 
@@ -151,15 +159,23 @@ struct Shared {
 async fn act(s: Arc<Shared>, now: u64, actor: Actor) -> Result<Done, ratelimit_client::Error> {
     let ip = |a: &str| a.parse::<IpAddr>().unwrap_or(IpAddr::from([127, 0, 0, 1]));
     match actor {
-        Actor::Bot { account: a, from } => {
+        Actor::Bot {
+            account: a,
+            from,
+            solves,
+        } => {
             let name = account(a);
-            let attempt = Attempt {
+            let mut attempt = Attempt {
                 account: &name,
                 ip: ip(&from),
                 device_token: None,
                 challenge_passed: false,
             };
             let mut d = s.guard.before(&attempt).await?;
+            if d.verdict == Verdict::Challenge && solves {
+                attempt.challenge_passed = true;
+                d = s.guard.before(&attempt).await?;
+            }
             let evaluated = match d.take_ticket() {
                 Some(t) => {
                     s.guard.after(t, Outcome::Failure).await?;
@@ -481,7 +497,11 @@ pub async fn simulate(
                 &mut queue,
                 &mut actors,
                 now,
-                Actor::Bot { account: a, from },
+                Actor::Bot {
+                    account: a,
+                    from,
+                    solves: attack == Attack::StuffingSolving,
+                },
             );
             next_bot += 1;
         }

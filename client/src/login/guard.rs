@@ -215,7 +215,7 @@ impl LoginGuard {
                     self.refund(true, &net, 1),
                 )?;
             }
-            (Outcome::Failure, None) => self.count(Tier::Normal).await?,
+            (Outcome::Failure, None) => self.count(i.signal.tier()).await?,
             (Outcome::Failure, Some(_)) => {
                 let delay_key = i.dims.delay_key(tag);
                 let extra = i.dims.delay_of(ticket.tier).extra(ticket.failures);

@@ -39,3 +39,8 @@ pub use guard::{Attempt, LoginGuard};
 pub use secret::{Secret, MIN_SECRET_BYTES};
 pub use settings::{InvalidSetting, LoginSettings, MAX_KEY_PREFIX_BYTES, MAX_STORE_VALUE};
 pub use signal::{SignalState, Tier};
+
+/// docs/login.md, whose Rust snippets are compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/login.md")]
+pub struct LoginGuide;
