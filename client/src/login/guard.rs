@@ -21,7 +21,8 @@ use super::signal::{Reading, Signal, SignalState, Tier};
 /// One login attempt, as the application knows it before checking the password.
 #[derive(Clone, Copy, Debug)]
 pub struct Attempt<'a> {
-    /// The account name as typed (any length: only its keyed hash reaches the store).
+    /// The account name as typed (only its keyed hash reaches the store; longer than
+    /// `max_account_bytes`: refused).
     pub account: &'a str,
     /// The client's address: from `client_ip::client_ip` behind proxies you trust.
     pub ip: IpAddr,
@@ -81,6 +82,19 @@ impl LoginGuard {
     /// (the store refused a key or a policy).
     pub async fn before(&self, attempt: &Attempt<'_>) -> Result<LoginDecision, Error> {
         let i = &self.inner;
+        if attempt.account.len() > i.settings.max_account_bytes {
+            return Ok(observed(LoginDecision {
+                verdict: Verdict::Deny,
+                dimension: Dimension::Account,
+                reason: "the account name is longer than max_account_bytes",
+                tier: i.signal.tier(),
+                device: Device::Unknown,
+                challenge: false,
+                retry_after_ms: None,
+                source: Source::Store,
+                ticket: None,
+            }));
+        }
         let now = i.settings.clock.now_ns();
         let tag = i.devices.account_tag(attempt.account);
         let device = i

@@ -37,7 +37,9 @@ pub use decision::{AfterLogin, Dimension, LoginDecision, Outcome, Ticket, Verdic
 pub use device::{Device, MAX_TOKEN_BYTES};
 pub use guard::{Attempt, LoginGuard};
 pub use secret::{Secret, MIN_SECRET_BYTES};
-pub use settings::{InvalidSetting, LoginSettings, MAX_KEY_PREFIX_BYTES, MAX_STORE_VALUE};
+pub use settings::{
+    InvalidSetting, LoginSettings, MAX_ACCOUNT_BYTES, MAX_KEY_PREFIX_BYTES, MAX_STORE_VALUE,
+};
 pub use signal::{SignalState, Tier};
 
 /// docs/login.md, whose Rust snippets are compiled as doctests.

@@ -14,6 +14,9 @@ use super::secret::Secret;
 /// The store's largest L, W or queue (docs/commands.md): every count and window fits it.
 pub const MAX_STORE_VALUE: u64 = 1_000_000_000_000;
 
+/// The largest `max_account_bytes` accepted: 64 KiB.
+pub const MAX_ACCOUNT_BYTES: usize = 65_536;
+
 /// The longest key prefix accepted.
 pub const MAX_KEY_PREFIX_BYTES: usize = 64;
 
@@ -27,6 +30,9 @@ pub struct LoginSettings {
     pub key_prefix: String,
     /// Device-token expiry and how often the global signal is read; the Unix clock by default.
     pub clock: Arc<dyn Clock>,
+    /// The longest account name looked at: a longer one is refused before any work (its hash
+    /// would cost the gateway time in proportion). 1,024 bytes; at most [`MAX_ACCOUNT_BYTES`].
+    pub max_account_bytes: usize,
 
     /// The hard cap: failures per account from unknown devices in `failure_window` (NIST SP
     /// 800-63B: at most 100 consecutive failures). A success resets it. 100.
@@ -108,6 +114,7 @@ impl LoginSettings {
             secret,
             key_prefix: "login:".into(),
             clock: Arc::new(UnixClock),
+            max_account_bytes: 1_024,
             max_failures: 100,
             failure_window: min(60),
             free_failures: 5,
@@ -144,6 +151,9 @@ impl LoginSettings {
         let p = &self.key_prefix;
         if p.len() > MAX_KEY_PREFIX_BYTES || p.contains(['{', '}']) {
             return Err(bad("key_prefix", "at most 64 bytes, without { or }"));
+        }
+        if !(1..=MAX_ACCOUNT_BYTES).contains(&self.max_account_bytes) {
+            return Err(bad("max_account_bytes", "from 1 to 65536"));
         }
         let counts = [
             ("max_failures", self.max_failures),
@@ -258,8 +268,9 @@ mod tests {
     fn the_defaults_are_valid_and_each_bad_setting_is_named() {
         assert_eq!(settings().validate(), Ok(()));
         type Break = fn(&mut LoginSettings);
-        let cases: [(&str, Break); 8] = [
+        let cases: [(&str, Break); 9] = [
             ("key_prefix", |s| s.key_prefix = "{x}".into()),
+            ("max_account_bytes", |s| s.max_account_bytes = 0),
             ("max_failures", |s| s.max_failures = 0),
             ("free_failures", |s| s.free_failures = 0),
             ("release_percent", |s| s.release_percent = 101),
