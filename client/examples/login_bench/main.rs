@@ -11,6 +11,8 @@
 //!
 //! - `stuffing`: 100,000 attempts, each from its own IPv6 /64, 10 on each of 10,000 accounts, at
 //!   1,000/s; each bot tries once and moves on.
+//! - `stuffing_solving_challenges`: the same by bots that solve every challenge (a CAPTCHA-solving
+//!   service), so that only the strict tier's limits stand in the way.
 //! - `spraying`: 5 passwords on each of the 10,000 accounts from 1,000 IPv4 /24s, at 500/s.
 //! - `lockout`: 10,000 failures on one account from 1,000 IPv6 /64s at 100/s, answers ignored.
 //! - `slow_brute_force`: one address, one account, an attempt every 30 s for 30 minutes (below the
