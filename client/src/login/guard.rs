@@ -9,13 +9,12 @@ use std::net::IpAddr;
 
 use crate::command::{AllDecision, Class, Decision, Shaped, Source};
 use crate::error::Error;
-use crate::limit::Limit;
 use crate::limiter::Limiter;
 
 use super::decision::{AfterLogin, Dimension, LoginDecision, Outcome, Ticket, Verdict};
 use super::device::{Device, Devices};
 use super::dimensions::{Dimensions, METER_LIMIT};
-use super::settings::{ms, InvalidSetting, LoginSettings};
+use super::settings::{InvalidSetting, LoginSettings};
 use super::signal::{Reading, Signal, SignalState, Tier};
 
 /// One login attempt, as the application knows it before checking the password.
@@ -332,20 +331,6 @@ impl LoginGuard {
         i.signal
             .observe(&i.settings, reading, i.settings.clock.now_ns());
         Ok(())
-    }
-
-    /// The limits this guard decides with, by dimension (for an operator's dashboard).
-    pub fn limits(&self) -> [&Limit; 5] {
-        let d = &self.inner.dims;
-        [&d.account, &d.pair, &d.prefix, &d.strict_prefix, &d.trusted]
-    }
-
-    /// The delay step of the tier, in ms (docs and the bench).
-    pub fn delay_step_ms(&self, tier: Tier) -> u64 {
-        ms(match tier {
-            Tier::Normal => self.inner.settings.delay_step,
-            Tier::Strict => self.inner.settings.strict_delay_step,
-        })
     }
 }
 
