@@ -300,7 +300,7 @@ impl LoginGuard {
     async fn refresh(&self, now: u64) -> Result<(), Error> {
         let refresh =
             u64::try_from(self.inner.settings.signal_refresh.as_nanos()).unwrap_or(u64::MAX);
-        if self.inner.signal.stale(now, refresh) {
+        if self.inner.signal.claim(now, refresh) {
             self.read(0, false).await?;
         }
         Ok(())

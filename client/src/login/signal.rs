@@ -91,10 +91,17 @@ impl Signal {
         }
     }
 
-    /// True when the last reading is older than `refresh_ns` (or there was none).
-    pub(super) fn stale(&self, now_ns: u64, refresh_ns: u64) -> bool {
+    /// True when the last reading is older than `refresh_ns` (or there was none) and this caller
+    /// is the one to read it: the first to see it stale marks it read now, so a burst of
+    /// attempts reads the store once, not once each.
+    pub(super) fn claim(&self, now_ns: u64, refresh_ns: u64) -> bool {
         let at = self.read_at.load(Ordering::Relaxed);
-        at == 0 || now_ns.saturating_sub(at) >= refresh_ns
+        let stale = at == 0 || now_ns.saturating_sub(at) >= refresh_ns;
+        stale
+            && self
+                .read_at
+                .compare_exchange(at, now_ns.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
     }
 
     /// Takes a reading of the store's counts; returns the tier after it.
@@ -151,11 +158,12 @@ mod tests {
         assert_eq!(next(&s, Tier::Strict, r(200)), Tier::Strict);
         assert_eq!(next(&s, Tier::Strict, r(199)), Tier::Normal);
         let signal = Signal::default();
-        assert!(signal.stale(5, 1));
+        assert!(signal.claim(5, 1), "never read");
+        assert!(!signal.claim(5, 1), "claimed by the first");
         assert_eq!(signal.observe(&s, r(500), 10), Tier::Strict);
         assert_eq!(signal.observe(&s, r(300), 20), Tier::Strict);
-        assert!(!signal.stale(20, 5));
-        assert!(signal.stale(25, 5));
+        assert!(!signal.claim(24, 5));
+        assert!(signal.claim(25, 5));
         assert_eq!(signal.observe(&s, r(10), 30), Tier::Normal);
         assert_eq!(signal.observe(&s, r(900), 40), Tier::Strict);
         let state = signal.state();
