@@ -33,6 +33,7 @@ mod ledger;
 mod limit;
 mod limiter;
 mod local;
+pub mod login;
 mod metered;
 pub mod observe;
 mod reservation;
