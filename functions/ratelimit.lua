@@ -73,9 +73,11 @@ local MIN_TTL_MS = 1000
 -- more (`overflowed`).
 local MAX_CONFIGURATIONS = 8
 
+-- The second TIME last answered, as its text and in ms: the calls of one second convert it once.
+local time_s, time_ms = false, 0
 -- The clock: whole milliseconds of the server's TIME. tests/functions.rs replaces the next line
 -- in the copy it loads (and only there) with a clock it sets; nothing else reads the time.
-local function now_ms() local t = redis.call('TIME') local ms = t[2] / 1000 return t[1] * 1000 + ms - ms % 1 end
+local function now_ms() local t = redis.call('TIME') local s, ms = t[1], t[2] / 1000 if s ~= time_s then time_s, time_ms = s, s * 1000 end return time_ms + ms - ms % 1 end
 
 -- floor(a / b) for integers below 2^53 in magnitude, b > 0: the quotient of doubles is
 -- corrected by its remainder, so it is exact.
@@ -1758,6 +1760,14 @@ local find, match, format, call, byte, number, pcall_redis
 -- How far ahead an arrival time (a last refill) may lie under any L: (MAX_UNITS + CLOCK_SLACK)
 -- / MAX_AMOUNT ms (CLOCK_SLACK / MAX_AMOUNT ms).
 local ANY_AHEAD, ANY_BACK = 500000000, 100000000
+-- What a hot path remembers between calls (nothing it needs: each is a shortcut to what it would
+-- compute): at most MAX_POLICIES policies and MAX_SEEN stored values (of at most MAX_SEEN_BYTES)
+-- with their numbers per function, then it starts afresh, so that arguments and stored values
+-- cannot grow them without bound.
+local MAX_POLICIES, MAX_SEEN, MAX_SEEN_BYTES = 256, 1024, 110
+-- The last PXAT written, as the number and its digits: a key's expiry changes once a
+-- millisecond, not once a call.
+local last_px, last_pxs = -1, ''
 
 -- 1 to 8 digits, the first not 0: an argument the general path reads as the same number.
 local function plain(s)
@@ -1765,109 +1775,157 @@ local function plain(s)
   return n > 0 and n <= 8 and byte(s) ~= 48 and not find(s, '%D')
 end
 
--- Policies the hot path has read, per algorithm: { L, W, prefix } by the L and W strings, so a
--- repeated policy is neither parsed nor formatted again. At most 256 per algorithm (then the
--- table starts afresh): arguments cannot grow it without bound.
-local POLICIES, POLICY_COUNT = { [gcra] = {}, [bucket] = {} }, { [gcra] = 0, [bucket] = 0 }
-
-local function remember(algo, ls, ws, known)
-  if POLICY_COUNT[algo] >= 256 then
-    POLICIES[algo], POLICY_COUNT[algo] = {}, 0
-  end
-  local by_w = POLICIES[algo][ls]
-  if not by_w then
-    by_w = {}
-    POLICIES[algo][ls] = by_w
-  end
-  by_w[ws] = known
-  POLICY_COUNT[algo] = POLICY_COUNT[algo] + 1
-end
-
--- The hot path of rl_gcra and rl_tokenbucket, for `L W` or `L W COST n` written plainly (digits,
--- no leading zero, COST in capitals) on a key that holds nothing or that same policy: the
--- general path's arithmetic (gcra.check, bucket.check, the stored formats, VALID) inlined, without
--- the tables and parsing the general path builds, which cost more than the decision itself
--- (docs/functions.md, cost). Any other call goes to `general`, which decides from the same
--- instant when the hot path already read it.
+-- The hot path of rl_gcra and rl_tokenbucket, for `L W [BURST B] [COST n]` written plainly
+-- (digits, no leading zero, the options in capitals, each once) on a key that holds nothing or
+-- that same policy: the general path's arithmetic (gcra.check, bucket.check, the stored
+-- formats, VALID) inlined, without the tables and parsing the general path builds, which cost
+-- more than the decision itself (docs/functions.md, cost). Any other call goes to `general`,
+-- which decides from the same instant when the hot path already read it.
 local function fast(algo, general)
+  local is_gcra = algo == gcra
+  -- The policies read before, by the L, W and B strings (B: L's when the call names no BURST,
+  -- the same policy): { l, w, b, the stored value's prefix, its short and long patterns, the
+  -- last state written under it (text, x, y, z) }. The values read: { text = { x, y, z, policy } }.
+  local policies, count, seen, seen_count = {}, 0, {}, 0
   return function(keys, args)
     if not find then
       find, match, format, call = string.find, string.match, string.format, redis.call
       byte, number, pcall_redis = string.byte, tonumber, redis.pcall
     end
-    local ls, ws, cost = args[1], args[2], 1
-    if #keys ~= 1 or ls == nil or ws == nil then
+    local ls, ws = args[1], args[2]
+    if ws == nil or #keys ~= 1 then
       return general(keys, args)
     end
-    if args[3] ~= nil then
-      local cs = args[4]
-      if args[3] ~= 'COST' or cs == nil or args[5] ~= nil or not (cs == '0' or plain(cs)) then
+    local bs, cs = ls, nil
+    local o = args[3]
+    if o ~= nil then
+      local v, bursted = args[4], false
+      if v == nil then
+        return general(keys, args)
+      elseif o == 'BURST' then
+        bs, bursted = v, true
+      elseif o == 'COST' then
+        cs = v
+      else
         return general(keys, args)
       end
-      cost = number(cs)
+      o = args[5]
+      if o ~= nil then
+        v = args[6]
+        if v == nil or args[7] ~= nil then
+          return general(keys, args)
+        elseif o == 'COST' and cs == nil then
+          cs = v
+        elseif o == 'BURST' and not bursted then
+          bs = v
+        else
+          return general(keys, args)
+        end
+      end
     end
-    -- The policy as parsed before (L, W and the stored value's prefix), else parsed now.
-    local known = POLICIES[algo][ls]
+    local cost = 1
+    if cs ~= nil and cs ~= '1' then
+      if cs == '0' then
+        cost = 0
+      elseif plain(cs) then
+        cost = number(cs)
+      else
+        return general(keys, args)
+      end
+    end
+    local known = policies[ls]
     known = known and known[ws]
+    known = known and known[bs]
     if not known then
-      if not plain(ls) or not plain(ws) then
+      if not plain(ls) or not plain(ws) or not plain(bs) then
         return general(keys, args)
       end
-      local l, w = number(ls), number(ws)
-      if l > MAX_AMOUNT or w > MAX_RATE_WINDOW then
+      local l, w, b = number(ls), number(ws), number(bs)
+      if l > MAX_AMOUNT or w > MAX_RATE_WINDOW or b > MAX_AMOUNT or b * w > MAX_REFILL_MS * l then
         return general(keys, args)
       end
-      -- The stored value's prefix, and its short and long forms as patterns (the prefix holds
-      -- only letters, digits and spaces).
-      local prefix = algo.tag .. ' ' .. ls .. ' ' .. ws .. ' ' .. ls .. ' '
-      local sign = algo == bucket and '(%-?%d+)' or '(%d+)'
+      -- The stored value's prefix (only letters, digits and spaces), and its short and long
+      -- forms as patterns.
+      local prefix = algo.tag .. ' ' .. ls .. ' ' .. ws .. ' ' .. bs .. ' '
+      local sign = is_gcra and '(%d+)' or '(%-?%d+)'
       known = {
-        l, w, prefix,
-        '^' .. prefix .. (algo == gcra and '(%d+)$' or sign .. ' (%d+)$'),
+        l, w, b, prefix,
+        '^' .. prefix .. (is_gcra and '(%d+)$' or sign .. ' (%d+)$'),
         '^' .. prefix .. sign .. ' (%d+) (%d+)$',
+        false, 0, 0, 0,
       }
-      remember(algo, ls, ws, known)
+      if count >= MAX_POLICIES then
+        policies, count = {}, 0
+      end
+      local by_w = policies[ls]
+      if not by_w then
+        by_w = {}
+        policies[ls] = by_w
+      end
+      local by_b = by_w[ws]
+      if not by_b then
+        by_b = {}
+        by_w[ws] = by_b
+      end
+      by_b[bs] = known
+      count = count + 1
     end
-    local l, w, prefix = known[1], known[2], known[3]
-    if cost > l then
+    local l, w, b = known[1], known[2], known[3]
+    if cost > b then
       return general(keys, args)
     end
     local now = now_ms()
     local key = keys[1]
     local v = pcall_redis('GET', key)
-    local cap, asked = l * w, (cost > 0 and cost or 1) * w
+    local cap, asked = b * w, (cost > 0 and cost or 1) * w
     local x, y, z
     if v ~= false then
-      if type(v) ~= 'string' then
-        return general(keys, args, now)
-      end
-      -- The policy's own patterns (known[4], known[5]), the short form first: (tat_ms) or
-      -- (tokens, last_ms), the remainders 0.
-      if algo == gcra then
-        x = match(v, known[4])
-        if x then
-          x, y, z = number(x), 0, 0
-        else
-          x, y, z = match(v, known[5])
-          x, y, z = number(x), number(y), number(z)
-        end
+      if v == known[7] then
+        x, y, z = known[8], known[9], known[10]
       else
-        x, z = match(v, known[4])
-        if x then
-          x, y, z = number(x), 0, number(z)
+        local got = seen[v]
+        if got and got[4] == known then
+          x, y, z = got[1], got[2], got[3]
         else
-          x, y, z = match(v, known[5])
-          x, y, z = number(x), number(y), number(z)
+          -- Longer than the general path reads (numbers()), or not a string: its answer.
+          if type(v) ~= 'string' or #v > MAX_SEEN_BYTES then
+            return general(keys, args, now)
+          end
+          -- The policy's own patterns, the short form first: (tat_ms) or (tokens, last_ms),
+          -- the remainders 0.
+          if is_gcra then
+            x = match(v, known[5])
+            if x then
+              x, y, z = number(x), 0, 0
+            else
+              x, y, z = match(v, known[6])
+              x, y, z = number(x), number(y), number(z)
+            end
+          else
+            x, z = match(v, known[5])
+            if x then
+              x, y, z = number(x), 0, number(z)
+            else
+              x, y, z = match(v, known[6])
+              x, y, z = number(x), number(y), number(z)
+            end
+          end
+          if not z or x > MAX_STORED or x < -MAX_STORED or y > MAX_STORED or z > MAX_STORED then
+            return general(keys, args, now)
+          end
+          if seen_count >= MAX_SEEN then
+            seen, seen_count = {}, 0
+          end
+          seen[v] = { x, y, z, known }
+          seen_count = seen_count + 1
         end
-      end
-      if not z or x > MAX_STORED or x < -MAX_STORED or y > MAX_STORED or z > MAX_STORED then
-        return general(keys, args, now)
       end
     end
-    local admitted, retry, reset, remaining, state
-    if algo == gcra then
+    local admitted, retry, reset, remaining, tm, tr, f
+    if is_gcra then
       -- x, y, z: tat_ms, tat_rem, tat_ns. The debt (d, f) at now.
-      local d, f = 0, 0
+      local d
+      d, f = 0, 0
       if x then
         if y >= l or z >= NS or (x - now > ANY_AHEAD and x - now > idiv(MAX_UNITS + CLOCK_SLACK, l)) then
           return general(keys, args, now)
@@ -1879,23 +1937,42 @@ local function fast(algo, general)
       local needed = d + asked
       admitted = needed < cap or (needed == cap and f == 0)
       local after = (admitted and cost > 0) and needed or d
+      -- Whole tokens in cap − (after, f), one fewer when f eats into the last: idiv, written
+      -- out (a call less on every request).
       local room = cap - after
       remaining = 0
       if room > 0 then
-        remaining = idiv(f > 0 and room - 1 or room, w)
+        if f > 0 then
+          room = room - 1
+        end
+        local q = room / w
+        q = q - q % 1
+        local r = room - q * w
+        if r < 0 then
+          q = q - 1
+        elseif r >= w then
+          q = q + 1
+        end
+        remaining = q
       end
       retry = (not admitted) and ms_up(needed - cap, f, l) or -1
       -- ms_up(after, f, l), from the one division the stored state needs too.
-      local whole = idiv(after, l)
-      local tr = after - whole * l
-      reset = (tr > 0 or f > 0) and whole + 1 or whole
+      local q = after / l
+      q = q - q % 1
+      local r = after - q * l
+      if r < 0 then
+        q, r = q - 1, r + l
+      elseif r >= l then
+        q, r = q + 1, r - l
+      end
+      reset = (r > 0 or f > 0) and q + 1 or q
       if admitted and cost > 0 then
-        local tm = now + whole
-        state = format(tr == 0 and f == 0 and '%s%d' or '%s%d %d %d', prefix, tm, tr, f)
+        tm, tr = now + q, r
       end
     else
       -- x, y, z: tokens, tokens_ns, last_ms. The balance (u, f) at now, as `balance`.
-      local u, f = cap, 0
+      local u
+      u, f = cap, 0
       if x then
         if x > cap or x < -MAX_UNITS or y >= NS or (x == cap and y > 0) or (z - now > ANY_BACK and z - now > idiv(CLOCK_SLACK, l)) then
           return general(keys, args, now)
@@ -1934,14 +2011,30 @@ local function fast(algo, general)
       end
       reset = r > 0 and q + 1 or q
       if admitted and cost > 0 then
-        state = format(f == 0 and '%s%d %d' or '%s%d %d %d', prefix, after, f == 0 and now or f, now)
+        -- The stored fields (tokens, tokens_ns, last_ms), in x, y, z's order.
+        tm, tr = after, f
+        f = now
       end
     end
-    if state then
-      -- A number argument reaches Redis as "%.17g": exact digits below 2^53.
-      call('SET', key, state, 'PXAT', now + (reset > MIN_TTL_MS and reset or MIN_TTL_MS))
+    if tm then
+      -- The state's text: the last one written when it is the same (a burst of new keys in one
+      -- millisecond writes one), else formatted; the short form when its remainder is 0.
+      local state = known[7]
+      if tm ~= known[8] or tr ~= known[9] or f ~= known[10] or not state then
+        if is_gcra then
+          state = format((tr == 0 and f == 0) and '%s%d' or '%s%d %d %d', known[4], tm, tr, f)
+        else
+          state = format(tr == 0 and '%s%d %d' or '%s%d %d %d', known[4], tm, tr == 0 and f or tr, f)
+        end
+        known[7], known[8], known[9], known[10] = state, tm, tr, f
+      end
+      local px = now + (reset > MIN_TTL_MS and reset or MIN_TTL_MS)
+      if px ~= last_px then
+        last_px, last_pxs = px, format('%d', px)
+      end
+      call('SET', key, state, 'PXAT', last_pxs)
     end
-    return { admitted and 1 or 0, l, remaining, retry, reset }
+    return { admitted and 1 or 0, b, remaining, retry, reset }
   end
 end
 

@@ -137,3 +137,24 @@ def with_shas(text, shas):
     for name, sha in shas.items():
         text = text.replace("{sha:%s}" % name, sha)
     return text
+
+
+# The scripts backend (docs/functions.md, backends): where FUNCTION is refused, each function of
+# the library is served as its own script, generated from the library's one source: the
+# `#!lua name=` line dropped (EVAL reads `#!lua` as its own shebang), `redis.register_function`
+# collecting the library's functions in a table, and the script calling the one it serves with
+# its KEYS and ARGV. The client generates the same text (client/src/scripts.rs).
+SCRIPT_PRELUDE = (
+    "local registered_entries = {} "
+    "local function register_entry(name, callback) "
+    "if type(name) == 'table' then name, callback = name.function_name, name.callback end "
+    "registered_entries[name] = callback end\n")
+
+
+def library_script(source, entry):
+    """The script that serves the library function `entry` through EVALSHA."""
+    first, body = source.split("\n", 1)
+    if not first.startswith("#!lua"):
+        raise ValueError("the library starts with its #!lua line")
+    return (SCRIPT_PRELUDE + body.replace("redis.register_function", "register_entry")
+            + "\nreturn registered_entries['%s'](KEYS, ARGV)\n" % entry)
