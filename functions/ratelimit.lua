@@ -174,6 +174,12 @@ local function ms_up(u, f, l)
   return cdiv(u, l)
 end
 
+-- @scripts: general
+-- (The scripts backend, where FUNCTION is refused, serves each function as a script generated
+-- from this file, which runs the lines above and a hot path (between the two marks below) on
+-- every call, and the rest only when the hot path hands a call on: see docs/functions.md,
+-- backends. What a hot path uses is defined above this mark.)
+
 -- An amount (u, f) counted in `from`'s units, in `to`'s: rounded up when `up` (a debt never
 -- shrinks), down otherwise (a balance never grows), to the nanosecond unit as the module does.
 -- Every product stays below 2^53: r·W and b·10^6 + f·W with r, b < W <= 9·10^7.
@@ -193,7 +199,7 @@ end
 
 -- GCRA (src/algo/gcra.rs). State { tm, tr, tf }: the theoretical arrival time, (tm·L + tr)·10^6
 -- + tf units of a nanosecond.
-local gcra = { tag = 'g', word = 'GCRA', fname = 'rl_gcra', hot = true, name = 'GCRA', burst = true, max_w = MAX_RATE_WINDOW, fields = 6, short = 2, remembers = true }
+local gcra = { tag = 'g', word = 'GCRA', fname = 'rl_gcra', name = 'GCRA', burst = true, max_w = MAX_RATE_WINDOW, fields = 6, short = 2, remembers = true }
 
 -- The debt at now, (u, f): how far the arrival time is ahead of now.
 local function gcra_debt(s, p, now)
@@ -285,7 +291,7 @@ end
 -- in between, and may be below empty (t < 0): the bucket is a function of absolute time, as
 -- GCRA's arrival time is. The module stores a debt as a refill that starts later, to the
 -- nanosecond; here it is the negative balance itself, the same at every instant.
-local bucket = { tag = 't', word = 'TOKENBUCKET', fname = 'rl_tokenbucket', hot = true, name = 'token bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 6, short = 1, remembers = true }
+local bucket = { tag = 't', word = 'TOKENBUCKET', fname = 'rl_tokenbucket', name = 'token bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 6, short = 1, remembers = true }
 
 -- (u, f) capped at the capacity `cap` (whole units).
 local function capped(u, f, cap)
@@ -1754,6 +1760,7 @@ local function request(fname, algo, keys, args, want, now)
   return reply(d)
 end
 
+-- @scripts: hot
 -- Library functions as upvalues: a global and a field lookup less each, on every call. Taken
 -- at the first call: while a library loads, only `redis` is reachable.
 local find, match, format, call, byte, number, pcall_redis
@@ -1775,14 +1782,17 @@ local function plain(s)
   return n > 0 and n <= 8 and byte(s) ~= 48 and not find(s, '%D')
 end
 
+-- The functions with a hot path, and the tag of the state it reads.
+local HOT = { rl_gcra = 'g', rl_tokenbucket = 't' }
+
 -- The hot path of rl_gcra and rl_tokenbucket, for `L W [BURST B] [COST n]` written plainly
 -- (digits, no leading zero, the options in capitals, each once) on a key that holds nothing or
 -- that same policy: the general path's arithmetic (gcra.check, bucket.check, the stored
 -- formats, VALID) inlined, without the tables and parsing the general path builds, which cost
 -- more than the decision itself (docs/functions.md, cost). Any other call goes to `general`,
 -- which decides from the same instant when the hot path already read it.
-local function fast(algo, general)
-  local is_gcra = algo == gcra
+local function fast(tag, general)
+  local is_gcra = tag == 'g'
   -- The policies read before, by the L, W and B strings (B: L's when the call names no BURST,
   -- the same policy): { l, w, b, the stored value's prefix, its short and long patterns, the
   -- last state written under it (text, x, y, z) }. The values read: { text = { x, y, z, policy } }.
@@ -1846,7 +1856,7 @@ local function fast(algo, general)
       end
       -- The stored value's prefix (only letters, digits and spaces), and its short and long
       -- forms as patterns.
-      local prefix = algo.tag .. ' ' .. ls .. ' ' .. ws .. ' ' .. bs .. ' '
+      local prefix = tag .. ' ' .. ls .. ' ' .. ws .. ' ' .. bs .. ' '
       local sign = is_gcra and '(%d+)' or '(%-?%d+)'
       known = {
         l, w, b, prefix,
@@ -2037,6 +2047,7 @@ local function fast(algo, general)
     return { admitted and 1 or 0, b, remaining, retry, reset }
   end
 end
+-- @scripts: end hot
 
 local function limiter(fname, algo)
   return function(keys, args, now)
@@ -2504,8 +2515,8 @@ end
 for i = 1, #LIST do
   local algo = LIST[i]
   local body = algo.shaper and guarded(shaped) or guarded(limiter(algo.fname, algo))
-  if algo.hot then
-    body = fast(algo, body)
+  if HOT[algo.fname] then
+    body = fast(HOT[algo.fname], body)
   end
   redis.register_function(algo.fname, body)
 end

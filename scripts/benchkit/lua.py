@@ -140,21 +140,35 @@ def with_shas(text, shas):
 
 
 # The scripts backend (docs/functions.md, backends): where FUNCTION is refused, each function of
-# the library is served as its own script, generated from the library's one source: the
-# `#!lua name=` line dropped (EVAL reads `#!lua` as its own shebang), `redis.register_function`
-# collecting the library's functions in a table, and the script calling the one it serves with
-# its KEYS and ARGV. The client generates the same text (client/src/scripts.rs).
-SCRIPT_PRELUDE = (
-    "local registered_entries = {} "
-    "local function register_entry(name, callback) "
-    "if type(name) == 'table' then name, callback = name.function_name, name.callback end "
-    "registered_entries[name] = callback end\n")
-
-
+# the library is served as its own script, generated from the library's one source. The file's
+# marks split it: the lines before `-- @scripts: general` and the hot path (between
+# `-- @scripts: hot` and `-- @scripts: end hot`) run on every call; the rest is the body of one
+# function, run only when a call goes past the hot path (or has none), its
+# `redis.register_function` collecting the library's functions in a table. The `#!lua name=`
+# line is dropped (EVAL reads `#!lua` as its own shebang). The client generates the same text
+# (client/src/scripts.rs).
 def library_script(source, entry):
     """The script that serves the library function `entry` through EVALSHA."""
-    first, body = source.split("\n", 1)
-    if not first.startswith("#!lua"):
+    lines = source.split("\n")
+    if not lines[0].startswith("#!lua"):
         raise ValueError("the library starts with its #!lua line")
-    return (SCRIPT_PRELUDE + body.replace("redis.register_function", "register_entry")
-            + "\nreturn registered_entries['%s'](KEYS, ARGV)\n" % entry)
+    general = lines.index("-- @scripts: general")
+    hot, end = lines.index("-- @scripts: hot"), lines.index("-- @scripts: end hot")
+    rest = "\n".join(lines[general:hot] + lines[end + 1:])
+    return "\n".join([
+        "local registered_entries = {}",
+        "local function register_entry(name, callback)",
+        "  if type(name) == 'table' then name, callback = name.function_name, name.callback end",
+        "  registered_entries[name] = callback",
+        "end",
+    ] + lines[1:general] + lines[hot:end + 1] + [
+        "local function general_entry(keys, args, now)",
+        # The hot path has run when the general entry does: the registration takes the body.
+        "local fast = function(_, body) return body end",
+        rest.replace("redis.register_function", "register_entry"),
+        "return registered_entries['%s'](keys, args, now)" % entry,
+        "end",
+        "if HOT['%s'] then return fast(HOT['%s'], general_entry)(KEYS, ARGV) end" % (entry, entry),
+        "return general_entry(KEYS, ARGV)",
+        "",
+    ])
