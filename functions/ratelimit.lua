@@ -8,8 +8,9 @@ modules (managed Redis and Valkey 7+). Load it with
 and call `FCALL rl_gcra 1 key L W [BURST B] [COST n]` where the module has `RL.GCRA key L W ...`:
 the same arguments after the key, the same five-integer reply, the same errors (within the
 bounds below). Functions: rl_gcra rl_tokenbucket rl_slidinglog rl_slidingcounter rl_fixedwindow
-rl_shape rl_lease rl_refund rl_charge rl_all rl_peek (read-only: `no-writes`, FCALL_RO and replicas).
-docs/functions.md is the long form: bounds, stored formats, what differs.
+rl_shape rl_lease rl_refund rl_charge rl_all rl_peek (read-only: `no-writes`, FCALL_RO and replicas),
+rl_version (read-only: the library's version, LIBRARY_VERSION below).
+docs/functions.md is the long form: bounds, stored formats, what differs, versions.
 
 Exactness. Lua numbers are doubles, exact for integers below 2^53. Time is whole milliseconds
 (`TIME`, read once per call, rounded down), and the continuous algorithms count in units where
@@ -49,6 +50,11 @@ these keys: a value is checked against its own header and the bounds before any 
 uses it (VALID, held_log, stored_log), else answered WRONGTYPE, so a call's work is bounded by its
 policy's L, never by what a value claims.
 ]]
+
+-- The library's version, MAJOR.MINOR, as `FCALL rl_version 0` answers it. A MINOR adds functions
+-- or options and keeps every reply and stored format; a MAJOR changes one. A client that needs
+-- MAJOR.MINOR works with any loaded MAJOR.MINOR' where MINOR' >= MINOR (client/src/library.rs).
+local LIBRARY_VERSION = '1.1'
 
 local MAX_AMOUNT = 10000000
 local MAX_RATE_WINDOW = 90000000
@@ -2525,3 +2531,4 @@ redis.register_function('rl_refund', guarded(refund))
 redis.register_function('rl_charge', guarded(charge))
 redis.register_function('rl_all', guarded(all))
 redis.register_function({ function_name = 'rl_peek', callback = guarded(peek), flags = { 'no-writes' } })
+redis.register_function({ function_name = 'rl_version', callback = function() return LIBRARY_VERSION end, flags = { 'no-writes' } })

@@ -1221,6 +1221,16 @@ fn the_shipped_file_reads_only_time() {
     cmd(&mut c, &["FCALL", "rl_gcra", "1", "f:k", "10", "1000"]).unwrap();
     assert!(cmd(&mut c, &["FCALL_RO", "rl_peek", "1", "f:k"]).is_ok());
     assert!(cmd(&mut c, &["FCALL_RO", "rl_gcra", "1", "f:k", "10", "1000"]).is_err());
+    // The version the header declares, read-only.
+    let declared = LIBRARY
+        .lines()
+        .find_map(|l| l.strip_prefix("local LIBRARY_VERSION = '"))
+        .and_then(|v| v.strip_suffix('\''))
+        .expect("the version line");
+    assert_eq!(
+        reply(&mut c, &words(&["FCALL_RO", "rl_version", "0"])),
+        Ok(Value::BulkString(declared.as_bytes().to_vec()))
+    );
 }
 
 /// The shipped file on the real clock: a fresh key's first reply, and a burst spent at once.
@@ -2063,7 +2073,14 @@ fn the_library_registers_one_function_per_algorithm_of_the_registry() {
         .iter()
         .map(|a| format!("rl_{}", a.word.to_ascii_lowercase()))
         .collect();
-    for f in ["rl_lease", "rl_refund", "rl_charge", "rl_all", "rl_peek"] {
+    for f in [
+        "rl_lease",
+        "rl_refund",
+        "rl_charge",
+        "rl_all",
+        "rl_peek",
+        "rl_version",
+    ] {
         expected.insert(f.to_string());
     }
     assert_eq!(registered, expected);

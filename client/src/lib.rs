@@ -26,16 +26,19 @@ mod deadline;
 mod error;
 mod fallback;
 pub mod http;
+mod install;
 mod journal;
 pub mod layer;
 mod lease;
 mod ledger;
+pub mod library;
 mod limit;
 mod limiter;
 mod local;
 mod metered;
 pub mod observe;
 mod reservation;
+pub mod scripts;
 pub mod store;
 mod sync;
 
@@ -47,6 +50,7 @@ pub use command::{
 pub use config::{Config, DEFAULT_MAX_DEADLINE};
 pub use error::{Error, UNAVAILABLE_CODES};
 pub use ledger::CHARGE_TOKEN_TTL;
+pub use library::{LoadLibrary, Version};
 pub use limit::{key_slot, sub_keys, Limit};
 pub use limiter::{Limiter, ShutdownReport, Stats};
 pub use reservation::{Reservation, Settlement, DEFAULT_GRACE};
