@@ -71,6 +71,21 @@ async fn load_on(store: &Store, node: &Node, replace: bool) -> Result<(), Error>
     Ok(())
 }
 
+/// The scripts backend: every entry's script cached on every master at connect (`SCRIPT
+/// LOAD`), so that no call pays for compiling one within its deadline.
+async fn scripts(store: &Store) -> Result<Backend, Error> {
+    for entry in crate::scripts::ENTRIES {
+        if let Some(script) = crate::scripts::script(entry) {
+            let load = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(&script.text)
+                .to_owned();
+            store.on_masters(&load).await?;
+        }
+    }
+    Ok(Backend::Scripts)
+}
+
 /// The backend of a store, installing the library where `load` allows.
 pub(crate) async fn detect(store: &Store, load: LoadLibrary) -> Result<Backend, Error> {
     let info = store
@@ -83,7 +98,7 @@ pub(crate) async fn detect(store: &Store, load: LoadLibrary) -> Result<Backend, 
         Ok(nodes) => nodes,
         Err(e) if function_refused(&e) => {
             log::info!("FUNCTION is refused ({e}): the ratelimit library is served through EVALSHA (the scripts backend)");
-            return Ok(Backend::Scripts);
+            return scripts(store).await;
         }
         Err(e) => return Err(e),
     };
@@ -110,7 +125,7 @@ pub(crate) async fn detect(store: &Store, load: LoadLibrary) -> Result<Backend, 
             "the ratelimit library is not loaded: served through EVALSHA (the scripts backend); \
              load it with `{LOAD_COMMAND}` or set REDIS_LOAD_LIBRARY=missing for FCALL"
         );
-        return Ok(Backend::Scripts);
+        return scripts(store).await;
     }
     Err(Error::Unsupported(format!(
         "the ratelimit library is loaded on some masters but not on {}: load it there with \

@@ -8,7 +8,9 @@
 //! store was down and the class is not billing). For the service:
 //! `ratelimit_service_config_load_{success,error}_total`,
 //! `ratelimit_service_call_should_rate_limit_{redis_error,service_error}_total`,
-//! `ratelimit_service_global_shadow_mode_total`, `ratelimit_service_store_calls_total`.
+//! `ratelimit_service_global_shadow_mode_total`, `ratelimit_service_store_calls_total`, and
+//! `ratelimit_service_store_backend{backend="module"|"functions"|"scripts"} 1`: how the store
+//! is reached (docs/functions.md, backends).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -51,6 +53,7 @@ type Field = fn(&RuleCounts) -> u64;
 pub struct Metrics {
     rules: Mutex<BTreeMap<(String, &'static str), RuleCounts>>,
     service: Mutex<BTreeMap<&'static str, u64>>,
+    backend: Mutex<&'static str>,
 }
 
 impl Metrics {
@@ -61,6 +64,11 @@ impl Metrics {
             .entry((key.to_string(), class))
             .or_default()
             .add(counts);
+    }
+
+    /// The store's backend, as `Backend::name` says it.
+    pub fn set_backend(&self, backend: &'static str) {
+        *self.backend.lock().unwrap_or_else(|p| p.into_inner()) = backend;
     }
 
     pub fn service(&self, name: &'static str, by: u64) {
@@ -133,6 +141,13 @@ impl Metrics {
         for (k, v) in service {
             out += &format!(
                 "# TYPE ratelimit_service_{k}_total counter\nratelimit_service_{k}_total {v}\n"
+            );
+        }
+        let backend = *self.backend.lock().unwrap_or_else(|p| p.into_inner());
+        if !backend.is_empty() {
+            out += &format!(
+                "# TYPE ratelimit_service_store_backend gauge\n\
+                 ratelimit_service_store_backend{{backend=\"{backend}\"}} 1\n"
             );
         }
         out

@@ -74,12 +74,18 @@ pub async fn connect(settings: &Settings) -> Result<Store, String> {
     let urls = settings.redis_urls()?;
     let store = if settings.redis_type == "CLUSTER" {
         let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-        Store::connect_cluster(&nodes).await
+        Store::connect_cluster_with(&nodes, settings.load_library).await
     } else {
         let url = urls.first().ok_or("REDIS_URL is empty")?;
-        Store::connect(url).await
+        Store::connect_with(url, settings.load_library).await
     };
-    store.map_err(|e| format!("the store at {}: {e}", settings.redis_url))
+    let store = store.map_err(|e| format!("the store at {}: {e}", settings.redis_url))?;
+    log::info!(
+        "the store at {} answers through the {} backend",
+        settings.redis_url,
+        store.backend().name()
+    );
+    Ok(store)
 }
 
 /// Starts everything on the settings' ports (0: any free one) with the system clock.
@@ -99,6 +105,7 @@ pub async fn start_with_clock(
         config.domains.len()
     );
     let store = connect(&settings).await?;
+    let backend = store.backend().name();
     let limiter = Limiter::new(
         store,
         ratelimit_client::Config {
@@ -125,6 +132,7 @@ pub async fn start_with_clock(
         serving: AtomicBool::new(true),
     });
     let metrics = service.metrics.clone();
+    metrics.set_backend(backend);
     let http_task = tokio::spawn(http::serve(
         http_listener,
         metrics.clone(),

@@ -67,6 +67,8 @@ pub struct Redis {
     dir: PathBuf,
     extra: Vec<String>,
     child: Option<Child>,
+    /// Whether the module is loaded (else a managed service's server, for the library).
+    module: bool,
 }
 
 /// A port for a Cluster node: its bus port (+10000) free too and below 65536.
@@ -103,16 +105,29 @@ impl Redis {
         )
     }
 
+    /// A server without the module, on the real clock, with more configuration
+    /// (`--rename-command FUNCTION ""`): the library's backends.
+    pub fn plain(extra: &[&str]) -> Redis {
+        Redis::spawned(extra, free_port, false)
+    }
+
     fn start_with(extra: &[&str], port: fn() -> u16) -> Redis {
+        Redis::spawned(extra, port, true)
+    }
+
+    fn spawned(extra: &[&str], port: fn() -> u16, module: bool) -> Redis {
         for _ in 0..5 {
             let mut r = Redis {
                 port: port(),
                 dir: scratch("redis"),
                 extra: extra.iter().map(|s| s.to_string()).collect(),
                 child: None,
+                module,
             };
             if r.spawn() {
-                r.clock_set(T0_MS);
+                if module {
+                    r.clock_set(T0_MS);
+                }
                 return r;
             }
         }
@@ -124,8 +139,16 @@ impl Redis {
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--dir", &self.dir.display().to_string(), "--save", ""])
             .args(["--appendonly", "no", "--logfile", "redis.log"])
-            .args(["--loadmodule", &module_path().display().to_string()])
-            .args(["DEBUG-CLOCK", "yes"])
+            .args(if self.module {
+                vec![
+                    "--loadmodule".to_string(),
+                    module_path().display().to_string(),
+                    "DEBUG-CLOCK".to_string(),
+                    "yes".to_string(),
+                ]
+            } else {
+                Vec::new()
+            })
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
