@@ -238,10 +238,11 @@ impl Store {
     }
 
     /// `RL.SETTLE numkeys key … ALGORITHM L W [BURST B] BY d …`: each limiter settled by its own
-    /// difference in one atomic call (one hash slot on a Cluster). The Functions library has no
-    /// `RL.SETTLE`: there, one `rl_charge` or `rl_refund` per limiter, not atomic.
+    /// difference in one atomic call (one hash slot on a Cluster). The library (Functions or
+    /// scripts backend) has no `RL.SETTLE`: there, one `rl_charge` or `rl_refund` per limiter,
+    /// not atomic.
     pub async fn settle(&self, limiters: &[(&str, Policy, i64)]) -> Result<AllDecision, Error> {
-        if self.backend() == crate::command::Backend::Functions {
+        if self.backend() != crate::command::Backend::Module {
             return self.settle_each(limiters).await;
         }
         let keys: Vec<&str> = limiters.iter().map(|(k, _, _)| *k).collect();

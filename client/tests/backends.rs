@@ -80,6 +80,17 @@ async fn table(store: &Store) -> Vec<Vec<i64>> {
             out.push(l.reply().to_vec());
         }
     }
+    // A post-response settle: one limiter charged 3 more, the other given 1 back.
+    let settled = store
+        .settle(&[
+            ("t:{a}:1", Policy::gcra(5, 60_000), 3),
+            ("t:{a}:2", Policy::fixed_window(3, 86_400_000), -1),
+        ])
+        .await
+        .unwrap();
+    for l in &settled.limiters {
+        out.push(l.reply().to_vec());
+    }
     out
 }
 
