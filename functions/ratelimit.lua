@@ -2176,7 +2176,7 @@ local CHARGE_POLICIES = {
   GCRA = gcra, TOKENBUCKET = bucket, SLIDINGLOG = log, SLIDINGCOUNTER = counter, FIXEDWINDOW = fixed,
 }
 
-local function charge(keys, args)
+local function charge(keys, args, now)
   if #keys ~= 1 or #args < 1 then
     arity('rl_charge')
   end
@@ -2202,7 +2202,7 @@ local function charge(keys, args)
     end
     accepts(given, gp)
   end
-  local now = now_ms()
+  now = now or now_ms()
   local h = held(keys[1], given, false, now)
   if h and given and h.algo ~= given then
     wrong_type('a ' .. h.algo.name .. ' limiter', given.name, false)
@@ -2225,12 +2225,12 @@ local function charge(keys, args)
 end
 
 -- FCALL rl_refund 1 key n: gives back n unspent tokens under the stored policy.
-local function refund(keys, args)
+local function refund(keys, args, now)
   if #keys ~= 1 or #args ~= 1 then
     arity('rl_refund')
   end
   local n = parse_int('n', args[1], 1, MAX_AMOUNT)
-  local now = now_ms()
+  now = now or now_ms()
   local h = held(keys[1], nil, false, now)
   if not h then
     return false
@@ -2266,15 +2266,16 @@ local function refund(keys, args)
   -- A debt (after rl_charge) shrinks while `remaining` stays 0: what it shrank counts.
   local shrank = idiv(math.max(counted(algo, h.state, p, now) - counted(algo, next, p, now), 0), p.w)
   after.allowed = math.min(math.max(after.remaining - before, shrank), n)
-  return reply(after)
+  -- Second: what RL.SETTLE counts as given back (the whole tokens the count went down by).
+  return reply(after), math.min(shrank, n)
 end
 
 -- FCALL rl_peek 1 key: what a cost-1 request would get now under the stored policy.
-local function peek(keys, args)
+local function peek(keys, args, now)
   if #keys ~= 1 or #args ~= 0 then
     arity('rl_peek')
   end
-  local now = now_ms()
+  now = now or now_ms()
   local h = held(keys[1], nil, false, now)
   if not h then
     return false
@@ -2495,6 +2496,111 @@ local function all(keys, args)
   return out
 end
 
+-- FCALL rl_settle numkeys key [key ...] limiter [limiter ...], a limiter `ALGORITHM L W
+-- [BURST B] BY d` (src/command/settle.rs, RL.SETTLE): one served request settled over all its
+-- limiters at once, each by its own signed difference: charged as rl_charge charges (into debt
+-- if need be; a missing key created under the limiter's policy) when d > 0, given back as
+-- rl_refund does when d < 0, looked at when 0. Never denied. Every key is checked before any
+-- changes. The reply: the combined answer (field 1: 1 when every charge counted in full), then
+-- each limiter's (field 1: the tokens it moved, then its peek after the settle).
+local function settle_all(keys, args)
+  local n = #keys
+  if #args < 1 then
+    arity('rl_settle')
+  end
+  if n < 1 or n > MAX_LIMITERS then
+    invalid('numkeys', num(n), 1, MAX_LIMITERS)
+  end
+  local seen = {}
+  for _, k in ipairs(keys) do
+    if seen[k] then
+      fail("ERR key '" .. echo(k) .. "' is named twice; each key has one limiter")
+    end
+    seen[k] = true
+  end
+  local parts, i = {}, 1
+  local function by_word(w)
+    return string.upper(w) == 'BY'
+  end
+  for _, key in ipairs(keys) do
+    local word = args[i]
+    if word == nil then
+      fail(string.format("ERR no limiter for key '%s': expected %d limiters, one per key", echo(key), n))
+    end
+    local algo = ALL[string.upper(word)]
+    if not algo then
+      fail("ERR unknown algorithm '" .. echo(word) .. "'; expected " .. ALL_EXPECTED)
+    end
+    local p, _, j = parse_limiter('rl_settle', algo, args, i + 1, false, by_word)
+    if args[j] == nil or args[j + 1] == nil then
+      fail('ERR option BY needs a value')
+    end
+    local d = args[j + 1]
+    local sign = 1
+    if string.sub(d, 1, 1) == '-' then
+      sign, d = -1, string.sub(d, 2)
+    end
+    parts[#parts + 1] = { key = key, algo = algo, policy = p, by = sign * parse_int('BY', d, 0, MAX_AMOUNT) }
+    i = j + 2
+  end
+  if args[i] ~= nil then
+    fail('ERR more limiters than keys: numkeys is ' .. n)
+  end
+  local now = now_ms()
+  -- Every key checked first: an error leaves every key as it was.
+  for _, part in ipairs(parts) do
+    accepts(part.algo, part.policy)
+    held_as(part.key, part.algo, true, now)
+  end
+  local each, in_full = {}, true
+  for _, part in ipairs(parts) do
+    local algo, p, by = part.algo, part.policy, part.by
+    local r
+    if by > 0 then
+      local words = { num(by), 'POLICY', algo.word, num(p.l), num(p.w) }
+      if algo.burst then
+        words[6], words[7] = 'BURST', num(p.b)
+      end
+      r = charge({ part.key }, words, now)
+      in_full = in_full and r[1] == by
+    elseif by < 0 then
+      local moved
+      r, moved = refund({ part.key }, { num(-by) }, now)
+      if r then
+        r[1] = moved
+      end
+    else
+      r = peek({ part.key }, {}, now)
+      if r then
+        r[1] = 0
+      end
+    end
+    if not r then
+      -- A missing key has nothing to give back: its limiter's answer with nothing stored.
+      r = reply((algo.check(nil, p, now, 0)))
+      r[1] = 0
+    end
+    each[#each + 1] = r
+  end
+  local tightest, retry, reset = each[1], -1, 0
+  for _, r in ipairs(each) do
+    if r[3] < tightest[3] then
+      tightest = r
+    end
+    if r[4] > retry then
+      retry = r[4]
+    end
+    if r[5] > reset then
+      reset = r[5]
+    end
+  end
+  local out = { { in_full and 1 or 0, tightest[2], tightest[3], retry, reset } }
+  for _, r in ipairs(each) do
+    out[#out + 1] = r
+  end
+  return out
+end
+
 -- Runs a function, turning the errors it raises with `fail` (and those of redis.call) into
 -- plain error replies, without the script trace Redis appends to a raised error.
 local function guarded(body)
@@ -2530,5 +2636,6 @@ redis.register_function('rl_lease', guarded(lease))
 redis.register_function('rl_refund', guarded(refund))
 redis.register_function('rl_charge', guarded(charge))
 redis.register_function('rl_all', guarded(all))
+redis.register_function('rl_settle', guarded(settle_all))
 redis.register_function({ function_name = 'rl_peek', callback = guarded(peek), flags = { 'no-writes' } })
 redis.register_function({ function_name = 'rl_version', callback = function() return LIBRARY_VERSION end, flags = { 'no-writes' } })

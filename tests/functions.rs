@@ -1932,6 +1932,9 @@ fn charge_call(rng: &mut Rng, limiters: &[Limiter]) -> Call {
     let (command, function, name, burst) = ALGORITHMS[lim.algo];
     let p = lim.policies[0];
     let (m, f) = (format!("m:{key}"), format!("f:{key}"));
+    if rng.below(6) == 0 {
+        return settle_call(rng, limiters);
+    }
     let (mut module, mut library, args) = match rng.below(10) {
         0..=3 => {
             let mut args = p.args(burst);
@@ -1974,12 +1977,45 @@ fn charge_call(rng: &mut Rng, limiters: &[Limiter]) -> Call {
     }
 }
 
+/// RL.SETTLE over 1 to 3 distinct keys, each by a random signed difference (0 included).
+fn settle_call(rng: &mut Rng, limiters: &[Limiter]) -> Call {
+    let n = 1 + rng.below(3.min(limiters.len() as u64)) as usize;
+    let mut chosen: Vec<usize> = Vec::new();
+    while chosen.len() < n {
+        let j = rng.below(limiters.len() as u64) as usize;
+        if !chosen.contains(&j) {
+            chosen.push(j);
+        }
+    }
+    let keys: Vec<String> = chosen.iter().map(|j| format!("k{j}")).collect();
+    let mut module = vec!["RL.SETTLE".to_string(), n.to_string()];
+    module.extend(keys.iter().map(|k| format!("m:{k}")));
+    let mut library = vec!["FCALL".into(), "rl_settle".into(), n.to_string()];
+    library.extend(keys.iter().map(|k| format!("f:{k}")));
+    for &j in &chosen {
+        let lim = &limiters[j];
+        let (_, _, name, burst) = ALGORITHMS[lim.algo];
+        let p = lim.policies[0];
+        let by = rng.below(4 * p.b + 1) as i64 - 2 * p.b as i64;
+        let mut part = vec![name.to_string()];
+        part.extend(p.args(burst));
+        part.extend(["BY".to_string(), by.to_string()]);
+        module.extend(part.clone());
+        library.extend(part);
+    }
+    Call {
+        module,
+        library,
+        keys,
+    }
+}
+
 /// Requests, charges into debt (and keys created in debt), refunds and peeks: every reply and
 /// every key's absolute expiry equal to the module's.
 #[test]
 fn charges_agree_with_the_module() {
     let (_s, mut c) = both();
-    let mut charged = 0;
+    let (mut charged, mut settled) = (0, 0);
     for seed in 1..=60u64 {
         let mut rng = Rng(seed * 0x5851_f42d);
         let lims = limiters(&mut rng, 1);
@@ -1996,16 +2032,19 @@ fn charges_agree_with_the_module() {
                 call.module, call.library
             );
             charged += usize::from(call.module[0] == "RL.CHARGE" && m.is_ok());
-            let k = &call.keys[0];
-            assert_eq!(
-                pexpiretime(&mut c, &format!("m:{k}")),
-                pexpiretime(&mut c, &format!("f:{k}")),
-                "seed {seed} call {n} at {now}: expiry of {k} after {:?}",
-                call.module
-            );
+            for k in &call.keys {
+                assert_eq!(
+                    pexpiretime(&mut c, &format!("m:{k}")),
+                    pexpiretime(&mut c, &format!("f:{k}")),
+                    "seed {seed} call {n} at {now}: expiry of {k} after {:?}",
+                    call.module
+                );
+            }
+            settled += usize::from(call.module[0] == "RL.SETTLE" && m.is_ok());
         }
     }
-    assert!(charged > 500, "{charged} charges");
+    assert!(charged > 400, "{charged} charges");
+    assert!(settled > 300, "{settled} settles");
 }
 
 #[test]
@@ -2079,6 +2118,7 @@ fn the_library_registers_one_function_per_algorithm_of_the_registry() {
         "rl_charge",
         "rl_all",
         "rl_peek",
+        "rl_settle",
         "rl_version",
     ] {
         expected.insert(f.to_string());

@@ -280,7 +280,7 @@ impl Backend {
         match self {
             Backend::Module => {
                 cmd = redis::cmd(&format!("RL.{name}"));
-                if name == "ALL" {
+                if name == "ALL" || name == "SETTLE" {
                     cmd.arg(keys.len());
                 }
             }

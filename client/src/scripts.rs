@@ -88,7 +88,7 @@ pub fn by_sha(sha: &str) -> Option<&'static Script> {
 }
 
 /// Every function a client calls.
-pub const ENTRIES: [&str; 12] = [
+pub const ENTRIES: [&str; 13] = [
     "rl_gcra",
     "rl_tokenbucket",
     "rl_slidinglog",
@@ -100,6 +100,7 @@ pub const ENTRIES: [&str; 12] = [
     "rl_charge",
     "rl_peek",
     "rl_all",
+    "rl_settle",
     "rl_version",
 ];
 
