@@ -11,7 +11,28 @@ use redis::{Cmd, Value};
 use crate::command::Backend;
 use crate::error::Error;
 use crate::library::{verdict, LoadLibrary, Verdict, Version, LIBRARY_SOURCE, LOAD_COMMAND};
-use crate::store::{Node, Store};
+
+/// A master of the store: `None` for a standalone server, a Cluster node's host and port.
+#[derive(Clone, Debug)]
+pub(crate) struct Node(pub(crate) Option<(String, u16)>);
+
+impl std::fmt::Display for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            None => write!(f, "the server"),
+            Some((host, port)) => write!(f, "{host}:{port}"),
+        }
+    }
+}
+
+/// What installing needs of a store: a command to it, to each master, to one master, and the
+/// same store with the deadline of a load.
+pub(crate) trait Masters: Sized {
+    async fn query(&self, cmd: &Cmd) -> Result<Value, Error>;
+    async fn on_masters(&self, cmd: &Cmd) -> Result<Vec<(Node, Value)>, Error>;
+    async fn on_node(&self, node: &Node, cmd: &Cmd) -> Result<Value, Error>;
+    fn loading(&self) -> Self;
+}
 
 /// The deadline of a library load (compiling it takes longer than a decision), and of the
 /// `EVAL` that caches a script on a server that lacked it.
@@ -28,7 +49,7 @@ fn function_refused(e: &Error) -> bool {
 }
 
 /// Each master and whether it holds the library (`FUNCTION LIST LIBRARYNAME ratelimit`).
-async fn holders(store: &Store) -> Result<Vec<(Node, bool)>, Error> {
+async fn holders(store: &impl Masters) -> Result<Vec<(Node, bool)>, Error> {
     let list = redis::cmd("FUNCTION")
         .arg("LIST")
         .arg("LIBRARYNAME")
@@ -43,7 +64,7 @@ async fn holders(store: &Store) -> Result<Vec<(Node, bool)>, Error> {
 }
 
 /// The version a master's library answers; None when it has no `rl_version` (before 1.1).
-async fn version_on(store: &Store, node: &Node) -> Result<Option<Version>, Error> {
+async fn version_on(store: &impl Masters, node: &Node) -> Result<Option<Version>, Error> {
     let cmd = redis::cmd("FCALL_RO").arg("rl_version").arg(0).to_owned();
     match store.on_node(node, &cmd).await {
         Ok(Value::BulkString(b)) => Ok(std::str::from_utf8(&b).ok().and_then(|s| s.parse().ok())),
@@ -55,7 +76,7 @@ async fn version_on(store: &Store, node: &Node) -> Result<Option<Version>, Error
     }
 }
 
-async fn load_on(store: &Store, node: &Node, replace: bool) -> Result<(), Error> {
+async fn load_on(store: &impl Masters, node: &Node, replace: bool) -> Result<(), Error> {
     let mut cmd = redis::cmd("FUNCTION");
     cmd.arg("LOAD");
     if replace {
@@ -73,7 +94,7 @@ async fn load_on(store: &Store, node: &Node, replace: bool) -> Result<(), Error>
 
 /// The scripts backend: every entry's script cached on every master at connect (`SCRIPT
 /// LOAD`), so that no call pays for compiling one within its deadline.
-async fn scripts(store: &Store) -> Result<Backend, Error> {
+async fn scripts(store: &impl Masters) -> Result<Backend, Error> {
     for entry in crate::scripts::ENTRIES {
         if let Some(script) = crate::scripts::script(entry) {
             let load = redis::cmd("SCRIPT")
@@ -87,7 +108,7 @@ async fn scripts(store: &Store) -> Result<Backend, Error> {
 }
 
 /// The backend of a store, installing the library where `load` allows.
-pub(crate) async fn detect(store: &Store, load: LoadLibrary) -> Result<Backend, Error> {
+pub(crate) async fn detect(store: &impl Masters, load: LoadLibrary) -> Result<Backend, Error> {
     let info = store
         .query(redis::cmd("COMMAND").arg("INFO").arg("rl.gcra"))
         .await?;
@@ -136,8 +157,8 @@ pub(crate) async fn detect(store: &Store, load: LoadLibrary) -> Result<Backend, 
 
 /// Loads the library on every master that lacks it (one found without it after a failover or
 /// a resharding): `FUNCTION LOAD`, never over a library already there.
-pub(crate) async fn load_where_absent(store: &Store) -> Result<(), Error> {
-    let store = &store.clone().with_deadline(LOAD_DEADLINE);
+pub(crate) async fn load_where_absent(store: &impl Masters) -> Result<(), Error> {
+    let store = &store.loading();
     for (node, held) in holders(store).await? {
         if !held {
             load_on(store, &node, false).await?;

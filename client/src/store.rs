@@ -13,6 +13,7 @@ use crate::bounded::{BoundedConnection, Reconnecting};
 
 use crate::command::{ints, AllDecision, Backend, Decision, Policy, Shape, ShapeDelay, Shaped};
 use crate::error::Error;
+use crate::install::{Masters, Node, LOAD_DEADLINE};
 use crate::library::LoadLibrary;
 
 /// The default deadline of one store call: a few milliseconds, so that a slow store costs a
@@ -33,19 +34,6 @@ pub struct Store {
     backend: Backend,
     deadline: Duration,
     load: LoadLibrary,
-}
-
-/// A master of the store: `None` for a standalone server, a Cluster node's host and port.
-#[derive(Clone, Debug)]
-pub(crate) struct Node(Option<(String, u16)>);
-
-impl std::fmt::Display for Node {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.0 {
-            None => write!(f, "the server"),
-            Some((host, port)) => write!(f, "{host}:{port}"),
-        }
-    }
 }
 
 impl Store {
@@ -91,61 +79,13 @@ impl Store {
         let mut store = Store {
             conn,
             backend: Backend::Module,
-            deadline: crate::install::LOAD_DEADLINE,
+            deadline: LOAD_DEADLINE,
             load,
         };
         store.backend = crate::install::detect(&store, load).await?;
         log::info!("ratelimit store backend: {}", store.backend.name());
         store.deadline = DEFAULT_DEADLINE;
         Ok(store)
-    }
-
-    /// A command on every master: each one's reply (a standalone server is its one master).
-    pub(crate) async fn on_masters(&self, cmd: &Cmd) -> Result<Vec<(Node, Value)>, Error> {
-        use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
-        match &self.conn {
-            Conn::Standalone(_) => Ok(vec![(Node(None), self.query_once(cmd).await?)]),
-            Conn::Cluster(c) => {
-                let all = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
-                let reply = tokio::time::timeout(self.deadline, c.clone().route_command(cmd, all))
-                    .await
-                    .map_err(|_| Error::Timeout)??;
-                let Value::Map(replies) = reply else {
-                    return Err(Error::Reply(format!("per-node replies {reply:?}")));
-                };
-                let mut out = Vec::new();
-                for (addr, v) in replies {
-                    let addr = match addr {
-                        Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-                        other => return Err(Error::Reply(format!("node address {other:?}"))),
-                    };
-                    let (host, port) = addr
-                        .rsplit_once(':')
-                        .and_then(|(h, p)| Some((h.to_string(), p.parse().ok()?)))
-                        .ok_or_else(|| Error::Reply(format!("node address {addr}")))?;
-                    out.push((Node(Some((host, port))), v.extract_error()?));
-                }
-                Ok(out)
-            }
-        }
-    }
-
-    /// A command on one master.
-    pub(crate) async fn on_node(&self, node: &Node, cmd: &Cmd) -> Result<Value, Error> {
-        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-        match (&self.conn, &node.0) {
-            (Conn::Cluster(c), Some((host, port))) => {
-                let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                    host: host.clone(),
-                    port: *port,
-                });
-                let reply = tokio::time::timeout(self.deadline, c.clone().route_command(cmd, to))
-                    .await
-                    .map_err(|_| Error::Timeout)??;
-                Ok(reply.extract_error()?)
-            }
-            _ => self.query_once(cmd).await,
-        }
     }
 
     /// The same store with another deadline per call.
@@ -183,7 +123,7 @@ impl Store {
             {
                 match crate::install::eval_of(cmd) {
                     Some(eval) => {
-                        let slow = self.clone().with_deadline(crate::install::LOAD_DEADLINE);
+                        let slow = self.clone().with_deadline(LOAD_DEADLINE);
                         slow.query_once(&eval).await
                     }
                     None => Err(Error::Unsupported(t)),
@@ -337,5 +277,63 @@ impl Store {
             }
             other => Err(Error::Reply(format!("RL.ALL reply {other:?}"))),
         }
+    }
+}
+
+impl Masters for Store {
+    async fn query(&self, cmd: &Cmd) -> Result<Value, Error> {
+        Store::query(self, cmd).await
+    }
+
+    /// A command on every master: each one's reply (a standalone server is its one master).
+    async fn on_masters(&self, cmd: &Cmd) -> Result<Vec<(Node, Value)>, Error> {
+        use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+        match &self.conn {
+            Conn::Standalone(_) => Ok(vec![(Node(None), self.query_once(cmd).await?)]),
+            Conn::Cluster(c) => {
+                let all = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                let reply = tokio::time::timeout(self.deadline, c.clone().route_command(cmd, all))
+                    .await
+                    .map_err(|_| Error::Timeout)??;
+                let Value::Map(replies) = reply else {
+                    return Err(Error::Reply(format!("per-node replies {reply:?}")));
+                };
+                let mut out = Vec::new();
+                for (addr, v) in replies {
+                    let addr = match addr {
+                        Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+                        other => return Err(Error::Reply(format!("node address {other:?}"))),
+                    };
+                    let (host, port) = addr
+                        .rsplit_once(':')
+                        .and_then(|(h, p)| Some((h.to_string(), p.parse().ok()?)))
+                        .ok_or_else(|| Error::Reply(format!("node address {addr}")))?;
+                    out.push((Node(Some((host, port))), v.extract_error()?));
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// A command on one master.
+    async fn on_node(&self, node: &Node, cmd: &Cmd) -> Result<Value, Error> {
+        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+        match (&self.conn, &node.0) {
+            (Conn::Cluster(c), Some((host, port))) => {
+                let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
+                });
+                let reply = tokio::time::timeout(self.deadline, c.clone().route_command(cmd, to))
+                    .await
+                    .map_err(|_| Error::Timeout)??;
+                Ok(reply.extract_error()?)
+            }
+            _ => self.query_once(cmd).await,
+        }
+    }
+
+    fn loading(&self) -> Store {
+        self.clone().with_deadline(LOAD_DEADLINE)
     }
 }
