@@ -90,3 +90,52 @@ async fn the_module_the_library_and_the_scripts_decide_alike() {
     assert!(backend_line(&rls).contains("\"scripts\""));
     assert!(locked.calls("evalsha") > 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_gets_the_library_on_every_master_and_again_where_it_went() {
+    let nodes = create_cluster((0..3).map(|_| Redis::plain_cluster_node()).collect());
+    let urls: Vec<String> = nodes.iter().map(Redis::url).collect();
+    let urls = urls.join(",");
+    let held = |n: &Redis| -> bool {
+        let list: Vec<redis::Value> = n.cmd(
+            redis::cmd("FUNCTION")
+                .arg("LIST")
+                .arg("LIBRARYNAME")
+                .arg("ratelimit"),
+        );
+        !list.is_empty()
+    };
+    assert!(nodes.iter().all(|n| !held(n)));
+    // A generous deadline: the reload below runs within the call that finds the library gone.
+    let mut rls = Rls::start(
+        &nodes[0],
+        SHOP,
+        &[
+            ("REDIS_TYPE", "CLUSTER"),
+            ("REDIS_URL", &urls),
+            ("REDIS_LOAD_LIBRARY", "missing"),
+            ("RLS_DEADLINE_MS", "5000"),
+        ],
+    )
+    .await;
+    assert!(nodes.iter().all(held), "loaded on every master");
+    assert!(backend_line(&rls).contains("\"functions\""));
+    let r = rls.ask(simple("shop", &[&[("client", "a")]])).await;
+    assert_eq!(codes(&r), (OK, vec![(OK, 2)]));
+
+    // The master of the domain's slot loses the library (a node replaced after a failover):
+    // the next call loads it there again and is decided by the store.
+    let slot: i64 = nodes[0].cmd(redis::cmd("CLUSTER").arg("KEYSLOT").arg("{shop}"));
+    let owner = nodes
+        .iter()
+        .find(|n| {
+            let keys: Vec<String> =
+                n.cmd(redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(10));
+            !keys.is_empty()
+        })
+        .expect("the domain's keys on one master");
+    let _: String = owner.cmd(redis::cmd("FUNCTION").arg("DELETE").arg("ratelimit"));
+    let r = rls.ask(simple("shop", &[&[("client", "a")]])).await;
+    assert_eq!(codes(&r), (OK, vec![(OK, 1)]));
+    assert!(held(owner));
+}

@@ -105,6 +105,20 @@ impl Redis {
         )
     }
 
+    /// A Cluster node without the module (not yet part of a cluster).
+    pub fn plain_cluster_node() -> Redis {
+        Redis::spawned(
+            &[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ],
+            cluster_port,
+            false,
+        )
+    }
+
     /// A server without the module, on the real clock, with more configuration
     /// (`--rename-command FUNCTION ""`): the library's backends.
     pub fn plain(extra: &[&str]) -> Redis {
@@ -372,4 +386,40 @@ pub fn codes(r: &RateLimitResponse) -> (i32, Vec<(i32, u32)>) {
             .map(|s| (s.code, s.limit_remaining))
             .collect(),
     )
+}
+
+/// Makes the nodes one Cluster of masters (no replicas, every slot covered) and waits until
+/// every node says it is up.
+pub fn create_cluster(nodes: Vec<Redis>) -> Vec<Redis> {
+    let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
+    args.extend(nodes.iter().map(Redis::url));
+    args.extend([
+        "--cluster-replicas".into(),
+        "0".into(),
+        "--cluster-yes".into(),
+    ]);
+    let out = Command::new("redis-cli")
+        .args(&args)
+        .output()
+        .expect("redis-cli");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for n in &nodes {
+        loop {
+            let info: String = n.cmd(redis::cmd("CLUSTER").arg("INFO"));
+            if info.contains("cluster_state:ok") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not come up: {info}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    nodes
 }
