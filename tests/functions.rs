@@ -324,6 +324,65 @@ fn traces_agree_with_the_module() {
     }
 }
 
+/// The scripts backend (client/src/scripts.rs: one script per function, generated from the
+/// library) on the same random traces, every reply and expiry equal to the module's. A script
+/// keeps nothing between calls, so its test copy's clock reads a key the test sets.
+#[test]
+fn the_scripts_backend_agrees_with_the_module() {
+    let clock = LIBRARY
+        .lines()
+        .find(|l| l.starts_with("local function now_ms()"))
+        .expect("the clock line");
+    let source = LIBRARY.replacen(
+        clock,
+        "local function now_ms() return tonumber(redis.call('GET', 'rl-test-clock')) end",
+        1,
+    );
+    let (_s, mut c) = both();
+    let mut shas = std::collections::HashMap::new();
+    for entry in ratelimit_client::scripts::ENTRIES {
+        let script = ratelimit_client::scripts::generate(&source, entry).expect("the marks");
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(&script)
+            .query(&mut c)
+            .unwrap();
+        shas.insert(entry.to_string(), sha);
+    }
+    let mut answered = 0;
+    for seed in 1..=30u64 {
+        let mut rng = Rng(seed * 0x2545_f491);
+        let lims = limiters(&mut rng, 1);
+        cmd(&mut c, &["FLUSHALL"]).unwrap();
+        let mut now = T0_MS + rng.below(1_000_000);
+        for n in 0..60 {
+            now = next_instant(&mut rng, now);
+            clock_set(&mut c, now);
+            cmd(&mut c, &["SET", "rl-test-clock", &now.to_string()]).unwrap();
+            let call = if n % 5 == 4 {
+                charge_call(&mut rng, &lims)
+            } else {
+                random_call(&mut rng, &lims)
+            };
+            let mut script = call.library.clone();
+            script[0] = "EVALSHA".into();
+            script[1] = shas[&call.library[1]].clone();
+            let (m, f) = (reply(&mut c, &call.module), reply(&mut c, &script));
+            answered += usize::from(f.is_ok());
+            assert_eq!(m, f, "seed {seed} call {n} at {now}: {:?}", call.module);
+            for k in &call.keys {
+                assert_eq!(
+                    pexpiretime(&mut c, &format!("m:{k}")),
+                    pexpiretime(&mut c, &format!("f:{k}")),
+                    "seed {seed} call {n} at {now}: expiry of {k} after {:?}",
+                    call.module
+                );
+            }
+        }
+    }
+    assert!(answered > 1000, "{answered} answered");
+}
+
 /////////////////////////////////////////////////////////////////////////////////////////////////
 // Policy changes. GCRA, token-bucket, fixed-window, sliding-counter and shaper keys remember
 // configurations by the module's rule (src/algo/step.rs: up to eight per key, each charged what
