@@ -9,7 +9,8 @@ and call `FCALL rl_gcra 1 key L W [BURST B] [COST n]` where the module has `RL.G
 the same arguments after the key, the same five-integer reply, the same errors (within the
 bounds below). Functions: rl_gcra rl_tokenbucket rl_slidinglog rl_slidingcounter rl_fixedwindow
 rl_shape rl_lease rl_refund rl_charge rl_all rl_peek (read-only: `no-writes`, FCALL_RO and replicas),
-rl_version (read-only: the library's version, LIBRARY_VERSION below).
+rl_settle (RL.SETTLE), rl_version (read-only: the library's version, LIBRARY_VERSION below);
+rl_inspect rl_throttle rl_share rl_demand only say that they need the module.
 docs/functions.md is the long form: bounds, stored formats, what differs, versions.
 
 Exactness. Lua numbers are doubles, exact for integers below 2^53. Time is whole milliseconds
@@ -2638,4 +2639,14 @@ redis.register_function('rl_charge', guarded(charge))
 redis.register_function('rl_all', guarded(all))
 redis.register_function('rl_settle', guarded(settle_all))
 redis.register_function({ function_name = 'rl_peek', callback = guarded(peek), flags = { 'no-writes' } })
+-- What only the module does (docs/functions.md, what differs): the call says so, where Redis would
+-- answer "Function not found".
+-- (Both spellings by hand: while a library loads, only `redis` is reachable.)
+local MODULE_ONLY = { { 'INSPECT', 'rl_inspect' }, { 'THROTTLE', 'rl_throttle' }, { 'SHARE', 'rl_share' }, { 'DEMAND', 'rl_demand' } }
+for i = 1, #MODULE_ONLY do
+  local word, fname = MODULE_ONLY[i][1], MODULE_ONLY[i][2]
+  redis.register_function({ function_name = fname, flags = { 'no-writes' }, callback = function()
+    return { err = 'ERR RL.' .. word .. ' needs the redis-ratelimit module: the Functions library has no equivalent (docs/functions.md, what differs)' }
+  end })
+end
 redis.register_function({ function_name = 'rl_version', callback = function() return LIBRARY_VERSION end, flags = { 'no-writes' } })
