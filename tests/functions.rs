@@ -2188,7 +2188,10 @@ fn the_library_registers_one_function_per_algorithm_of_the_registry() {
     }
     // What only the module does says so.
     let err = reply(&mut c, &words(&["FCALL", "rl_inspect", "1", "k"])).unwrap_err();
-    assert!(err.contains("RL.INSPECT needs the redis-ratelimit module"), "{err}");
+    assert!(
+        err.contains("RL.INSPECT needs the redis-ratelimit module"),
+        "{err}"
+    );
     assert_eq!(registered, expected);
     let limiters: Vec<&str> = registry
         .iter()

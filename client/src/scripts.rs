@@ -8,7 +8,8 @@
 //! `-- @scripts: hot` and `-- @scripts: end hot`) run on every call; the rest becomes the body of
 //! one function, run only when a call goes past the hot path (or has none), its
 //! `redis.register_function` collecting the library's functions in a table. The `#!lua` line is
-//! dropped: `EVAL` reads `#!lua` as its own shebang. scripts/benchkit/lua.py generates the same.
+//! dropped: `EVAL` reads `#!lua` as its own shebang. scripts/benchkit/lua.py generates them the
+//! same way for the bench.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;

@@ -145,7 +145,7 @@ def with_shas(text, shas):
 # `-- @scripts: hot` and `-- @scripts: end hot`) run on every call; the rest is the body of one
 # function, run only when a call goes past the hot path (or has none), its
 # `redis.register_function` collecting the library's functions in a table. The `#!lua name=`
-# line is dropped (EVAL reads `#!lua` as its own shebang). The client generates the same text
+# line is dropped (EVAL reads `#!lua` as its own shebang). The client generates its scripts the same way
 # (client/src/scripts.rs).
 def library_script(source, entry):
     """The script that serves the library function `entry` through EVALSHA."""
