@@ -2,6 +2,8 @@
 # make test  — every test: unit, property and integration (real redis-server on loopback)
 # make lint  — rustfmt and clippy, warnings are errors
 # make bench — performance against INCR and Lua limiters (see README)
+# make bench-functions — the Functions library (FCALL, and EVALSHA as the scripts backend) against
+#                        go-redis/redis_rate's allowN script, on a server without the module (docs/functions.md)
 # make bench-client — the gateway client's added latency: healthy, leased, stalled, in flight at a freeze, OOM, the billing journal, a token gateway (docs/client.md)
 # make bench-regions — the budget controller on three regions: utilization, over-issue, convergence,
 #                      CPU at 100,000 keys; writes docs/regions.svg (docs/regions.md)
@@ -10,7 +12,7 @@
 #                    force beside legitimate users, on the debug clock (docs/login.md; ARGS="--scale 10")
 # make test-servers — the integration tests against each server built from ../shared/servers
 #                     (SERVERS="redis-7.2.6 ..." picks some; TESTS="--test NAME" some tests)
-.PHONY: deps build release run test lint bench bench-client bench-regions bench-rls bench-login test-servers
+.PHONY: deps build release run test lint bench bench-functions bench-client bench-regions bench-rls bench-login test-servers
 
 deps:
 	@scripts/install-deps
@@ -36,6 +38,9 @@ lint:
 
 bench: release
 	scripts/bench
+
+bench-functions: deps
+	scripts/bench functions
 
 bench-client: release
 	cargo run --release -p redis-ratelimit-client --example bench

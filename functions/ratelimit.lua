@@ -8,8 +8,10 @@ modules (managed Redis and Valkey 7+). Load it with
 and call `FCALL rl_gcra 1 key L W [BURST B] [COST n]` where the module has `RL.GCRA key L W ...`:
 the same arguments after the key, the same five-integer reply, the same errors (within the
 bounds below). Functions: rl_gcra rl_tokenbucket rl_slidinglog rl_slidingcounter rl_fixedwindow
-rl_shape rl_lease rl_refund rl_charge rl_all rl_peek (read-only: `no-writes`, FCALL_RO and replicas).
-docs/functions.md is the long form: bounds, stored formats, what differs.
+rl_shape rl_lease rl_refund rl_charge rl_all rl_peek (read-only: `no-writes`, FCALL_RO and replicas),
+rl_settle (RL.SETTLE), rl_version (read-only: the library's version, LIBRARY_VERSION below);
+rl_inspect rl_throttle rl_share rl_demand only say that they need the module.
+docs/functions.md is the long form: bounds, stored formats, what differs, versions.
 
 Exactness. Lua numbers are doubles, exact for integers below 2^53. Time is whole milliseconds
 (`TIME`, read once per call, rounded down), and the continuous algorithms count in units where
@@ -72,6 +74,10 @@ entry's name), and what each holds.
                refund (rl_refund), peek (rl_peek), shaped (rl_shape), all (rl_all), lease
                (rl_lease), guarded (the error boundary) and the registrations at the end
 ]]
+-- The library's version, MAJOR.MINOR, as `FCALL rl_version 0` answers it. A MINOR adds functions
+-- or options and keeps every reply and stored format; a MAJOR changes one. A client that needs
+-- MAJOR.MINOR works with any loaded MAJOR.MINOR' where MINOR' >= MINOR (client/src/library.rs).
+local LIBRARY_VERSION = '1.2'
 
 local MAX_AMOUNT = 10000000
 local MAX_RATE_WINDOW = 90000000
@@ -96,9 +102,11 @@ local MIN_TTL_MS = 1000
 -- more (`overflowed`).
 local MAX_CONFIGURATIONS = 8
 
+-- The second TIME last answered, as its text and in ms: the calls of one second convert it once.
+local time_s, time_ms = false, 0
 -- The clock: whole milliseconds of the server's TIME. tests/functions.rs replaces the next line
 -- in the copy it loads (and only there) with a clock it sets; nothing else reads the time.
-local function now_ms() local t = redis.call('TIME') local ms = t[2] / 1000 return t[1] * 1000 + ms - ms % 1 end
+local function now_ms() local t = redis.call('TIME') local s, ms = t[1], t[2] / 1000 if s ~= time_s then time_s, time_ms = s, s * 1000 end return time_ms + ms - ms % 1 end
 
 -- floor(a / b) for integers below 2^53 in magnitude, b > 0: the quotient of doubles is
 -- corrected by its remainder, so it is exact.
@@ -195,6 +203,12 @@ local function ms_up(u, f, l)
   return cdiv(u, l)
 end
 
+-- @scripts: general
+-- (The scripts backend, where FUNCTION is refused, serves each function as a script generated
+-- from this file, which runs the lines above and a hot path (between the two marks below) on
+-- every call, and the rest only when the hot path hands a call on: see docs/functions.md,
+-- backends. What a hot path uses is defined above this mark.)
+
 -- An amount (u, f) counted in `from`'s units, in `to`'s: rounded up when `up` (a debt never
 -- shrinks), down otherwise (a balance never grows), to the nanosecond unit as the module does.
 -- Every product stays below 2^53: r·W and b·10^6 + f·W with r, b < W <= 9·10^7.
@@ -214,7 +228,7 @@ end
 
 -- GCRA (src/algo/gcra.rs). State { tm, tr, tf }: the theoretical arrival time, (tm·L + tr)·10^6
 -- + tf units of a nanosecond.
-local gcra = { tag = 'g', word = 'GCRA', fname = 'rl_gcra', hot = true, name = 'GCRA', burst = true, max_w = MAX_RATE_WINDOW, fields = 6, short = 2, remembers = true }
+local gcra = { tag = 'g', word = 'GCRA', fname = 'rl_gcra', name = 'GCRA', burst = true, max_w = MAX_RATE_WINDOW, fields = 6, short = 2, remembers = true }
 
 -- The debt at now, (u, f): how far the arrival time is ahead of now.
 local function gcra_debt(s, p, now)
@@ -306,7 +320,7 @@ end
 -- in between, and may be below empty (t < 0): the bucket is a function of absolute time, as
 -- GCRA's arrival time is. The module stores a debt as a refill that starts later, to the
 -- nanosecond; here it is the negative balance itself, the same at every instant.
-local bucket = { tag = 't', word = 'TOKENBUCKET', fname = 'rl_tokenbucket', hot = true, name = 'token bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 6, short = 1, remembers = true }
+local bucket = { tag = 't', word = 'TOKENBUCKET', fname = 'rl_tokenbucket', name = 'token bucket', burst = true, max_w = MAX_RATE_WINDOW, fields = 6, short = 1, remembers = true }
 
 -- (u, f) capped at the capacity `cap` (whole units).
 local function capped(u, f, cap)
@@ -1775,12 +1789,21 @@ local function request(fname, algo, keys, args, want, now)
   return reply(d)
 end
 
+-- @scripts: hot
 -- Library functions as upvalues: a global and a field lookup less each, on every call. Taken
 -- at the first call: while a library loads, only `redis` is reachable.
 local find, match, format, call, byte, number, pcall_redis
 -- How far ahead an arrival time (a last refill) may lie under any L: (MAX_UNITS + CLOCK_SLACK)
 -- / MAX_AMOUNT ms (CLOCK_SLACK / MAX_AMOUNT ms).
 local ANY_AHEAD, ANY_BACK = 500000000, 100000000
+-- What a hot path remembers between calls (nothing it needs: each is a shortcut to what it would
+-- compute): at most MAX_POLICIES policies and MAX_SEEN stored values (of at most MAX_SEEN_BYTES)
+-- with their numbers per function, then it starts afresh, so that arguments and stored values
+-- cannot grow them without bound.
+local MAX_POLICIES, MAX_SEEN, MAX_SEEN_BYTES = 256, 1024, 110
+-- The last PXAT written, as the number and its digits: a key's expiry changes once a
+-- millisecond, not once a call.
+local last_px, last_pxs = -1, ''
 
 -- 1 to 8 digits, the first not 0: an argument the general path reads as the same number.
 local function plain(s)
@@ -1788,109 +1811,160 @@ local function plain(s)
   return n > 0 and n <= 8 and byte(s) ~= 48 and not find(s, '%D')
 end
 
--- Policies the hot path has read, per algorithm: { L, W, prefix } by the L and W strings, so a
--- repeated policy is neither parsed nor formatted again. At most 256 per algorithm (then the
--- table starts afresh): arguments cannot grow it without bound.
-local POLICIES, POLICY_COUNT = { [gcra] = {}, [bucket] = {} }, { [gcra] = 0, [bucket] = 0 }
+-- The functions with a hot path, and the tag of the state it reads.
+local HOT = { rl_gcra = 'g', rl_tokenbucket = 't' }
 
-local function remember(algo, ls, ws, known)
-  if POLICY_COUNT[algo] >= 256 then
-    POLICIES[algo], POLICY_COUNT[algo] = {}, 0
-  end
-  local by_w = POLICIES[algo][ls]
-  if not by_w then
-    by_w = {}
-    POLICIES[algo][ls] = by_w
-  end
-  by_w[ws] = known
-  POLICY_COUNT[algo] = POLICY_COUNT[algo] + 1
-end
-
--- The hot path of rl_gcra and rl_tokenbucket, for `L W` or `L W COST n` written plainly (digits,
--- no leading zero, COST in capitals) on a key that holds nothing or that same policy: the
--- general path's arithmetic (gcra.check, bucket.check, the stored formats, VALID) inlined, without
--- the tables and parsing the general path builds, which cost more than the decision itself
--- (docs/functions.md, cost). Any other call goes to `general`, which decides from the same
--- instant when the hot path already read it.
-local function fast(algo, general)
+-- The hot path of rl_gcra and rl_tokenbucket, for `L W [BURST B] [COST n]` written plainly
+-- (digits, no leading zero, the options in capitals, each once) on a key that holds nothing or
+-- that same policy: the general path's arithmetic (gcra.check, bucket.check, the stored
+-- formats, VALID) inlined, without the tables and parsing the general path builds, which cost
+-- more than the decision itself (docs/functions.md, cost). Any other call goes to `general`,
+-- which decides from the same instant when the hot path already read it.
+local function fast(tag, general)
+  local is_gcra = tag == 'g'
+  -- The policies read before, by the L, W and B strings (B: L's when the call names no BURST,
+  -- the same policy): { l, w, b, the stored value's prefix, its short and long patterns, the
+  -- last state written under it (text, x, y, z) }. The values read: { text = { x, y, z, policy } }.
+  local policies, count, seen, seen_count = {}, 0, {}, 0
   return function(keys, args)
     if not find then
       find, match, format, call = string.find, string.match, string.format, redis.call
       byte, number, pcall_redis = string.byte, tonumber, redis.pcall
     end
-    local ls, ws, cost = args[1], args[2], 1
-    if #keys ~= 1 or ls == nil or ws == nil then
+    local ls, ws = args[1], args[2]
+    if ws == nil or #keys ~= 1 then
       return general(keys, args)
     end
-    if args[3] ~= nil then
-      local cs = args[4]
-      if args[3] ~= 'COST' or cs == nil or args[5] ~= nil or not (cs == '0' or plain(cs)) then
+    local bs, cs = ls, nil
+    local o = args[3]
+    if o ~= nil then
+      local v, bursted = args[4], false
+      if v == nil then
+        return general(keys, args)
+      elseif o == 'BURST' then
+        bs, bursted = v, true
+      elseif o == 'COST' then
+        cs = v
+      else
         return general(keys, args)
       end
-      cost = number(cs)
+      o = args[5]
+      if o ~= nil then
+        v = args[6]
+        if v == nil or args[7] ~= nil then
+          return general(keys, args)
+        elseif o == 'COST' and cs == nil then
+          cs = v
+        elseif o == 'BURST' and not bursted then
+          bs = v
+        else
+          return general(keys, args)
+        end
+      end
     end
-    -- The policy as parsed before (L, W and the stored value's prefix), else parsed now.
-    local known = POLICIES[algo][ls]
+    local cost = 1
+    if cs ~= nil and cs ~= '1' then
+      if cs == '0' then
+        cost = 0
+      elseif plain(cs) then
+        cost = number(cs)
+      else
+        return general(keys, args)
+      end
+    end
+    local known = policies[ls]
     known = known and known[ws]
+    known = known and known[bs]
     if not known then
-      if not plain(ls) or not plain(ws) then
+      if not plain(ls) or not plain(ws) or not plain(bs) then
         return general(keys, args)
       end
-      local l, w = number(ls), number(ws)
-      if l > MAX_AMOUNT or w > MAX_RATE_WINDOW then
+      local l, w, b = number(ls), number(ws), number(bs)
+      if l > MAX_AMOUNT or w > MAX_RATE_WINDOW or b > MAX_AMOUNT or b * w > MAX_REFILL_MS * l then
         return general(keys, args)
       end
-      -- The stored value's prefix, and its short and long forms as patterns (the prefix holds
-      -- only letters, digits and spaces).
-      local prefix = algo.tag .. ' ' .. ls .. ' ' .. ws .. ' ' .. ls .. ' '
-      local sign = algo == bucket and '(%-?%d+)' or '(%d+)'
+      -- The stored value's prefix (only letters, digits and spaces), and its short and long
+      -- forms as patterns.
+      local prefix = tag .. ' ' .. ls .. ' ' .. ws .. ' ' .. bs .. ' '
+      local sign = is_gcra and '(%d+)' or '(%-?%d+)'
       known = {
-        l, w, prefix,
-        '^' .. prefix .. (algo == gcra and '(%d+)$' or sign .. ' (%d+)$'),
+        l, w, b, prefix,
+        '^' .. prefix .. (is_gcra and '(%d+)$' or sign .. ' (%d+)$'),
         '^' .. prefix .. sign .. ' (%d+) (%d+)$',
+        false, 0, 0, 0,
       }
-      remember(algo, ls, ws, known)
+      if count >= MAX_POLICIES then
+        policies, count = {}, 0
+      end
+      local by_w = policies[ls]
+      if not by_w then
+        by_w = {}
+        policies[ls] = by_w
+      end
+      local by_b = by_w[ws]
+      if not by_b then
+        by_b = {}
+        by_w[ws] = by_b
+      end
+      by_b[bs] = known
+      count = count + 1
     end
-    local l, w, prefix = known[1], known[2], known[3]
-    if cost > l then
+    local l, w, b = known[1], known[2], known[3]
+    if cost > b then
       return general(keys, args)
     end
     local now = now_ms()
     local key = keys[1]
     local v = pcall_redis('GET', key)
-    local cap, asked = l * w, (cost > 0 and cost or 1) * w
+    local cap, asked = b * w, (cost > 0 and cost or 1) * w
     local x, y, z
     if v ~= false then
-      if type(v) ~= 'string' then
-        return general(keys, args, now)
-      end
-      -- The policy's own patterns (known[4], known[5]), the short form first: (tat_ms) or
-      -- (tokens, last_ms), the remainders 0.
-      if algo == gcra then
-        x = match(v, known[4])
-        if x then
-          x, y, z = number(x), 0, 0
-        else
-          x, y, z = match(v, known[5])
-          x, y, z = number(x), number(y), number(z)
-        end
+      if v == known[7] then
+        x, y, z = known[8], known[9], known[10]
       else
-        x, z = match(v, known[4])
-        if x then
-          x, y, z = number(x), 0, number(z)
+        local got = seen[v]
+        if got and got[4] == known then
+          x, y, z = got[1], got[2], got[3]
         else
-          x, y, z = match(v, known[5])
-          x, y, z = number(x), number(y), number(z)
+          -- Longer than the general path reads (numbers()), or not a string: its answer.
+          if type(v) ~= 'string' or #v > MAX_SEEN_BYTES then
+            return general(keys, args, now)
+          end
+          -- The policy's own patterns, the short form first: (tat_ms) or (tokens, last_ms),
+          -- the remainders 0.
+          if is_gcra then
+            x = match(v, known[5])
+            if x then
+              x, y, z = number(x), 0, 0
+            else
+              x, y, z = match(v, known[6])
+              x, y, z = number(x), number(y), number(z)
+            end
+          else
+            x, z = match(v, known[5])
+            if x then
+              x, y, z = number(x), 0, number(z)
+            else
+              x, y, z = match(v, known[6])
+              x, y, z = number(x), number(y), number(z)
+            end
+          end
+          if not z or x > MAX_STORED or x < -MAX_STORED or y > MAX_STORED or z > MAX_STORED then
+            return general(keys, args, now)
+          end
+          if seen_count >= MAX_SEEN then
+            seen, seen_count = {}, 0
+          end
+          seen[v] = { x, y, z, known }
+          seen_count = seen_count + 1
         end
-      end
-      if not z or x > MAX_STORED or x < -MAX_STORED or y > MAX_STORED or z > MAX_STORED then
-        return general(keys, args, now)
       end
     end
-    local admitted, retry, reset, remaining, state
-    if algo == gcra then
+    local admitted, retry, reset, remaining, tm, tr, f
+    if is_gcra then
       -- x, y, z: tat_ms, tat_rem, tat_ns. The debt (d, f) at now.
-      local d, f = 0, 0
+      local d
+      d, f = 0, 0
       if x then
         if y >= l or z >= NS or (x - now > ANY_AHEAD and x - now > idiv(MAX_UNITS + CLOCK_SLACK, l)) then
           return general(keys, args, now)
@@ -1902,23 +1976,42 @@ local function fast(algo, general)
       local needed = d + asked
       admitted = needed < cap or (needed == cap and f == 0)
       local after = (admitted and cost > 0) and needed or d
+      -- Whole tokens in cap − (after, f), one fewer when f eats into the last: idiv, written
+      -- out (a call less on every request).
       local room = cap - after
       remaining = 0
       if room > 0 then
-        remaining = idiv(f > 0 and room - 1 or room, w)
+        if f > 0 then
+          room = room - 1
+        end
+        local q = room / w
+        q = q - q % 1
+        local r = room - q * w
+        if r < 0 then
+          q = q - 1
+        elseif r >= w then
+          q = q + 1
+        end
+        remaining = q
       end
       retry = (not admitted) and ms_up(needed - cap, f, l) or -1
       -- ms_up(after, f, l), from the one division the stored state needs too.
-      local whole = idiv(after, l)
-      local tr = after - whole * l
-      reset = (tr > 0 or f > 0) and whole + 1 or whole
+      local q = after / l
+      q = q - q % 1
+      local r = after - q * l
+      if r < 0 then
+        q, r = q - 1, r + l
+      elseif r >= l then
+        q, r = q + 1, r - l
+      end
+      reset = (r > 0 or f > 0) and q + 1 or q
       if admitted and cost > 0 then
-        local tm = now + whole
-        state = format(tr == 0 and f == 0 and '%s%d' or '%s%d %d %d', prefix, tm, tr, f)
+        tm, tr = now + q, r
       end
     else
       -- x, y, z: tokens, tokens_ns, last_ms. The balance (u, f) at now, as `balance`.
-      local u, f = cap, 0
+      local u
+      u, f = cap, 0
       if x then
         if x > cap or x < -MAX_UNITS or y >= NS or (x == cap and y > 0) or (z - now > ANY_BACK and z - now > idiv(CLOCK_SLACK, l)) then
           return general(keys, args, now)
@@ -1957,16 +2050,33 @@ local function fast(algo, general)
       end
       reset = r > 0 and q + 1 or q
       if admitted and cost > 0 then
-        state = format(f == 0 and '%s%d %d' or '%s%d %d %d', prefix, after, f == 0 and now or f, now)
+        -- The stored fields (tokens, tokens_ns, last_ms), in x, y, z's order.
+        tm, tr = after, f
+        f = now
       end
     end
-    if state then
-      -- A number argument reaches Redis as "%.17g": exact digits below 2^53.
-      call('SET', key, state, 'PXAT', now + (reset > MIN_TTL_MS and reset or MIN_TTL_MS))
+    if tm then
+      -- The state's text: the last one written when it is the same (a burst of new keys in one
+      -- millisecond writes one), else formatted; the short form when its remainder is 0.
+      local state = known[7]
+      if tm ~= known[8] or tr ~= known[9] or f ~= known[10] or not state then
+        if is_gcra then
+          state = format((tr == 0 and f == 0) and '%s%d' or '%s%d %d %d', known[4], tm, tr, f)
+        else
+          state = format(tr == 0 and '%s%d %d' or '%s%d %d %d', known[4], tm, tr == 0 and f or tr, f)
+        end
+        known[7], known[8], known[9], known[10] = state, tm, tr, f
+      end
+      local px = now + (reset > MIN_TTL_MS and reset or MIN_TTL_MS)
+      if px ~= last_px then
+        last_px, last_pxs = px, format('%d', px)
+      end
+      call('SET', key, state, 'PXAT', last_pxs)
     end
-    return { admitted and 1 or 0, l, remaining, retry, reset }
+    return { admitted and 1 or 0, b, remaining, retry, reset }
   end
 end
+-- @scripts: end hot
 
 local function limiter(fname, algo)
   return function(keys, args, now)
@@ -2089,7 +2199,7 @@ local CHARGE_POLICIES = {
   GCRA = gcra, TOKENBUCKET = bucket, SLIDINGLOG = log, SLIDINGCOUNTER = counter, FIXEDWINDOW = fixed,
 }
 
-local function charge(keys, args)
+local function charge(keys, args, now)
   if #keys ~= 1 or #args < 1 then
     arity('rl_charge')
   end
@@ -2115,7 +2225,7 @@ local function charge(keys, args)
     end
     accepts(given, gp)
   end
-  local now = now_ms()
+  now = now or now_ms()
   local h = held(keys[1], given, false, now)
   if h and given and h.algo ~= given then
     wrong_type('a ' .. h.algo.name .. ' limiter', given.name, false)
@@ -2138,12 +2248,12 @@ local function charge(keys, args)
 end
 
 -- FCALL rl_refund 1 key n: gives back n unspent tokens under the stored policy.
-local function refund(keys, args)
+local function refund(keys, args, now)
   if #keys ~= 1 or #args ~= 1 then
     arity('rl_refund')
   end
   local n = parse_int('n', args[1], 1, MAX_AMOUNT)
-  local now = now_ms()
+  now = now or now_ms()
   local h = held(keys[1], nil, false, now)
   if not h then
     return false
@@ -2179,15 +2289,16 @@ local function refund(keys, args)
   -- A debt (after rl_charge) shrinks while `remaining` stays 0: what it shrank counts.
   local shrank = idiv(math.max(counted(algo, h.state, p, now) - counted(algo, next, p, now), 0), p.w)
   after.allowed = math.min(math.max(after.remaining - before, shrank), n)
-  return reply(after)
+  -- Second: what RL.SETTLE counts as given back (the whole tokens the count went down by).
+  return reply(after), math.min(shrank, n)
 end
 
 -- FCALL rl_peek 1 key: what a cost-1 request would get now under the stored policy.
-local function peek(keys, args)
+local function peek(keys, args, now)
   if #keys ~= 1 or #args ~= 0 then
     arity('rl_peek')
   end
-  local now = now_ms()
+  now = now or now_ms()
   local h = held(keys[1], nil, false, now)
   if not h then
     return false
@@ -2408,6 +2519,111 @@ local function all(keys, args)
   return out
 end
 
+-- FCALL rl_settle numkeys key [key ...] limiter [limiter ...], a limiter `ALGORITHM L W
+-- [BURST B] BY d` (src/command/settle.rs, RL.SETTLE): one served request settled over all its
+-- limiters at once, each by its own signed difference: charged as rl_charge charges (into debt
+-- if need be; a missing key created under the limiter's policy) when d > 0, given back as
+-- rl_refund does when d < 0, looked at when 0. Never denied. Every key is checked before any
+-- changes. The reply: the combined answer (field 1: 1 when every charge counted in full), then
+-- each limiter's (field 1: the tokens it moved, then its peek after the settle).
+local function settle_all(keys, args)
+  local n = #keys
+  if #args < 1 then
+    arity('rl_settle')
+  end
+  if n < 1 or n > MAX_LIMITERS then
+    invalid('numkeys', num(n), 1, MAX_LIMITERS)
+  end
+  local seen = {}
+  for _, k in ipairs(keys) do
+    if seen[k] then
+      fail("ERR key '" .. echo(k) .. "' is named twice; each key has one limiter")
+    end
+    seen[k] = true
+  end
+  local parts, i = {}, 1
+  local function by_word(w)
+    return string.upper(w) == 'BY'
+  end
+  for _, key in ipairs(keys) do
+    local word = args[i]
+    if word == nil then
+      fail(string.format("ERR no limiter for key '%s': expected %d limiters, one per key", echo(key), n))
+    end
+    local algo = ALL[string.upper(word)]
+    if not algo then
+      fail("ERR unknown algorithm '" .. echo(word) .. "'; expected " .. ALL_EXPECTED)
+    end
+    local p, _, j = parse_limiter('rl_settle', algo, args, i + 1, false, by_word)
+    if args[j] == nil or args[j + 1] == nil then
+      fail('ERR option BY needs a value')
+    end
+    local d = args[j + 1]
+    local sign = 1
+    if string.sub(d, 1, 1) == '-' then
+      sign, d = -1, string.sub(d, 2)
+    end
+    parts[#parts + 1] = { key = key, algo = algo, policy = p, by = sign * parse_int('BY', d, 0, MAX_AMOUNT) }
+    i = j + 2
+  end
+  if args[i] ~= nil then
+    fail('ERR more limiters than keys: numkeys is ' .. n)
+  end
+  local now = now_ms()
+  -- Every key checked first: an error leaves every key as it was.
+  for _, part in ipairs(parts) do
+    accepts(part.algo, part.policy)
+    held_as(part.key, part.algo, true, now)
+  end
+  local each, in_full = {}, true
+  for _, part in ipairs(parts) do
+    local algo, p, by = part.algo, part.policy, part.by
+    local r
+    if by > 0 then
+      local words = { num(by), 'POLICY', algo.word, num(p.l), num(p.w) }
+      if algo.burst then
+        words[6], words[7] = 'BURST', num(p.b)
+      end
+      r = charge({ part.key }, words, now)
+      in_full = in_full and r[1] == by
+    elseif by < 0 then
+      local moved
+      r, moved = refund({ part.key }, { num(-by) }, now)
+      if r then
+        r[1] = moved
+      end
+    else
+      r = peek({ part.key }, {}, now)
+      if r then
+        r[1] = 0
+      end
+    end
+    if not r then
+      -- A missing key has nothing to give back: its limiter's answer with nothing stored.
+      r = reply((algo.check(nil, p, now, 0)))
+      r[1] = 0
+    end
+    each[#each + 1] = r
+  end
+  local tightest, retry, reset = each[1], -1, 0
+  for _, r in ipairs(each) do
+    if r[3] < tightest[3] then
+      tightest = r
+    end
+    if r[4] > retry then
+      retry = r[4]
+    end
+    if r[5] > reset then
+      reset = r[5]
+    end
+  end
+  local out = { { in_full and 1 or 0, tightest[2], tightest[3], retry, reset } }
+  for _, r in ipairs(each) do
+    out[#out + 1] = r
+  end
+  return out
+end
+
 -- Runs a function, turning the errors it raises with `fail` (and those of redis.call) into
 -- plain error replies, without the script trace Redis appends to a raised error.
 local function guarded(body)
@@ -2434,8 +2650,8 @@ end
 for i = 1, #LIST do
   local algo = LIST[i]
   local body = algo.shaper and guarded(shaped) or guarded(limiter(algo.fname, algo))
-  if algo.hot then
-    body = fast(algo, body)
+  if HOT[algo.fname] then
+    body = fast(HOT[algo.fname], body)
   end
   redis.register_function(algo.fname, body)
 end
@@ -2443,6 +2659,7 @@ redis.register_function('rl_lease', guarded(lease))
 redis.register_function('rl_refund', guarded(refund))
 redis.register_function('rl_charge', guarded(charge))
 redis.register_function('rl_all', guarded(all))
+redis.register_function('rl_settle', guarded(settle_all))
 redis.register_function({ function_name = 'rl_peek', callback = guarded(peek), flags = { 'no-writes' } })
 
 ------------------------------------------------------------------------------------------------
@@ -2540,3 +2757,14 @@ function concurrency.call(keys, args)
 end
 
 redis.register_function('rl_concurrency', guarded(concurrency.call))
+-- What only the module does (docs/functions.md, what differs): the call says so, where Redis would
+-- answer "Function not found".
+-- (Both spellings by hand: while a library loads, only `redis` is reachable.)
+local MODULE_ONLY = { { 'INSPECT', 'rl_inspect' }, { 'THROTTLE', 'rl_throttle' }, { 'SHARE', 'rl_share' }, { 'DEMAND', 'rl_demand' } }
+for i = 1, #MODULE_ONLY do
+  local word, fname = MODULE_ONLY[i][1], MODULE_ONLY[i][2]
+  redis.register_function({ function_name = fname, flags = { 'no-writes' }, callback = function()
+    return { err = 'ERR RL.' .. word .. ' needs the redis-ratelimit module: the Functions library has no equivalent (docs/functions.md, what differs)' }
+  end })
+end
+redis.register_function({ function_name = 'rl_version', callback = function() return LIBRARY_VERSION end, flags = { 'no-writes' } })

@@ -324,6 +324,65 @@ fn traces_agree_with_the_module() {
     }
 }
 
+/// The scripts backend (client/src/scripts.rs: one script per function, generated from the
+/// library) on the same random traces, every reply and expiry equal to the module's. A script
+/// keeps nothing between calls, so its test copy's clock reads a key the test sets.
+#[test]
+fn the_scripts_backend_agrees_with_the_module() {
+    let clock = LIBRARY
+        .lines()
+        .find(|l| l.starts_with("local function now_ms()"))
+        .expect("the clock line");
+    let source = LIBRARY.replacen(
+        clock,
+        "local function now_ms() return tonumber(redis.call('GET', 'rl-test-clock')) end",
+        1,
+    );
+    let (_s, mut c) = both();
+    let mut shas = std::collections::HashMap::new();
+    for entry in ratelimit_client::scripts::ENTRIES {
+        let script = ratelimit_client::scripts::generate(&source, entry).expect("the marks");
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(&script)
+            .query(&mut c)
+            .unwrap();
+        shas.insert(entry.to_string(), sha);
+    }
+    let mut answered = 0;
+    for seed in 1..=30u64 {
+        let mut rng = Rng(seed * 0x2545_f491);
+        let lims = limiters(&mut rng, 1);
+        cmd(&mut c, &["FLUSHALL"]).unwrap();
+        let mut now = T0_MS + rng.below(1_000_000);
+        for n in 0..60 {
+            now = next_instant(&mut rng, now);
+            clock_set(&mut c, now);
+            cmd(&mut c, &["SET", "rl-test-clock", &now.to_string()]).unwrap();
+            let call = if n % 5 == 4 {
+                charge_call(&mut rng, &lims)
+            } else {
+                random_call(&mut rng, &lims)
+            };
+            let mut script = call.library.clone();
+            script[0] = "EVALSHA".into();
+            script[1] = shas[&call.library[1]].clone();
+            let (m, f) = (reply(&mut c, &call.module), reply(&mut c, &script));
+            answered += usize::from(f.is_ok());
+            assert_eq!(m, f, "seed {seed} call {n} at {now}: {:?}", call.module);
+            for k in &call.keys {
+                assert_eq!(
+                    pexpiretime(&mut c, &format!("m:{k}")),
+                    pexpiretime(&mut c, &format!("f:{k}")),
+                    "seed {seed} call {n} at {now}: expiry of {k} after {:?}",
+                    call.module
+                );
+            }
+        }
+    }
+    assert!(answered > 1000, "{answered} answered");
+}
+
 /////////////////////////////////////////////////////////////////////////////////////////////////
 // Policy changes. GCRA, token-bucket, fixed-window, sliding-counter and shaper keys remember
 // configurations by the module's rule (src/algo/step.rs: up to eight per key, each charged what
@@ -1290,6 +1349,16 @@ fn the_shipped_file_reads_only_time() {
     cmd(&mut c, &["FCALL", "rl_gcra", "1", "f:k", "10", "1000"]).unwrap();
     assert!(cmd(&mut c, &["FCALL_RO", "rl_peek", "1", "f:k"]).is_ok());
     assert!(cmd(&mut c, &["FCALL_RO", "rl_gcra", "1", "f:k", "10", "1000"]).is_err());
+    // The version the header declares, read-only.
+    let declared = LIBRARY
+        .lines()
+        .find_map(|l| l.strip_prefix("local LIBRARY_VERSION = '"))
+        .and_then(|v| v.strip_suffix('\''))
+        .expect("the version line");
+    assert_eq!(
+        reply(&mut c, &words(&["FCALL_RO", "rl_version", "0"])),
+        Ok(Value::BulkString(declared.as_bytes().to_vec()))
+    );
 }
 
 /// The shipped file on the real clock: a fresh key's first reply, and a burst spent at once.
@@ -1991,6 +2060,9 @@ fn charge_call(rng: &mut Rng, limiters: &[Limiter]) -> Call {
     let (command, function, name, burst) = ALGORITHMS[lim.algo];
     let p = lim.policies[0];
     let (m, f) = (format!("m:{key}"), format!("f:{key}"));
+    if rng.below(6) == 0 {
+        return settle_call(rng, limiters);
+    }
     let (mut module, mut library, args) = match rng.below(10) {
         0..=3 => {
             let mut args = p.args(burst);
@@ -2033,12 +2105,45 @@ fn charge_call(rng: &mut Rng, limiters: &[Limiter]) -> Call {
     }
 }
 
+/// RL.SETTLE over 1 to 3 distinct keys, each by a random signed difference (0 included).
+fn settle_call(rng: &mut Rng, limiters: &[Limiter]) -> Call {
+    let n = 1 + rng.below(3.min(limiters.len() as u64)) as usize;
+    let mut chosen: Vec<usize> = Vec::new();
+    while chosen.len() < n {
+        let j = rng.below(limiters.len() as u64) as usize;
+        if !chosen.contains(&j) {
+            chosen.push(j);
+        }
+    }
+    let keys: Vec<String> = chosen.iter().map(|j| format!("k{j}")).collect();
+    let mut module = vec!["RL.SETTLE".to_string(), n.to_string()];
+    module.extend(keys.iter().map(|k| format!("m:{k}")));
+    let mut library = vec!["FCALL".into(), "rl_settle".into(), n.to_string()];
+    library.extend(keys.iter().map(|k| format!("f:{k}")));
+    for &j in &chosen {
+        let lim = &limiters[j];
+        let (_, _, name, burst) = ALGORITHMS[lim.algo];
+        let p = lim.policies[0];
+        let by = rng.below(4 * p.b + 1) as i64 - 2 * p.b as i64;
+        let mut part = vec![name.to_string()];
+        part.extend(p.args(burst));
+        part.extend(["BY".to_string(), by.to_string()]);
+        module.extend(part.clone());
+        library.extend(part);
+    }
+    Call {
+        module,
+        library,
+        keys,
+    }
+}
+
 /// Requests, charges into debt (and keys created in debt), refunds and peeks: every reply and
 /// every key's absolute expiry equal to the module's.
 #[test]
 fn charges_agree_with_the_module() {
     let (_s, mut c) = both();
-    let mut charged = 0;
+    let (mut charged, mut settled) = (0, 0);
     for seed in 1..=60u64 {
         let mut rng = Rng(seed * 0x5851_f42d);
         let lims = limiters(&mut rng, 1);
@@ -2055,16 +2160,19 @@ fn charges_agree_with_the_module() {
                 call.module, call.library
             );
             charged += usize::from(call.module[0] == "RL.CHARGE" && m.is_ok());
-            let k = &call.keys[0];
-            assert_eq!(
-                pexpiretime(&mut c, &format!("m:{k}")),
-                pexpiretime(&mut c, &format!("f:{k}")),
-                "seed {seed} call {n} at {now}: expiry of {k} after {:?}",
-                call.module
-            );
+            for k in &call.keys {
+                assert_eq!(
+                    pexpiretime(&mut c, &format!("m:{k}")),
+                    pexpiretime(&mut c, &format!("f:{k}")),
+                    "seed {seed} call {n} at {now}: expiry of {k} after {:?}",
+                    call.module
+                );
+            }
+            settled += usize::from(call.module[0] == "RL.SETTLE" && m.is_ok());
         }
     }
-    assert!(charged > 500, "{charged} charges");
+    assert!(charged > 400, "{charged} charges");
+    assert!(settled > 300, "{settled} settles");
 }
 
 #[test]
@@ -2132,9 +2240,27 @@ fn the_library_registers_one_function_per_algorithm_of_the_registry() {
         .iter()
         .map(|a| format!("rl_{}", a.word.to_ascii_lowercase()))
         .collect();
-    for f in ["rl_lease", "rl_refund", "rl_charge", "rl_all", "rl_peek"] {
+    for f in [
+        "rl_lease",
+        "rl_refund",
+        "rl_charge",
+        "rl_all",
+        "rl_peek",
+        "rl_settle",
+        "rl_version",
+        "rl_inspect",
+        "rl_throttle",
+        "rl_share",
+        "rl_demand",
+    ] {
         expected.insert(f.to_string());
     }
+    // What only the module does says so.
+    let err = reply(&mut c, &words(&["FCALL", "rl_inspect", "1", "k"])).unwrap_err();
+    assert!(
+        err.contains("RL.INSPECT needs the redis-ratelimit module"),
+        "{err}"
+    );
     assert_eq!(registered, expected);
     let limiters: Vec<&str> = registry
         .iter()

@@ -260,22 +260,42 @@ pub enum Backend {
     /// The Redis Functions library `ratelimit`: `FCALL rl_gcra 1 key …`, the same arguments
     /// after the key and the same replies.
     Functions,
+    /// The same library where `FUNCTION` is refused: `EVALSHA <sha of rl_gcra's script> 1 key …`
+    /// (crate::scripts), the same arguments and replies.
+    Scripts,
 }
 
 impl Backend {
+    /// The name the startup log and /metrics show: `module`, `functions` or `scripts`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Module => "module",
+            Backend::Functions => "functions",
+            Backend::Scripts => "scripts",
+        }
+    }
+
     /// The command `name` (`GCRA`, `LEASE`, `ALL` …) on `keys`; the caller appends the rest.
     pub(crate) fn command(self, name: &str, keys: &[&str]) -> redis::Cmd {
         let mut cmd;
         match self {
             Backend::Module => {
                 cmd = redis::cmd(&format!("RL.{name}"));
-                if name == "ALL" {
+                if name == "ALL" || name == "SETTLE" {
                     cmd.arg(keys.len());
                 }
             }
             Backend::Functions => {
                 cmd = redis::cmd("FCALL");
                 cmd.arg(format!("rl_{}", name.to_ascii_lowercase()))
+                    .arg(keys.len());
+            }
+            Backend::Scripts => {
+                let entry = format!("rl_{}", name.to_ascii_lowercase());
+                cmd = redis::cmd("EVALSHA");
+                // An entry without a script (none: every name called here is one) reaches the
+                // server as an unknown SHA, answered NOSCRIPT, and never runs.
+                cmd.arg(crate::scripts::script(&entry).map_or("0", |s| s.sha.as_str()))
                     .arg(keys.len());
             }
         }

@@ -23,7 +23,7 @@ pub enum Error {
     Unavailable(String),
     /// The circuit is open: the store kept failing and is not called until the next probe.
     CircuitOpen,
-    /// The server has neither the module nor the Functions library, or lacks the command.
+    /// The server holds a library of an incompatible version, or lacks the command.
     Unsupported(String),
     /// Any other server error, or a reply that is not the shape the command promises.
     Reply(String),

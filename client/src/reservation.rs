@@ -238,15 +238,10 @@ impl Store {
     }
 
     /// `RL.SETTLE numkeys key … ALGORITHM L W [BURST B] BY d …`: each limiter settled by its own
-    /// difference in one atomic call (one hash slot on a Cluster). The Functions library has no
-    /// `RL.SETTLE`: there, one `rl_charge` or `rl_refund` per limiter, not atomic.
+    /// difference in one atomic call (one hash slot on a Cluster); the library's `rl_settle`.
     pub async fn settle(&self, limiters: &[(&str, Policy, i64)]) -> Result<AllDecision, Error> {
-        if self.backend() == crate::command::Backend::Functions {
-            return self.settle_each(limiters).await;
-        }
         let keys: Vec<&str> = limiters.iter().map(|(k, _, _)| *k).collect();
-        let mut cmd = redis::cmd("RL.SETTLE");
-        cmd.arg(keys.len()).arg(&keys);
+        let mut cmd = self.backend().command("SETTLE", &keys);
         for (_, policy, by) in limiters {
             cmd.arg(policy.algorithm.name());
             policy.args(&mut cmd);
@@ -265,39 +260,5 @@ impl Store {
             }
             other => Err(Error::Reply(format!("RL.SETTLE reply {other:?}"))),
         }
-    }
-
-    async fn settle_each(&self, limiters: &[(&str, Policy, i64)]) -> Result<AllDecision, Error> {
-        let mut each = Vec::with_capacity(limiters.len());
-        for (key, policy, by) in limiters {
-            let n = by.unsigned_abs();
-            let settled = match by {
-                1.. => self.charge(key, n, Some(policy)).await?,
-                0 => self.peek(key).await?,
-                _ => self.refund(key, n).await?,
-            };
-            // A refund to a missing key gives nothing back: a full limiter's answer.
-            each.push(settled.unwrap_or(Decision {
-                allowed: false,
-                granted: 0,
-                limit: policy.capacity(),
-                remaining: policy.capacity(),
-                retry_after_ms: None,
-                reset_after_ms: 0,
-                source: Source::Store,
-            }));
-        }
-        let tightest = each.iter().min_by_key(|d| d.remaining).copied();
-        let combined = Decision {
-            allowed: true,
-            granted: 1,
-            retry_after_ms: each.iter().filter_map(|d| d.retry_after_ms).max(),
-            reset_after_ms: each.iter().map(|d| d.reset_after_ms).max().unwrap_or(0),
-            ..tightest.ok_or_else(|| Error::Reply("a settle of no limiter".into()))?
-        };
-        Ok(AllDecision {
-            combined,
-            limiters: each,
-        })
     }
 }

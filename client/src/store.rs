@@ -13,6 +13,8 @@ use crate::bounded::{BoundedConnection, Reconnecting};
 
 use crate::command::{ints, AllDecision, Backend, Decision, Policy, Shape, ShapeDelay, Shaped};
 use crate::error::Error;
+use crate::install::{Masters, Node, LOAD_DEADLINE};
+use crate::library::LoadLibrary;
 
 /// What an `RL.CONCURRENCY` call does with a slot, and the holder's id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,6 +42,7 @@ pub struct Store {
     conn: Conn,
     backend: Backend,
     deadline: Duration,
+    load: LoadLibrary,
 }
 
 impl Store {
@@ -47,17 +50,29 @@ impl Store {
     /// The connection is opened again by the next call after it broke (the server restarted),
     /// and closed when a reply is larger than any rate-limit reply (`bounded::MAX_REPLY_BYTES`).
     pub async fn connect(url: &str) -> Result<Store, Error> {
+        Store::connect_with(url, LoadLibrary::No).await
+    }
+
+    /// As [`Store::connect`], loading the Functions library where `load` allows
+    /// (REDIS_LOAD_LIBRARY, docs/functions.md).
+    pub async fn connect_with(url: &str, load: LoadLibrary) -> Result<Store, Error> {
         let info = url
             .into_connection_info()
             .map_err(|e| Error::Unreachable(e.to_string()))?;
         // One connection attempt per call, no backoff of its own: the limiter's circuit decides
         // when the store is tried again.
         let conn = Reconnecting::open(info, Duration::from_millis(500)).await?;
-        Store::with_connection(Conn::Standalone(Arc::new(conn))).await
+        Store::with_connection(Conn::Standalone(Arc::new(conn)), load).await
     }
 
     /// Connects to a Redis Cluster through any of its nodes and detects the backend.
     pub async fn connect_cluster(nodes: &[&str]) -> Result<Store, Error> {
+        Store::connect_cluster_with(nodes, LoadLibrary::No).await
+    }
+
+    /// As [`Store::connect_cluster`], loading the Functions library on every master where
+    /// `load` allows, and later on a master found without it.
+    pub async fn connect_cluster_with(nodes: &[&str], load: LoadLibrary) -> Result<Store, Error> {
         let client = redis::cluster::ClusterClient::builder(nodes.iter().copied())
             .connection_timeout(Duration::from_millis(500))
             .retries(1)
@@ -66,44 +81,20 @@ impl Store {
         let conn = client
             .get_async_generic_connection::<BoundedConnection>()
             .await?;
-        Store::with_connection(Conn::Cluster(conn)).await
+        Store::with_connection(Conn::Cluster(conn), load).await
     }
 
-    async fn with_connection(conn: Conn) -> Result<Store, Error> {
+    async fn with_connection(conn: Conn, load: LoadLibrary) -> Result<Store, Error> {
         let mut store = Store {
             conn,
             backend: Backend::Module,
-            deadline: Duration::from_secs(2),
+            deadline: LOAD_DEADLINE,
+            load,
         };
-        store.backend = store.detect().await?;
+        store.backend = crate::install::detect(&store, load).await?;
+        log::info!("ratelimit store backend: {}", store.backend.name());
         store.deadline = DEFAULT_DEADLINE;
         Ok(store)
-    }
-
-    /// The module when `COMMAND INFO rl.gcra` knows it, else the Functions library `ratelimit`
-    /// when `FUNCTION LIST LIBRARYNAME ratelimit` lists it.
-    async fn detect(&self) -> Result<Backend, Error> {
-        let info = self
-            .query(redis::cmd("COMMAND").arg("INFO").arg("rl.gcra"))
-            .await?;
-        if matches!(&info, Value::Array(items) if items.iter().any(|i| *i != Value::Nil)) {
-            return Ok(Backend::Module);
-        }
-        let libs = self
-            .query(
-                redis::cmd("FUNCTION")
-                    .arg("LIST")
-                    .arg("LIBRARYNAME")
-                    .arg("ratelimit"),
-            )
-            .await?;
-        if matches!(&libs, Value::Array(items) if !items.is_empty()) {
-            return Ok(Backend::Functions);
-        }
-        Err(Error::Unsupported(
-            "the server has neither the redis-ratelimit module nor the ratelimit Functions library"
-                .into(),
-        ))
     }
 
     /// The same store with another deadline per call.
@@ -130,8 +121,36 @@ impl Store {
         self.deadline
     }
 
-    /// Sends one command and waits at most the deadline for its reply.
+    /// Sends one command and waits at most the deadline for its reply. The scripts backend's
+    /// call on a server without its script (NOSCRIPT) is sent again as `EVAL`; the Functions
+    /// backend's on a master without the library, when the store may load it, again after the
+    /// library is loaded there: each within a deadline of its own.
     pub async fn query(&self, cmd: &Cmd) -> Result<Value, Error> {
+        match self.query_once(cmd).await {
+            Err(Error::Unsupported(t))
+                if self.backend == Backend::Scripts && t.starts_with("NOSCRIPT") =>
+            {
+                match crate::install::eval_of(cmd) {
+                    Some(eval) => {
+                        let slow = self.clone().with_deadline(LOAD_DEADLINE);
+                        slow.query_once(&eval).await
+                    }
+                    None => Err(Error::Unsupported(t)),
+                }
+            }
+            Err(Error::Unsupported(t))
+                if self.backend == Backend::Functions
+                    && self.load != LoadLibrary::No
+                    && t.to_ascii_lowercase().contains("function not found") =>
+            {
+                crate::install::load_where_absent(self).await?;
+                self.query_once(cmd).await
+            }
+            other => other,
+        }
+    }
+
+    async fn query_once(&self, cmd: &Cmd) -> Result<Value, Error> {
         let send = async {
             let mut retried = false;
             loop {
@@ -288,5 +307,63 @@ impl Store {
             }
             other => Err(Error::Reply(format!("RL.ALL reply {other:?}"))),
         }
+    }
+}
+
+impl Masters for Store {
+    async fn query(&self, cmd: &Cmd) -> Result<Value, Error> {
+        Store::query(self, cmd).await
+    }
+
+    /// A command on every master: each one's reply (a standalone server is its one master).
+    async fn on_masters(&self, cmd: &Cmd) -> Result<Vec<(Node, Value)>, Error> {
+        use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+        match &self.conn {
+            Conn::Standalone(_) => Ok(vec![(Node(None), self.query_once(cmd).await?)]),
+            Conn::Cluster(c) => {
+                let all = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                let reply = tokio::time::timeout(self.deadline, c.clone().route_command(cmd, all))
+                    .await
+                    .map_err(|_| Error::Timeout)??;
+                let Value::Map(replies) = reply else {
+                    return Err(Error::Reply(format!("per-node replies {reply:?}")));
+                };
+                let mut out = Vec::new();
+                for (addr, v) in replies {
+                    let addr = match addr {
+                        Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+                        other => return Err(Error::Reply(format!("node address {other:?}"))),
+                    };
+                    let (host, port) = addr
+                        .rsplit_once(':')
+                        .and_then(|(h, p)| Some((h.to_string(), p.parse().ok()?)))
+                        .ok_or_else(|| Error::Reply(format!("node address {addr}")))?;
+                    out.push((Node(Some((host, port))), v.extract_error()?));
+                }
+                Ok(out)
+            }
+        }
+    }
+
+    /// A command on one master.
+    async fn on_node(&self, node: &Node, cmd: &Cmd) -> Result<Value, Error> {
+        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+        match (&self.conn, &node.0) {
+            (Conn::Cluster(c), Some((host, port))) => {
+                let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                    host: host.clone(),
+                    port: *port,
+                });
+                let reply = tokio::time::timeout(self.deadline, c.clone().route_command(cmd, to))
+                    .await
+                    .map_err(|_| Error::Timeout)??;
+                Ok(reply.extract_error()?)
+            }
+            _ => self.query_once(cmd).await,
+        }
+    }
+
+    fn loading(&self) -> Store {
+        self.clone().with_deadline(LOAD_DEADLINE)
     }
 }

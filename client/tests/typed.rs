@@ -239,7 +239,7 @@ async fn errors_are_typed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_server_without_the_module_or_library_is_unsupported() {
+async fn a_server_without_the_module_or_library_gets_the_scripts_backend() {
     // A plain redis-server: the module's DEBUG-CLOCK is not there, so start it by hand.
     let port = support::free_port();
     let mut child = std::process::Command::new("redis-server")
@@ -268,9 +268,9 @@ async fn a_server_without_the_module_or_library_is_unsupported() {
     };
     let _ = child.kill();
     let _ = child.wait();
-    assert!(
-        matches!(result, Err(Error::Unsupported(_))),
-        "{:?}",
-        result.err()
+    // The library served through EVALSHA (docs/functions.md, backends): nothing to install.
+    assert_eq!(
+        result.map(|s| s.backend()),
+        Ok(ratelimit_client::Backend::Scripts)
     );
 }

@@ -15,7 +15,9 @@
 //! Ours, under `rls_`: per rule `rls_rule_fallback_total{key, class}` (decided by the class's
 //! fallback because the store did not answer) and the tokens of post-response settles,
 //! `rls_rule_settle_{charged, given_back, journaled, dropped}_total{key}`; for the service
-//! `rls_<name>_total` (store calls, settle calls and errors, checks given back).
+//! `rls_<name>_total` (store calls, settle calls and errors, checks given back), and
+//! `rls_store_backend{backend="module"|"functions"|"scripts"} 1`: how the store is reached
+//! (docs/functions.md, backends).
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -130,6 +132,7 @@ pub struct Metrics {
     service: Mutex<BTreeMap<&'static str, u64>>,
     domains_not_found: Mutex<BTreeMap<String, u64>>,
     timings: Mutex<BTreeMap<&'static str, Timing>>,
+    backend: Mutex<&'static str>,
 }
 
 impl Metrics {
@@ -140,6 +143,11 @@ impl Metrics {
             .entry((key.to_string(), class))
             .or_default()
             .add(counts);
+    }
+
+    /// The store's backend, as `Backend::name` says it.
+    pub fn set_backend(&self, backend: &'static str) {
+        *self.backend.lock().unwrap_or_else(|p| p.into_inner()) = backend;
     }
 
     pub fn service(&self, name: &'static str, by: u64) {
@@ -309,6 +317,12 @@ impl Metrics {
                 continue;
             }
             out += &format!("# TYPE rls_{k}_total counter\nrls_{k}_total {v}\n");
+        }
+        let backend = *self.backend.lock().unwrap_or_else(|p| p.into_inner());
+        if !backend.is_empty() {
+            out += &format!(
+                "# TYPE rls_store_backend gauge\nrls_store_backend{{backend=\"{backend}\"}} 1\n"
+            );
         }
         out
     }

@@ -77,17 +77,23 @@ pub async fn connect(settings: &Settings) -> Result<Store, String> {
     let urls = settings.redis_urls()?;
     let store = if settings.redis_type == "CLUSTER" {
         let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-        Store::connect_cluster(&nodes).await
+        Store::connect_cluster_with(&nodes, settings.load_library).await
     } else {
         let url = urls.first().ok_or("REDIS_URL is empty")?;
-        Store::connect(url).await
+        Store::connect_with(url, settings.load_library).await
     };
-    store.map_err(|e| {
+    let store = store.map_err(|e| {
         format!(
             "the store at {}: {e}",
             crate::settings::redacted_url(&settings.redis_url)
         )
-    })
+    })?;
+    log::info!(
+        "the store at {} answers through the {} backend",
+        crate::settings::redacted_url(&settings.redis_url),
+        store.backend().name()
+    );
+    Ok(store)
 }
 
 /// [`connect`], retried while the store does not answer, as the peer retries at start: the wait
@@ -164,6 +170,7 @@ pub async fn start_with_clock(
         }
     };
     let store = connect_with_retry(&settings).await?;
+    let backend = store.backend().name();
     let limiter = Limiter::new(
         store,
         ratelimit_client::Config {
@@ -177,6 +184,7 @@ pub async fn start_with_clock(
     let settings = Arc::new(settings);
     let service = Arc::new(Service::new(limiter, settings.clone(), clock, config));
     let health = Arc::new(Health::new(settings.healthy_with_config));
+    service.metrics.set_backend(backend);
     service.metrics.service(
         if loaded_ok {
             "config_load_success"

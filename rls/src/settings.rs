@@ -186,6 +186,9 @@ pub struct Settings {
     /// `RLS_BILLING_JOURNAL`: a file where billing counts owed while the store is down (admits
     /// and settles) are written before they count, so a killed server's are charged by the next.
     pub billing_journal: Option<std::path::PathBuf>,
+    /// `REDIS_LOAD_LIBRARY`: `no` (default), `missing` or `replace`: whether the service loads
+    /// the Functions library on a store without the module (docs/functions.md, versions).
+    pub load_library: ratelimit_client::LoadLibrary,
 }
 
 impl Settings {
@@ -352,6 +355,7 @@ impl Settings {
             billing_journal: get("RLS_BILLING_JOURNAL")
                 .filter(|p| !p.is_empty())
                 .map(std::path::PathBuf::from),
+            load_library: text("REDIS_LOAD_LIBRARY", "no").parse()?,
         })
     }
 
@@ -514,6 +518,19 @@ mod tests {
         );
         assert_eq!(s.config_dir(), PathBuf::from("/data/ratelimit/config"));
         assert!(with(&[("REDIS_TYPE", "SENTINEL")]).is_err());
+        assert_eq!(
+            with(&[]).unwrap().load_library,
+            ratelimit_client::LoadLibrary::No
+        );
+        assert_eq!(
+            with(&[("REDIS_LOAD_LIBRARY", "replace")])
+                .unwrap()
+                .load_library,
+            ratelimit_client::LoadLibrary::Replace
+        );
+        assert!(with(&[("REDIS_LOAD_LIBRARY", "yes")])
+            .err()
+            .is_some_and(|e| e.contains("REDIS_LOAD_LIBRARY")));
         assert!(with(&[("REDIS_TLS", "true")])
             .unwrap()
             .redis_urls()

@@ -3,9 +3,6 @@
 
 mod support;
 
-use std::process::Command;
-use std::time::{Duration, Instant};
-
 use support::*;
 
 const SHOP: &str = "
@@ -21,38 +18,7 @@ descriptors:
 
 /// Three masters, no replicas, every slot covered.
 fn cluster() -> Vec<Redis> {
-    let nodes: Vec<Redis> = (0..3).map(|_| Redis::cluster_node()).collect();
-    let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
-    args.extend(nodes.iter().map(Redis::url));
-    args.extend([
-        "--cluster-replicas".into(),
-        "0".into(),
-        "--cluster-yes".into(),
-    ]);
-    let out = Command::new("redis-cli")
-        .args(&args)
-        .output()
-        .expect("redis-cli");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let deadline = Instant::now() + Duration::from_secs(30);
-    for n in &nodes {
-        loop {
-            let info: String = n.cmd(redis::cmd("CLUSTER").arg("INFO"));
-            if info.contains("cluster_state:ok") {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the cluster did not come up: {info}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-    nodes
+    create_cluster((0..3).map(|_| Redis::cluster_node()).collect())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

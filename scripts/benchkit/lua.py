@@ -137,3 +137,38 @@ def with_shas(text, shas):
     for name, sha in shas.items():
         text = text.replace("{sha:%s}" % name, sha)
     return text
+
+
+# The scripts backend (docs/functions.md, backends): where FUNCTION is refused, each function of
+# the library is served as its own script, generated from the library's one source. The file's
+# marks split it: the lines before `-- @scripts: general` and the hot path (between
+# `-- @scripts: hot` and `-- @scripts: end hot`) run on every call; the rest is the body of one
+# function, run only when a call goes past the hot path (or has none), its
+# `redis.register_function` collecting the library's functions in a table. The `#!lua name=`
+# line is dropped (EVAL reads `#!lua` as its own shebang). The client generates its scripts the same way
+# (client/src/scripts.rs).
+def library_script(source, entry):
+    """The script that serves the library function `entry` through EVALSHA."""
+    lines = source.split("\n")
+    if not lines[0].startswith("#!lua"):
+        raise ValueError("the library starts with its #!lua line")
+    general = lines.index("-- @scripts: general")
+    hot, end = lines.index("-- @scripts: hot"), lines.index("-- @scripts: end hot")
+    rest = "\n".join(lines[general:hot] + lines[end + 1:])
+    return "\n".join([
+        "local registered_entries = {}",
+        "local function register_entry(name, callback)",
+        "  if type(name) == 'table' then name, callback = name.function_name, name.callback end",
+        "  registered_entries[name] = callback",
+        "end",
+    ] + lines[1:general] + lines[hot:end + 1] + [
+        "local function general_entry(keys, args, now)",
+        # The hot path has run when the general entry does: the registration takes the body.
+        "local fast = function(_, body) return body end",
+        rest.replace("redis.register_function", "register_entry"),
+        "return registered_entries['%s'](keys, args, now)" % entry,
+        "end",
+        "if HOT['%s'] then return fast(HOT['%s'], general_entry)(KEYS, ARGV) end" % (entry, entry),
+        "return general_entry(KEYS, ARGV)",
+        "",
+    ])

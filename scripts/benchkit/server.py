@@ -94,9 +94,11 @@ def free_port():
 
 
 class Server:
-    """redis-server with the module, on a free loopback port, in a temporary directory."""
+    """redis-server with the module (without it when `module` is False: a managed service's
+    server, for the Functions library), on a free loopback port, in a temporary directory."""
 
-    def __init__(self, module_args=(), wrapper=(), ready_timeout=20, appendonly=False):
+    def __init__(self, module_args=(), wrapper=(), ready_timeout=20, appendonly=False,
+                 module=True):
         self.dir = tempfile.mkdtemp(prefix="rl-bench-")
         self.port = free_port()
         args = list(wrapper) + [
@@ -110,7 +112,8 @@ class Server:
                      "--auto-aof-rewrite-percentage", "0"]
         else:
             args += ["--appendonly", "no"]
-        args += ["--loadmodule", MODULE, *module_args, *MODULE_ARGS]
+        if module:
+            args += ["--loadmodule", MODULE, *module_args, *MODULE_ARGS]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                      cwd=self.dir)
         deadline = time.monotonic() + ready_timeout

@@ -70,6 +70,11 @@ impl Server {
         Server::spawned(&[], false)
     }
 
+    /// A server without the module, with more configuration (`--rename-command FUNCTION ""`).
+    pub fn plain_with(extra: &[&str]) -> Server {
+        Server::spawned(extra, false)
+    }
+
     fn spawned(extra: &[&str], module: bool) -> Server {
         for _ in 0..5 {
             let port = free_port();

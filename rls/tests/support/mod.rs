@@ -67,6 +67,8 @@ pub struct Redis {
     dir: PathBuf,
     extra: Vec<String>,
     child: Option<Child>,
+    /// Whether the module is loaded (else a managed service's server, for the library).
+    module: bool,
 }
 
 /// A port for a Cluster node: its bus port (+10000) free too and below 65536.
@@ -118,16 +120,43 @@ impl Redis {
         Redis::start_with(&[], move || port)
     }
 
+    /// A Cluster node without the module (not yet part of a cluster).
+    pub fn plain_cluster_node() -> Redis {
+        Redis::spawned(
+            &[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+            ],
+            cluster_port,
+            false,
+        )
+    }
+
+    /// A server without the module, on the real clock, with more configuration
+    /// (`--rename-command FUNCTION ""`): the library's backends.
+    pub fn plain(extra: &[&str]) -> Redis {
+        Redis::spawned(extra, free_port, false)
+    }
+
     fn start_with(extra: &[&str], port: impl Fn() -> u16) -> Redis {
+        Redis::spawned(extra, port, true)
+    }
+
+    fn spawned(extra: &[&str], port: impl Fn() -> u16, module: bool) -> Redis {
         for _ in 0..5 {
             let mut r = Redis {
                 port: port(),
                 dir: scratch("redis"),
                 extra: extra.iter().map(|s| s.to_string()).collect(),
                 child: None,
+                module,
             };
             if r.spawn() {
-                r.clock_set(T0_MS);
+                if module {
+                    r.clock_set(T0_MS);
+                }
                 return r;
             }
         }
@@ -139,8 +168,16 @@ impl Redis {
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--dir", &self.dir.display().to_string(), "--save", ""])
             .args(["--appendonly", "no", "--logfile", "redis.log"])
-            .args(["--loadmodule", &module_path().display().to_string()])
-            .args(["DEBUG-CLOCK", "yes"])
+            .args(if self.module {
+                vec![
+                    "--loadmodule".to_string(),
+                    module_path().display().to_string(),
+                    "DEBUG-CLOCK".to_string(),
+                    "yes".to_string(),
+                ]
+            } else {
+                Vec::new()
+            })
             .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -399,4 +436,40 @@ pub fn codes(r: &RateLimitResponse) -> (i32, Vec<(i32, u32)>) {
             .map(|s| (s.code, s.limit_remaining))
             .collect(),
     )
+}
+
+/// Makes the nodes one Cluster of masters (no replicas, every slot covered) and waits until
+/// every node says it is up.
+pub fn create_cluster(nodes: Vec<Redis>) -> Vec<Redis> {
+    let mut args: Vec<String> = vec!["--cluster".into(), "create".into()];
+    args.extend(nodes.iter().map(Redis::url));
+    args.extend([
+        "--cluster-replicas".into(),
+        "0".into(),
+        "--cluster-yes".into(),
+    ]);
+    let out = Command::new("redis-cli")
+        .args(&args)
+        .output()
+        .expect("redis-cli");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for n in &nodes {
+        loop {
+            let info: String = n.cmd(redis::cmd("CLUSTER").arg("INFO"));
+            if info.contains("cluster_state:ok") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cluster did not come up: {info}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    nodes
 }

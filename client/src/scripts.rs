@@ -1,0 +1,125 @@
+//! The scripts backend: where `FUNCTION` is refused (Redis 6.2, a managed plan, an ACL without
+//! it), each function of the library is served as its own script through `EVALSHA`, generated
+//! from the one library source the client carries, never a second copy (docs/functions.md,
+//! backends). A server that does not hold a script yet (`NOSCRIPT`: a restart, a failover, a
+//! new Cluster node) gets it with `EVAL`, which runs the call and caches the script there.
+//!
+//! The file's marks split it: the lines before `-- @scripts: general` and the hot path (between
+//! `-- @scripts: hot` and `-- @scripts: end hot`) run on every call; the rest becomes the body of
+//! one function, run only when a call goes past the hot path (or has none), its
+//! `redis.register_function` collecting the library's functions in a table. The `#!lua` line is
+//! dropped: `EVAL` reads `#!lua` as its own shebang. scripts/benchkit/lua.py generates them the
+//! same way for the bench.
+
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+use crate::library::LIBRARY_SOURCE;
+
+/// One function's script and its SHA1 (what `EVALSHA` names).
+pub struct Script {
+    pub sha: String,
+    pub text: String,
+}
+
+/// The script serving the library function `entry` (`rl_gcra` …), or None when the source
+/// lacks the marks.
+pub fn generate(source: &str, entry: &str) -> Option<String> {
+    let lines: Vec<&str> = source.lines().collect();
+    if !lines.first()?.starts_with("#!lua") {
+        return None;
+    }
+    let at = |mark: &str| lines.iter().position(|l| *l == mark);
+    let (general, hot, end) = (
+        at("-- @scripts: general")?,
+        at("-- @scripts: hot")?,
+        at("-- @scripts: end hot")?,
+    );
+    if !(general < hot && hot < end) {
+        return None;
+    }
+    let mut rest = lines[general..hot].to_vec();
+    rest.extend_from_slice(&lines[end + 1..]);
+    let mut out = vec![
+        "local registered_entries = {}",
+        "local function register_entry(name, callback)",
+        "  if type(name) == 'table' then name, callback = name.function_name, name.callback end",
+        "  registered_entries[name] = callback",
+        "end",
+    ];
+    out.extend_from_slice(&lines[1..general]);
+    out.extend_from_slice(&lines[hot..=end]);
+    out.push("local function general_entry(keys, args, now)");
+    // The hot path has run when the general entry does: the registration takes the body.
+    out.push("local fast = function(_, body) return body end");
+    let rest = rest
+        .join("\n")
+        .replace("redis.register_function", "register_entry");
+    let tail = format!(
+        "return registered_entries['{entry}'](keys, args, now)\nend\n\
+         if HOT['{entry}'] then return fast(HOT['{entry}'], general_entry)(KEYS, ARGV) end\n\
+         return general_entry(KEYS, ARGV)\n"
+    );
+    Some(format!("{}\n{rest}\n{tail}", out.join("\n")))
+}
+
+/// Every entry's script, generated from the carried library once per process.
+fn all() -> &'static HashMap<&'static str, Script> {
+    static ALL: OnceLock<HashMap<&'static str, Script>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        ENTRIES
+            .iter()
+            .filter_map(|entry| {
+                let text = generate(LIBRARY_SOURCE, entry)?;
+                let sha = redis::Script::new(&text).get_hash().to_string();
+                Some((*entry, Script { sha, text }))
+            })
+            .collect()
+    })
+}
+
+/// The script of `entry` (`rl_gcra` …): None for a name that is not a library function.
+pub fn script(entry: &str) -> Option<&'static Script> {
+    all().get(entry)
+}
+
+/// The script whose SHA1 is `sha`.
+pub fn by_sha(sha: &str) -> Option<&'static Script> {
+    all().values().find(|s| s.sha == sha)
+}
+
+/// Every function a client calls.
+pub const ENTRIES: [&str; 14] = [
+    "rl_gcra",
+    "rl_tokenbucket",
+    "rl_slidinglog",
+    "rl_slidingcounter",
+    "rl_fixedwindow",
+    "rl_shape",
+    "rl_lease",
+    "rl_refund",
+    "rl_charge",
+    "rl_peek",
+    "rl_all",
+    "rl_settle",
+    "rl_version",
+    "rl_concurrency",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_entry_has_a_script() {
+        for e in ENTRIES {
+            let s = script(e).expect(e);
+            assert_eq!(s.sha.len(), 40);
+            assert!(s.text.contains(&format!("registered_entries['{e}']")));
+            assert!(!s.text.contains("redis.register_function"));
+            assert!(!s.text.starts_with("#!lua"));
+            assert_eq!(by_sha(&s.sha).map(|x| x.sha.as_str()), Some(s.sha.as_str()));
+        }
+        assert!(generate("no marks", "rl_gcra").is_none());
+    }
+}
