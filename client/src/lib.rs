@@ -22,7 +22,9 @@ pub mod client_ip;
 mod clock;
 pub mod command;
 mod config;
+pub mod connection;
 mod deadline;
+mod dial;
 mod error;
 mod fallback;
 pub mod http;
@@ -35,9 +37,13 @@ mod limiter;
 mod local;
 mod metered;
 pub mod observe;
+mod reconnect;
 mod reservation;
+pub mod secret;
+mod sentinel;
 pub mod store;
 mod sync;
+pub mod tls;
 
 pub use circuit::CircuitConfig;
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -45,11 +51,13 @@ pub use command::{
     Algorithm, AllDecision, Backend, Class, Decision, Policy, Shape, ShapeDelay, Shaped, Source,
 };
 pub use config::{Config, DEFAULT_MAX_DEADLINE};
+pub use connection::{Addr, Auth, ConnectionSettings, Target, Tls};
 pub use error::{Error, UNAVAILABLE_CODES};
 pub use ledger::CHARGE_TOKEN_TTL;
 pub use limit::{key_slot, sub_keys, Limit};
 pub use limiter::{Limiter, ShutdownReport, Stats};
 pub use reservation::{Reservation, Settlement, DEFAULT_GRACE};
+pub use secret::Secret;
 pub use store::Store;
 
 /// docs/client.md, whose Rust snippets are compiled as doctests.

@@ -7,12 +7,23 @@ use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, IntoConnectionInfo, Value};
+use redis::{Cmd, Value};
 
-use crate::bounded::{BoundedConnection, Reconnecting};
+use crate::bounded::BoundedConnection;
+use crate::connection::{Addr, ConnectionSettings, Target};
+use crate::dial::{set_cluster_tls, tls_of, Dial};
+use crate::reconnect::{Reconnecting, Route};
+use crate::sentinel::SentinelRoute;
 
 use crate::command::{ints, AllDecision, Backend, Decision, Policy, Shape, ShapeDelay, Shaped};
 use crate::error::Error;
+
+/// How long opening one connection (TCP, TLS, AUTH) may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The deadline of the calls made while opening the store (detecting the backend, checking
+/// access): a start is not a request, and a loaded host must not fail it.
+pub const START_DEADLINE: Duration = Duration::from_secs(2);
 
 /// The default deadline of one store call: a few milliseconds, so that a slow store costs a
 /// request at most this much before its class's fallback decides.
@@ -34,37 +45,109 @@ pub struct Store {
 }
 
 impl Store {
-    /// Connects to a standalone server (`redis://127.0.0.1:6379/`) and detects its backend.
-    /// The connection is opened again by the next call after it broke (the server restarted),
-    /// and closed when a reply is larger than any rate-limit reply (`bounded::MAX_REPLY_BYTES`).
+    /// Connects to the store the URL names (connection.rs lists the forms: `redis://`,
+    /// `rediss://`, `unix://`, `redis+cluster://`, `redis+sentinel://`) and detects its backend.
+    /// A connection is opened again by the next call after it broke (the server restarted; behind
+    /// sentinels, after a failover), and closed when a reply is larger than any rate-limit reply
+    /// (`bounded::MAX_REPLY_BYTES`).
     pub async fn connect(url: &str) -> Result<Store, Error> {
-        let info = url
-            .into_connection_info()
-            .map_err(|e| Error::Unreachable(e.to_string()))?;
-        // One connection attempt per call, no backoff of its own: the limiter's circuit decides
-        // when the store is tried again.
-        let conn = Reconnecting::open(info, Duration::from_millis(500)).await?;
-        Store::with_connection(Conn::Standalone(Arc::new(conn))).await
+        Store::open(&ConnectionSettings::parse(url).map_err(Error::Config)?).await
     }
 
-    /// Connects to a Redis Cluster through any of its nodes and detects the backend.
+    /// Connects to a Redis Cluster through any of its nodes (`host:port` or `redis://` URLs).
     pub async fn connect_cluster(nodes: &[&str]) -> Result<Store, Error> {
-        let client = redis::cluster::ClusterClient::builder(nodes.iter().copied())
-            .connection_timeout(Duration::from_millis(500))
-            .retries(1)
-            .build()
-            .map_err(|e| Error::Unreachable(e.to_string()))?;
-        let conn = client
-            .get_async_generic_connection::<BoundedConnection>()
-            .await?;
-        Store::with_connection(Conn::Cluster(conn)).await
+        let mut addrs = Vec::new();
+        for node in nodes {
+            let url = if node.contains("://") {
+                node.to_string()
+            } else {
+                format!("redis://{node}")
+            };
+            match ConnectionSettings::parse(&url)
+                .map_err(Error::Config)?
+                .target
+            {
+                Target::Server(addr) => addrs.push(addr),
+                _ => return Err(Error::Config(format!("{node}: not one node's address"))),
+            }
+        }
+        Store::open(&ConnectionSettings {
+            target: Target::Cluster(addrs),
+            ..ConnectionSettings::server(Addr::Unix(Default::default()))
+        })
+        .await
+    }
+
+    /// Connects as the settings say: TLS, credentials, a server, a Cluster or the master the
+    /// sentinels name. A refusal that no retry can fix (a wrong password, a certificate not
+    /// trusted, a missing permission, a file that cannot be read) is [`Error::Config`] naming
+    /// its cause; an unreachable store is [`Error::Unreachable`].
+    pub async fn open(settings: &ConnectionSettings) -> Result<Store, Error> {
+        settings.check().map_err(Error::Config)?;
+        let tls = tls_of(settings).map_err(Error::Config)?;
+        let place = settings.to_string();
+        let refused = |e: redis::RedisError| at_start(&place, settings, e);
+        let conn = match &settings.target {
+            Target::Server(addr) => {
+                let dial = Dial::new(addr.clone(), tls, &settings.auth, settings.db);
+                // One connection attempt per call, no backoff of its own: the limiter's
+                // circuit decides when the store is tried again.
+                let conn = Reconnecting::open(Route::Direct(dial), CONNECT_TIMEOUT)
+                    .await
+                    .map_err(refused)?;
+                Conn::Standalone(Arc::new(conn))
+            }
+            Target::Sentinel { master, sentinels } => {
+                let route = SentinelRoute {
+                    master: master.clone(),
+                    sentinels: sentinels
+                        .iter()
+                        .map(|a| Dial::new(a.clone(), tls.clone(), &settings.sentinel_auth, 0))
+                        .collect(),
+                    tls,
+                    auth: settings.auth.clone(),
+                    db: settings.db,
+                };
+                let conn = Reconnecting::open(Route::Sentinel(route), CONNECT_TIMEOUT)
+                    .await
+                    .map_err(refused)?;
+                Conn::Standalone(Arc::new(conn))
+            }
+            Target::Cluster(nodes) => {
+                if let Some(t) = &settings.tls {
+                    set_cluster_tls(t).map_err(Error::Config)?;
+                }
+                let urls = nodes.iter().map(|a| format!("redis://{a}/"));
+                let mut builder = redis::cluster::ClusterClient::builder(urls)
+                    .connection_timeout(CONNECT_TIMEOUT)
+                    .retries(1);
+                if let Some(user) = &settings.auth.user {
+                    builder = builder.username(user.clone());
+                }
+                if let Some(pass) = &settings.auth.password {
+                    builder = builder.password(pass.expose().to_string());
+                }
+                let client = builder.build().map_err(refused)?;
+                let conn = client
+                    .get_async_generic_connection::<BoundedConnection>()
+                    .await
+                    .map_err(refused)?;
+                Conn::Cluster(conn)
+            }
+        };
+        Store::with_connection(conn).await.map_err(|e| match e {
+            Error::Config(why) => {
+                Error::Config(format!("{place} as {}: {why}", settings.auth.who()))
+            }
+            other => other,
+        })
     }
 
     async fn with_connection(conn: Conn) -> Result<Store, Error> {
         let mut store = Store {
             conn,
             backend: Backend::Module,
-            deadline: Duration::from_secs(2),
+            deadline: START_DEADLINE,
         };
         store.backend = store.detect().await?;
         store.deadline = DEFAULT_DEADLINE;
@@ -95,6 +178,23 @@ impl Store {
             "the server has neither the redis-ratelimit module nor the ratelimit Functions library"
                 .into(),
         ))
+    }
+
+    /// Checks at start that the ACL user may run `policy`'s command on `key` (a key of the
+    /// pattern the limiter uses): a peek (`COST 0`), which writes nothing and creates no key.
+    /// A `NOPERM` is [`Error::Config`] naming the command and the key.
+    pub async fn check_access(&self, key: &str, policy: &Policy) -> Result<(), Error> {
+        let store = self.clone().with_deadline(START_DEADLINE);
+        match store.decide(key, policy, 0).await {
+            Err(Error::Config(why)) => Err(Error::Config(format!(
+                "{} on key '{key}' ({:?} backend) refused: {why} (docs/operating.md gives the \
+                 minimal ACL rule)",
+                policy.algorithm.name(),
+                self.backend
+            ))),
+            Err(e) => Err(e),
+            Ok(_) => Ok(()),
+        }
     }
 
     /// The same store with another deadline per call.
@@ -258,5 +358,26 @@ impl Store {
             }
             other => Err(Error::Reply(format!("RL.ALL reply {other:?}"))),
         }
+    }
+}
+
+/// A refusal while opening the store, in an operator's words: what was refused and why.
+fn at_start(place: &str, settings: &ConnectionSettings, e: redis::RedisError) -> Error {
+    let who = settings.auth.who();
+    let text = e.to_string();
+    if e.kind() == redis::ErrorKind::AuthenticationFailed || e.code() == Some("WRONGPASS") {
+        return Error::Config(format!(
+            "{place}: {who} was refused: wrong user name or password (WRONGPASS)"
+        ));
+    }
+    if e.code() == Some("NOPERM") {
+        return Error::Config(format!("{place}: {who} lacks a permission: {text}"));
+    }
+    if text.contains("TLS with") || e.kind() == redis::ErrorKind::InvalidClientConfig {
+        return Error::Config(format!("{place}: {text}"));
+    }
+    match Error::classify(&e) {
+        Error::Unreachable(why) => Error::Unreachable(format!("{place}: {why}")),
+        other => other,
     }
 }
