@@ -3,11 +3,13 @@
 //! Behind sentinels, opening again means asking them again, and a `READONLY` reply (the master
 //! this connection reached is a replica now) drops the connection as a broken one does.
 
-use std::sync::Mutex;
+use std::io;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::{Cmd, Value};
+use tokio::sync::Notify;
 
 use crate::bounded::BoundedConnection;
 use crate::dial::Dial;
@@ -32,32 +34,85 @@ impl Route {
 pub(crate) struct Reconnecting {
     route: Route,
     timeout: Duration,
-    conn: Mutex<Option<BoundedConnection>>,
+    slot: Mutex<Slot>,
+    /// Woken when an opening ends, whether it succeeded or not.
+    opened: Notify,
+}
+
+#[derive(Default)]
+struct Slot {
+    conn: Option<BoundedConnection>,
+    /// An opening runs in the background: calls wait for it rather than start another.
+    opening: bool,
+    /// Why the last opening failed.
+    failed: Option<String>,
 }
 
 impl Reconnecting {
+    /// Opens the first connection here, so that a refusal at start keeps its kind (a wrong
+    /// password, an untrusted certificate).
     pub(crate) async fn open(route: Route, timeout: Duration) -> redis::RedisResult<Reconnecting> {
         let conn = route.open(timeout).await?;
         Ok(Reconnecting {
             route,
             timeout,
-            conn: Mutex::new(Some(conn)),
+            slot: Mutex::new(Slot {
+                conn: Some(conn),
+                ..Slot::default()
+            }),
+            opened: Notify::new(),
         })
     }
 
-    fn current(&self) -> Option<BoundedConnection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    fn slot(&self) -> std::sync::MutexGuard<'_, Slot> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    pub(crate) async fn req(&self, cmd: &Cmd) -> redis::RedisResult<Value> {
-        let mut conn = match self.current() {
-            Some(c) => c,
-            None => {
-                let c = self.route.open(self.timeout).await?;
-                *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(c.clone());
-                c
+    /// The connection, opening it again when it broke. The opening runs in a task of its own,
+    /// bounded by the connect timeout and not by the calls' deadlines: behind sentinels it is a
+    /// TLS handshake with a sentinel and another with the master, longer than a 5 ms deadline,
+    /// and a call that stops waiting must not cancel it (else no call would ever reconnect).
+    async fn connection(self: &Arc<Self>) -> redis::RedisResult<BoundedConnection> {
+        let opened = self.opened.notified();
+        tokio::pin!(opened);
+        opened.as_mut().enable();
+        {
+            let mut slot = self.slot();
+            if let Some(c) = &slot.conn {
+                return Ok(c.clone());
             }
-        };
+            if !slot.opening {
+                slot.opening = true;
+                let me = Arc::clone(self);
+                tokio::spawn(async move {
+                    let result = me.route.open(me.timeout).await;
+                    let mut slot = me.slot();
+                    slot.opening = false;
+                    match result {
+                        Ok(c) => {
+                            slot.conn = Some(c);
+                            slot.failed = None;
+                        }
+                        Err(e) => slot.failed = Some(e.to_string()),
+                    }
+                    drop(slot);
+                    me.opened.notify_waiters();
+                });
+            }
+        }
+        opened.await;
+        let slot = self.slot();
+        match (&slot.conn, &slot.failed) {
+            (Some(c), _) => Ok(c.clone()),
+            (None, why) => Err(redis::RedisError::from(io::Error::new(
+                io::ErrorKind::NotConnected,
+                why.clone().unwrap_or_else(|| "not connected".into()),
+            ))),
+        }
+    }
+
+    pub(crate) async fn req(self: &Arc<Self>, cmd: &Cmd) -> redis::RedisResult<Value> {
+        let mut conn = self.connection().await?;
         let reply = conn.req_packed_command(cmd).await;
         let broken = match &reply {
             Err(e) => {
@@ -71,7 +126,7 @@ impl Reconnecting {
         };
         if broken {
             // The next call opens a new one (asking the sentinels again, behind sentinels).
-            *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = None;
+            self.slot().conn = None;
         }
         reply
     }

@@ -15,6 +15,7 @@ pub mod server;
 pub mod service;
 pub mod settings;
 pub mod settle;
+pub mod store_settings;
 
 /// Envoy's generated types this server speaks (requests, responses, the gRPC client).
 pub use envoy_types::pb;

@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
-use ratelimit_client::{Clock, Limiter, ShutdownReport, Store, SystemClock};
+use ratelimit_client::{
+    Clock, ConnectionSettings, Limiter, Policy, ShutdownReport, Store, SystemClock,
+};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -69,17 +71,31 @@ pub fn load_config(settings: &Settings) -> Result<(Config, files::Files), String
     Ok((config, files))
 }
 
-/// Connects to the store from REDIS_TYPE / REDIS_URL.
-pub async fn connect(settings: &Settings) -> Result<Store, String> {
-    let urls = settings.redis_urls()?;
-    let store = if settings.redis_type == "CLUSTER" {
-        let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-        Store::connect_cluster(&nodes).await
-    } else {
-        let url = urls.first().ok_or("REDIS_URL is empty")?;
-        Store::connect(url).await
-    };
-    store.map_err(|e| format!("the store at {}: {e}", settings.redis_url))
+/// Connects to one store and checks at start that its ACL user may run what the RLS sends
+/// (a peek of each algorithm the config uses, on a key under the RLS's prefix): a wrong
+/// password, an untrusted certificate or a missing permission stops the start, naming it.
+pub async fn connect_to(
+    settings: &ConnectionSettings,
+    prefix: &str,
+    config: &Config,
+) -> Result<Store, String> {
+    let place = settings.redacted();
+    let store = Store::open(settings)
+        .await
+        .map_err(|e| format!("the store {place}: {e}"))?;
+    let key = format!("{prefix}rls:{{access-check}}:");
+    for algorithm in config.algorithms() {
+        let policy = Policy {
+            algorithm,
+            ..Policy::gcra(1, 1000)
+        };
+        store
+            .check_access(&format!("{key}{}", algorithm.name()), &policy)
+            .await
+            .map_err(|e| format!("the store {place}: {e}"))?;
+    }
+    log::warn!("store {place}: {:?} backend", store.backend());
+    Ok(store)
 }
 
 /// Starts everything on the settings' ports (0: any free one) with the system clock.
@@ -98,19 +114,31 @@ pub async fn start_with_clock(
         files.len(),
         config.domains.len()
     );
-    let store = connect(&settings).await?;
-    let limiter = Limiter::new(
-        store,
-        ratelimit_client::Config {
-            deadline: settings.deadline,
-            gateways: settings.gateways,
-            clock: clock.clone(),
-            billing_journal: settings.billing_journal.clone(),
-            ..ratelimit_client::Config::default()
-        },
-    );
+    let prefix = &settings.cache_key_prefix;
+    let store = connect_to(&settings.redis.main, prefix, &config).await?;
+    let per_second = match &settings.redis.per_second {
+        Some(s) => Some(connect_to(s, prefix, &config).await?),
+        None => None,
+    };
+    let limiter_config = ratelimit_client::Config {
+        deadline: settings.deadline,
+        gateways: settings.gateways,
+        clock: clock.clone(),
+        billing_journal: settings.billing_journal.clone(),
+        ..ratelimit_client::Config::default()
+    };
+    let limiter = Limiter::new(store, limiter_config.clone());
     let settings = Arc::new(settings);
-    let service = Arc::new(Service::new(limiter, settings.clone(), clock, config));
+    let mut service = Service::new(limiter, settings.clone(), clock, config);
+    if let Some(store) = per_second {
+        // The billing journal is the main store's: one path per process.
+        let config = ratelimit_client::Config {
+            billing_journal: None,
+            ..limiter_config
+        };
+        service = service.with_per_second(Limiter::new(store, config));
+    }
+    let service = Arc::new(service);
 
     let grpc_listener = TcpListener::bind((settings.grpc_host.as_str(), settings.grpc_port))
         .await
@@ -187,7 +215,13 @@ pub async fn start_with_clock(
         if let Some(t) = prometheus_task {
             t.abort();
         }
-        let report = svc.limiter().shutdown().await;
+        let mut report = svc.limiter().shutdown().await;
+        if let Some(l) = svc.per_second() {
+            let second = l.shutdown().await;
+            report.refunded += second.refunded;
+            report.charged += second.charged;
+            report.unsettled += second.unsettled;
+        }
         log::warn!(
             "stopped: {} leased token(s) refunded, {} billing count(s) charged, {} unsettled",
             report.refunded,

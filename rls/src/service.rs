@@ -24,6 +24,8 @@ use crate::settings::Settings;
 pub struct Service {
     config: RwLock<Arc<Config>>,
     limiter: Limiter,
+    /// `REDIS_PERSECOND`: the limiter of the second store, deciding rules whose unit is a second.
+    per_second: Option<Limiter>,
     settings: Arc<Settings>,
     pub denials: Denials,
     pub metrics: Arc<Metrics>,
@@ -110,6 +112,7 @@ impl Service {
             config: RwLock::new(Arc::new(config)),
             denials: Denials::new(settings.denial_cache_max),
             limiter,
+            per_second: None,
             settings,
             metrics: Arc::new(Metrics::default()),
             clock,
@@ -118,6 +121,16 @@ impl Service {
 
     pub fn limiter(&self) -> &Limiter {
         &self.limiter
+    }
+
+    /// The same service with a second store for the rules whose unit is a second.
+    pub fn with_per_second(mut self, limiter: Limiter) -> Service {
+        self.per_second = Some(limiter);
+        self
+    }
+
+    pub fn per_second(&self) -> Option<&Limiter> {
+        self.per_second.as_ref()
     }
 
     pub fn config(&self) -> Arc<Config> {
@@ -307,8 +320,30 @@ impl Service {
         key
     }
 
-    /// One store decision over `which` items: the rule's own command for one, `RL.ALL` for more.
+    /// The store decisions over `which` items: per-second rules and the others apart when a
+    /// per-second store is set (each store's part is one call).
     async fn decide(&self, items: &mut [Item], which: &[usize]) -> Result<(), Refusal> {
+        if self.per_second.is_none() {
+            return self.decide_on(&self.limiter, items, which).await;
+        }
+        let (second, other): (Vec<usize>, Vec<usize>) = which.iter().partition(|i| {
+            items
+                .get(**i)
+                .is_some_and(|it| it.rule.unit == Unit::Second)
+        });
+        if let Some(l) = &self.per_second {
+            self.decide_on(l, items, &second).await?;
+        }
+        self.decide_on(&self.limiter, items, &other).await
+    }
+
+    /// One store decision over `which` items: the rule's own command for one, `RL.ALL` for more.
+    async fn decide_on(
+        &self,
+        limiter: &Limiter,
+        items: &mut [Item],
+        which: &[usize],
+    ) -> Result<(), Refusal> {
         let result = match which {
             [] => return Ok(()),
             [one] => {
@@ -316,7 +351,7 @@ impl Service {
                 let Some(limit) = item.rule.limit.as_ref() else {
                     return Ok(());
                 };
-                self.limiter
+                limiter
                     .check_cost(limit, &item.key, item.hits)
                     .await
                     .map(|d| vec![d])
@@ -332,7 +367,7 @@ impl Service {
                             .map(|l| (l, item.key.as_str(), item.hits))
                     })
                     .collect();
-                self.limiter.check_all(&checks).await.map(|a| a.limiters)
+                limiter.check_all(&checks).await.map(|a| a.limiters)
             }
         };
         self.metrics.service("store_calls", 1);

@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::store_settings::StoreSettings;
+
 /// The peer's variables this server accepts but does not use (with why, for the log line).
 const IGNORED: &[(&str, &str)] = &[
     (
@@ -30,11 +32,6 @@ const IGNORED: &[(&str, &str)] = &[
         "REDIS_PIPELINE_LIMIT",
         "one multiplexed connection, pipelined",
     ),
-    ("REDIS_PERSECOND", "one store for every unit"),
-    ("REDIS_PERSECOND_URL", "one store for every unit"),
-    ("REDIS_PERSECOND_TYPE", "one store for every unit"),
-    ("REDIS_PERSECOND_SOCKET_TYPE", "one store for every unit"),
-    ("REDIS_PERSECOND_AUTH", "one store for every unit"),
     (
         "EXPIRATION_JITTER_MAX_SECONDS",
         "the module expires its keys itself",
@@ -63,11 +60,8 @@ pub struct Settings {
     pub runtime_watch_root: bool,
     pub runtime_ignore_dotfiles: bool,
     pub merge_domain_config: bool,
-    pub redis_socket_type: String,
-    pub redis_type: String,
-    pub redis_url: String,
-    pub redis_auth: String,
-    pub redis_tls: bool,
+    /// The store(s): `REDIS_*` and `REDIS_PERSECOND_*` (store_settings.rs).
+    pub redis: StoreSettings,
     pub cache_key_prefix: String,
     pub shadow_mode: bool,
     pub headers_enabled: bool,
@@ -138,12 +132,6 @@ impl Settings {
             Some(v) => Some(number("RLS_GATEWAYS", Some(v), 1u32)?),
         };
         let near_limit_ratio: f64 = number("NEAR_LIMIT_RATIO", get("NEAR_LIMIT_RATIO"), 0.8)?;
-        let redis_type = text("REDIS_TYPE", "SINGLE").to_ascii_uppercase();
-        if !matches!(redis_type.as_str(), "SINGLE" | "CLUSTER") {
-            return Err(format!(
-                "REDIS_TYPE={redis_type}: SINGLE or CLUSTER (a Sentinel setup is not supported)"
-            ));
-        }
         Ok(Settings {
             host: text("HOST", "0.0.0.0"),
             port: number("PORT", get("PORT"), 8080)?,
@@ -155,11 +143,7 @@ impl Settings {
             runtime_watch_root: flag("RUNTIME_WATCH_ROOT", true)?,
             runtime_ignore_dotfiles: flag("RUNTIME_IGNOREDOTFILES", false)?,
             merge_domain_config: flag("MERGE_DOMAIN_CONFIG", false)?,
-            redis_socket_type: text("REDIS_SOCKET_TYPE", "unix").to_ascii_lowercase(),
-            redis_type,
-            redis_url: text("REDIS_URL", "/var/run/nutcracker/ratelimit.sock"),
-            redis_auth: text("REDIS_AUTH", ""),
-            redis_tls: flag("REDIS_TLS", false)?,
+            redis: StoreSettings::from_lookup(&get)?,
             cache_key_prefix: text("CACHE_KEY_PREFIX", ""),
             shadow_mode: flag("SHADOW_MODE", false)?,
             headers_enabled: flag("LIMIT_RESPONSE_HEADERS_ENABLED", false)?,
@@ -200,50 +184,6 @@ impl Settings {
             .join(&self.runtime_subdirectory)
             .join(&self.runtime_appdirectory)
     }
-
-    /// The store's URLs for the redis crate: `REDIS_URL` as the peer reads it (`host:port` for
-    /// tcp, a path for unix, a comma-separated list for a Cluster), or `redis://` URLs as they are.
-    pub fn redis_urls(&self) -> Result<Vec<String>, String> {
-        if self.redis_tls {
-            return Err(
-                "REDIS_TLS=true: this build connects without TLS (put a TLS proxy such as \
-                        stunnel next to it, or build the redis crate with a TLS feature)"
-                    .into(),
-            );
-        }
-        let auth = match self.redis_auth.split_once(':') {
-            _ if self.redis_auth.is_empty() => String::new(),
-            Some((user, pass)) => format!("{user}:{pass}@"),
-            None => format!(":{}@", self.redis_auth),
-        };
-        self.redis_url
-            .split(',')
-            .map(str::trim)
-            .filter(|u| !u.is_empty())
-            .map(|u| {
-                if u.contains("://") {
-                    Ok(u.to_string())
-                } else if self.redis_socket_type == "unix" {
-                    let mut url = format!("redis+unix://{u}");
-                    if !self.redis_auth.is_empty() {
-                        let (user, pass) = self
-                            .redis_auth
-                            .split_once(':')
-                            .unwrap_or(("", &self.redis_auth));
-                        url += &format!("?user={user}&pass={pass}");
-                    }
-                    Ok(url)
-                } else if self.redis_socket_type == "tcp" {
-                    Ok(format!("redis://{auth}{u}/"))
-                } else {
-                    Err(format!(
-                        "REDIS_SOCKET_TYPE={}: tcp or unix",
-                        self.redis_socket_type
-                    ))
-                }
-            })
-            .collect()
-    }
 }
 
 #[cfg(test)]
@@ -267,31 +207,20 @@ mod tests {
             s.config_dir(),
             PathBuf::from("/srv/runtime_data/current/config")
         );
-        assert_eq!(
-            s.redis_urls().unwrap(),
-            ["redis+unix:///var/run/nutcracker/ratelimit.sock"]
-        );
         let s = with(&[
-            ("REDIS_SOCKET_TYPE", "tcp"),
-            ("REDIS_URL", "10.0.0.1:6379,10.0.0.2:6379"),
-            ("REDIS_AUTH", "secret"),
             ("RUNTIME_ROOT", "/data"),
             ("RUNTIME_SUBDIRECTORY", "ratelimit"),
         ])
         .unwrap();
-        assert_eq!(
-            s.redis_urls().unwrap(),
-            [
-                "redis://:secret@10.0.0.1:6379/",
-                "redis://:secret@10.0.0.2:6379/"
-            ]
-        );
         assert_eq!(s.config_dir(), PathBuf::from("/data/ratelimit/config"));
-        assert!(with(&[("REDIS_TYPE", "SENTINEL")]).is_err());
-        assert!(with(&[("REDIS_TLS", "true")])
-            .unwrap()
-            .redis_urls()
-            .is_err());
+        // What this server once refused for lack of a feature, it takes now.
+        assert!(with(&[("REDIS_TYPE", "SENTINEL"), ("REDIS_URL", "m,h:26379")]).is_ok());
+        assert!(with(&[
+            ("REDIS_TLS", "true"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "h:6379")
+        ])
+        .is_ok());
         assert_eq!(
             Settings::ignored(|k| (k == "USE_STATSD").then(|| "true".to_string())).len(),
             1
