@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, Value};
+use redis::{Cmd, Pipeline, Value};
 use tokio::sync::Notify;
 
 use crate::bounded::BoundedConnection;
@@ -114,20 +114,44 @@ impl Reconnecting {
     pub(crate) async fn req(self: &Arc<Self>, cmd: &Cmd) -> redis::RedisResult<Value> {
         let mut conn = self.connection().await?;
         let reply = conn.req_packed_command(cmd).await;
-        let broken = match &reply {
-            Err(e) => {
-                e.is_io_error()
-                    || e.is_connection_dropped()
-                    || e.is_unrecoverable_error()
-                    || e.code() == Some("READONLY")
-            }
-            Ok(Value::ServerError(e)) => e.code() == "READONLY",
-            Ok(_) => false,
-        };
-        if broken {
-            // The next call opens a new one (asking the sentinels again, behind sentinels).
-            self.slot().conn = None;
+        match &reply {
+            Err(e) => self.after(Some(e), false),
+            Ok(v) => self.after(None, readonly(v)),
         }
         reply
     }
+
+    /// A pipeline of `n` commands: their replies, errors as values.
+    pub(crate) async fn req_pipeline(
+        self: &Arc<Self>,
+        pipe: &Pipeline,
+        n: usize,
+    ) -> redis::RedisResult<Vec<Value>> {
+        let mut conn = self.connection().await?;
+        let reply = conn.req_packed_commands(pipe, 0, n).await;
+        match &reply {
+            Err(e) => self.after(Some(e), false),
+            Ok(values) => self.after(None, values.iter().any(readonly)),
+        }
+        reply
+    }
+
+    /// Drops the connection after an error that says it is broken, or a `READONLY` reply (the
+    /// server is no longer the master): the next call opens a new one (asking the sentinels
+    /// again, behind sentinels).
+    fn after(&self, error: Option<&redis::RedisError>, readonly: bool) {
+        let broken = error.is_some_and(|e| {
+            e.is_io_error()
+                || e.is_connection_dropped()
+                || e.is_unrecoverable_error()
+                || e.code() == Some("READONLY")
+        });
+        if broken || readonly {
+            self.slot().conn = None;
+        }
+    }
+}
+
+fn readonly(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e) if e.code() == "READONLY")
 }

@@ -246,6 +246,22 @@ impl Store {
         }
     }
 
+    /// Sends a pipeline and waits at most the deadline for its replies (one value per command,
+    /// errors as values): the regions controller's batched calls.
+    pub async fn pipeline(&self, pipe: &redis::Pipeline) -> Result<Vec<Value>, Error> {
+        let n = pipe.cmd_iter().count();
+        let send = async {
+            match &self.conn {
+                Conn::Standalone(c) => c.req_pipeline(pipe, n).await,
+                Conn::Cluster(c) => c.clone().req_packed_commands(pipe, 0, n).await,
+            }
+        };
+        match tokio::time::timeout(self.deadline, send).await {
+            Ok(reply) => Ok(reply?),
+            Err(_) => Err(Error::Timeout),
+        }
+    }
+
     /// `RL.GCRA` / `RL.TOKENBUCKET` / `RL.SLIDINGLOG` / `RL.SLIDINGCOUNTER` / `RL.FIXEDWINDOW
     /// key L W [BURST B] COST cost`, by the policy's algorithm. `cost` 0 is a peek.
     pub async fn decide(&self, key: &str, policy: &Policy, cost: u64) -> Result<Decision, Error> {

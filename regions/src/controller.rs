@@ -127,7 +127,7 @@ impl Controller {
         let links = config
             .regions
             .iter()
-            .map(|r| Link::new(&r.url, r.cluster, timeout))
+            .map(|r| Link::new(r.connection()?, r.cluster, timeout))
             .collect::<Result<Vec<_>, _>>()?;
         let n = config.regions.len();
         let mut groups = Vec::new();

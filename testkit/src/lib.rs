@@ -64,3 +64,12 @@ pub fn minimal_module_acl(name: &str, password: &str, pattern: &str) -> String {
 pub const MODULE_COMMANDS: &str = "+command|info +rl.gcra +rl.tokenbucket +rl.slidinglog \
 +rl.slidingcounter +rl.fixedwindow +rl.lease +rl.refund +rl.charge +rl.settle +rl.all +rl.shape \
 +rl.peek";
+
+/// The regions controller's minimal rule (docs/operating.md): `RL.DEMAND`, `RL.SHARE`, `SCAN`
+/// for key patterns, `CLUSTER SLOTS` for a Cluster region.
+pub fn minimal_regions_acl(name: &str, password: &str, pattern: &str) -> String {
+    format!("user {name} on >{password} ~{pattern} resetchannels -@all {REGIONS_COMMANDS}")
+}
+
+/// The commands of the regions controller's minimal rule (docs/operating.md).
+pub const REGIONS_COMMANDS: &str = "+command|info +rl.demand +rl.share +scan +cluster|slots";
