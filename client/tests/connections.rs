@@ -337,3 +337,14 @@ async fn the_master_a_sentinel_names_is_followed_through_a_failover_under_load()
     assert!(errors.is_empty(), "{errors:?}");
     limiter.shutdown().await;
 }
+
+/// The rules the tests run under are the ones docs/operating.md gives, word for word.
+#[test]
+fn the_documented_minimal_acl_rules_are_the_tested_ones() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operating.md"))
+        .unwrap();
+    let module = testkit::minimal_module_acl("gateway", "PASSWORD", "rls:*");
+    let regions = testkit::minimal_regions_acl("regions", "PASSWORD", "KEYS*");
+    assert!(doc.lines().any(|l| l == module), "{module}");
+    assert!(doc.lines().any(|l| l == regions), "{regions}");
+}
