@@ -348,3 +348,64 @@ fn the_documented_minimal_acl_rules_are_the_tested_ones() {
     assert!(doc.lines().any(|l| l == module), "{module}");
     assert!(doc.lines().any(|l| l == regions), "{regions}");
 }
+
+/// A Cluster of three TLS masters (`tls-cluster yes`): the client reaches every node over TLS
+/// with the CA and an ACL user, and decides keys of every slot range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_to_every_node_of_a_cluster() {
+    let pki = pki();
+    let acl = [
+        "user default off".to_string(),
+        "user admin on >adminpass ~* &* +@all".to_string(),
+        testkit::minimal_module_acl("gw", PASSWORD, "rl:*") + " +cluster|slots +ping",
+    ]
+    .join("\n");
+    let options = with_module(Options {
+        tls: Some(Tls::new(&pki)),
+        acl: Some(acl),
+        admin: Some(("admin".into(), "adminpass".into())),
+        extra: ["--cluster-enabled", "yes", "--tls-cluster", "yes"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        ..Options::default()
+    });
+    let nodes: Vec<Server> = (0..3)
+        .map(|_| Server::start(options.clone()).unwrap())
+        .collect();
+    let mut create = vec!["--cluster".to_string(), "create".to_string()];
+    create.extend(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
+    create.push("--cluster-yes".into());
+    let create: Vec<&str> = create.iter().map(String::as_str).collect();
+    nodes[0].cli(&create).unwrap();
+    let give_up = Instant::now() + Duration::from_secs(30);
+    while !nodes.iter().all(|n| {
+        n.cli(&["CLUSTER", "INFO"])
+            .unwrap_or_default()
+            .contains("cluster_state:ok")
+    }) {
+        assert!(Instant::now() < give_up, "the cluster did not form");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let url = format!(
+        "rediss+cluster://gw:{PASSWORD}@127.0.0.1:{}/?ca={}",
+        nodes[0].port,
+        pki.ca.display()
+    );
+    let store = Store::connect(&url)
+        .await
+        .unwrap()
+        .with_deadline(Duration::from_secs(2));
+    for i in 0..30 {
+        let d = store
+            .decide(&format!("rl:{i}"), &Policy::gcra(10, 60_000), 1)
+            .await
+            .unwrap();
+        assert!(d.allowed);
+    }
+    // Every master decided some of them.
+    for n in &nodes {
+        let keys = n.cli(&["DBSIZE"]).unwrap();
+        assert_ne!(keys.trim(), "0", "{}", n.port);
+    }
+}
