@@ -50,6 +50,29 @@ uses it (VALID, held_log, stored_log), else answered WRONGTYPE, so a call's work
 policy's L, never by what a value claims.
 ]]
 
+--[[
+Map: the sections in file order (each opens with a line of dashes and its title; search for an
+entry's name), and what each holds.
+  (top)        bounds (MAX_*), the clock (now_ms: tests/functions.rs swaps that one line),
+               integer helpers: idiv, cdiv, num
+  Errors       the module's texts: fail, arity, echo, invalid, parse_int
+  The algorithms  pure functions of (state, policy, now, cost): decision, ms_up,
+               rescale_units, window_start; then one table per algorithm with its check,
+               rescale, refund, bill, encode and decode:
+                 gcra (tag g)   bucket (t, also lease)   shape (h)   fixed (f)
+                 counter (c)    log (s: its stored and in-memory forms, check_all, copied)
+  Keys         LIST, the one list of algorithms (the module's registry order; the Rust test
+               tests/registry_lists.rs holds it to the registry), ALGORITHMS by tag; what a key
+               holds and storing it: held, held_as, limiter_value, held_log, store, log_write,
+               settle, and the rollout helpers (kin, fresh, droppable, live)
+  Arguments    `L W [BURST B] [COST n]` and the configurations a key remembers:
+               configurations, log_configurations, charged, overflowed, parse_limiter, reply
+  The functions  request (one limiter), its fast path (fast), limiter: each rl_<word>
+  Charges      counted and each algorithm's charge; then the other entries: charge (rl_charge),
+               refund (rl_refund), peek (rl_peek), shaped (rl_shape), all (rl_all), lease
+               (rl_lease), guarded (the error boundary) and the registrations at the end
+]]
+
 local MAX_AMOUNT = 10000000
 local MAX_RATE_WINDOW = 90000000
 local MAX_WINDOW = 1000000000000

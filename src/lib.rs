@@ -2,7 +2,7 @@
 //! clock and replicated as effects. This file registers the module: its data type, configuration
 //! and load arguments; the commands are the table in `command`. Everything else lives in `algo`
 //! (the pure core crate, `ratelimit_core`), `state` (stored format), `host` (the C API),
-//! `command` (the handlers), `clock`, `config`, `metrics` and `server`; docs/development.md
+//! `command` (the handlers), `clock`, `config`, `metrics` and `server_facts`; docs/development.md
 //! draws the layers.
 //!
 //! `unsafe` lives in two places only: `host` (every call into Redis's C API) and
@@ -17,7 +17,7 @@ pub mod config;
 pub use ratelimit_core::error;
 pub mod host;
 pub mod metrics;
-pub mod server;
+pub mod server_facts;
 pub mod state;
 
 use redis_module::configuration::ConfigurationFlags;
@@ -40,7 +40,7 @@ const ALLOCATOR: Allocator = std::alloc::System;
 /// Module arguments: `DEBUG-CLOCK yes|no`, `CELL-COMPAT yes|no` (see `command::throttle`) and `max-log-entries <n>` (the latter read by the
 /// configuration table). Anything else fails the load, so a typo is never silently ignored.
 fn init(ctx: &Context, args: &[RedisString]) -> Status {
-    let found = server::detect(ctx);
+    let found = server_facts::detect(ctx);
     if found.too_old() || !load::api_present() {
         ctx.log_warning(&format!(
             "not loaded: this server is {}; the module needs Redis 7.0 or later (or Valkey)",
@@ -91,7 +91,7 @@ fn init(ctx: &Context, args: &[RedisString]) -> Status {
             ctx.log_notice(&format!(
                 "loaded on {}; module API used: {}",
                 found.describe(),
-                server::features()
+                server_facts::features()
             ));
             Status::Ok
         }

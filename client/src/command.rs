@@ -34,7 +34,8 @@ impl Algorithm {
         matches!(self, Algorithm::Gcra | Algorithm::TokenBucket)
     }
 
-    pub(crate) fn parse(name: &str) -> Option<Algorithm> {
+    /// The algorithm a name (`GCRA`, any case) names.
+    pub fn parse(name: &str) -> Option<Algorithm> {
         [
             Algorithm::Gcra,
             Algorithm::TokenBucket,

@@ -103,6 +103,8 @@ pub struct Report {
     pub raises_capped: usize,
     /// Regions that did not answer one of the steps.
     pub unreachable: Vec<String>,
+    /// Why, one line per failed step: `region: what the link or the store said`.
+    pub causes: Vec<String>,
     /// Keys found by a pattern this period, and found keys forgotten (idle, their shares over).
     pub keys_found: usize,
     pub keys_forgotten: usize,
@@ -127,7 +129,10 @@ impl Controller {
         let links = config
             .regions
             .iter()
-            .map(|r| Link::new(r.connection()?, r.cluster, timeout))
+            .map(|r| {
+                Link::new(r.connection()?, r.cluster, timeout)
+                    .map_err(|e| format!("region '{}': {e}", r.name))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let n = config.regions.len();
         let mut groups = Vec::new();
@@ -205,16 +210,23 @@ impl Controller {
             });
             let learning = started + lifetime + margin;
             for per_group in found {
-                for (g, names) in self.groups.iter_mut().zip(per_group) {
-                    let start = (now_ms < learning).then_some(Claim {
-                        share: g.policy.limit,
-                        until_ms: learning,
-                    });
+                for (gi, names) in per_group.into_iter().enumerate() {
                     for name in names {
-                        if g.known.insert(name.clone()) {
-                            g.add(name, n, now_ms, start);
-                            report.keys_found += 1;
+                        // One key, one group: a key listed in one group, or found by an earlier
+                        // group's pattern, is not split again under another group's L.
+                        if self.groups.iter().any(|g| g.known.contains(&name)) {
+                            continue;
                         }
+                        let Some(g) = self.groups.get_mut(gi) else {
+                            continue;
+                        };
+                        let start = (now_ms < learning).then_some(Claim {
+                            share: g.policy.limit,
+                            until_ms: learning,
+                        });
+                        g.known.insert(name.clone());
+                        g.add(name, n, now_ms, start);
+                        report.keys_found += 1;
                     }
                 }
             }
@@ -249,8 +261,11 @@ impl Controller {
                     }
                     self.learned[r] |= settle;
                 }
-                Err(_) => {
+                Err(e) => {
                     down[r] = true;
+                    report
+                        .causes
+                        .push(format!("{}: {e}", self.config.regions[r].name));
                     for g in &mut self.groups {
                         for d in &mut g.demand {
                             d[r] = None;
@@ -361,10 +376,16 @@ impl Controller {
                 });
             let started = Instant::now();
             for (r, answer) in answers.into_iter().enumerate() {
-                let Ok(answer) = answer else {
-                    // The claims stay until they end: those writes may have landed.
-                    down[r] = true;
-                    continue;
+                let answer = match answer {
+                    Ok(a) => a,
+                    Err(e) => {
+                        report
+                            .causes
+                            .push(format!("{}: {e}", self.config.regions[r].name));
+                        // The claims stay until they end: those writes may have landed.
+                        down[r] = true;
+                        continue;
+                    }
                 };
                 for ((g, writes), rows) in self.groups.iter_mut().zip(&per_region[r]).zip(answer) {
                     for (&(k, share), held) in writes.iter().zip(rows) {

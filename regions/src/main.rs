@@ -68,6 +68,9 @@ fn main() {
             r.keys_forgotten,
             r.unreachable.join(",")
         );
+        for cause in &r.causes {
+            eprintln!("unreachable: {cause}");
+        }
         if once {
             return;
         }

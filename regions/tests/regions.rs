@@ -158,3 +158,65 @@ fn partitions_drops_and_a_controller_restart_stay_safe_and_every_region_decides(
     );
     assert_eq!(world.gcra_calls(), world.calls);
 }
+
+/// B's store loses the key a step into the fourth period (a flush, a failover to a replica
+/// without it); its gateways then call it under their safe share. Answers B's share before the
+/// loss and, per step, the period and the shares in force.
+fn lose_a_key(world: &mut World) -> (u64, Vec<(usize, u64)>) {
+    let mut controller = world.controller();
+    let demand = [60, 2, 0];
+    let mut sums = Vec::new();
+    let mut held_by_b = 0;
+    for period in 0..6 {
+        let report = controller.period(world.now_ms());
+        assert!(report.unreachable.is_empty(), "{:?}", report.causes);
+        for step in 0..STEPS_PER_PERIOD {
+            if period == 3 && step == 1 {
+                let _: i64 = redis::cmd("DEL")
+                    .arg(KEY)
+                    .query(&mut world.looks[1])
+                    .unwrap();
+            }
+            let seen = world.step(&demand);
+            if period == 2 {
+                held_by_b = seen.limit[1];
+            }
+            sums.push((period, seen.limit.iter().sum::<u64>()));
+        }
+    }
+    (held_by_b, sums)
+}
+
+/// docs/regions.md, "A store that loses a key": with the defaults (floor 5 below the safe
+/// share 333) the region decides under its safe share until the controller's next period writes
+/// its share again, so for at most that period the shares in force sum above L, by at most its
+/// safe share less what it held; then they fit again.
+#[test]
+fn a_store_that_loses_a_key_is_over_l_by_its_safe_share_for_at_most_one_period() {
+    let mut world = World::new(0);
+    let (held_by_b, sums) = lose_a_key(&mut world);
+    let over: Vec<_> = sums.iter().filter(|s| s.1 > L).collect();
+    let worst = over.iter().map(|s| s.1).max().unwrap_or(L);
+    println!(
+        "B held {held_by_b}; {} steps of {STEP_MS} ms over L, at most {worst} against L = {L}",
+        over.len()
+    );
+    assert!(!over.is_empty(), "losing the key put nothing over L");
+    assert!(worst <= L + SAFE - held_by_b, "{worst}");
+    // Only in the period of the loss: the next period's read sees it and writes B's share back
+    // (a lower, first).
+    assert!(over.iter().all(|s| s.0 == 3), "{over:?}");
+    assert!(over.len() < STEPS_PER_PERIOD);
+}
+
+/// With `floor` at or above `safe`, no share is ever written below the safe share, so a key a
+/// store loses falls back to no more than it held: the shares in force never sum above L.
+#[test]
+fn with_the_floor_at_the_safe_share_a_lost_key_never_puts_the_sum_above_l() {
+    let mut world = World::new(0);
+    (world.safe, world.safe_burst, world.floor) = (100, 10, 100);
+    let (held_by_b, sums) = lose_a_key(&mut world);
+    assert!(held_by_b >= 100, "{held_by_b}");
+    let worst = sums.iter().map(|s| s.1).max().unwrap_or(0);
+    assert!(worst <= L, "{worst}");
+}

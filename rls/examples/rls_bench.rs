@@ -213,6 +213,11 @@ async fn main() -> Result<(), Bx> {
         ("RUNTIME_SUBDIRECTORY", "ratelimit"),
         ("REDIS_SOCKET_TYPE", "tcp"),
         ("REDIS_URL", url.as_str()),
+        ("DEBUG_HOST", "127.0.0.1"),
+        ("DEBUG_PORT", "0"),
+        ("USE_STATSD", "false"),
+        // The atomic mode (one RL.ALL per request), compared with a raw RL.ALL below.
+        ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
     ];
     // RLS_DEADLINE_MS and the other RLS_ variables pass through from the environment.
     let settings = Settings::from_lookup(|k| {

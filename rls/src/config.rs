@@ -5,7 +5,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use envoy_types::pb::google::protobuf::Struct;
 use ratelimit_client::{Algorithm, Class, Limit, Policy};
+
+use crate::wildcard::Wildcard;
 
 /// The units of `rate_limit.unit`, each a whole number of seconds; MONTH is 30 days and YEAR 365
 /// days, as the peer counts them, and every window is aligned to the Unix epoch.
@@ -86,7 +89,13 @@ pub struct Rule {
     pub unit: Unit,
     pub requests_per_unit: u32,
     pub shadow_mode: bool,
+    /// `quota_mode` on the descriptor: its denial alone does not deny the request; the request
+    /// is denied when every quota-mode descriptor of it is over (or any other one is).
+    pub quota_mode: bool,
     pub detailed_metric: bool,
+    /// `metadata` on the descriptor: returned in the response's dynamic metadata when the
+    /// request passes this descriptor and `RESPONSE_DYNAMIC_METADATA` is on.
+    pub metadata: Option<Arc<Struct>>,
     /// `rate_limit.settle` (ours): a hit on this rule is charged after the fact (into debt, never
     /// denied) instead of decided; a hits_addend of 0 still checks. See `settle.rs`.
     pub settle: bool,
@@ -111,7 +120,9 @@ impl Rule {
             unit,
             requests_per_unit,
             shadow_mode: false,
+            quota_mode: false,
             detailed_metric: false,
+            metadata: None,
             settle: false,
         }
     }
@@ -161,9 +172,14 @@ impl Options {
 pub struct Node {
     /// By `key` or `key_value` (the peer's composite key).
     pub children: HashMap<String, Node>,
-    /// Composite keys ending in `*`, in file order: prefix matches.
-    pub wildcards: Vec<String>,
+    /// Composite keys holding a `*`, in file order: tried after the exact `key_value`.
+    pub wildcards: Vec<Wildcard>,
     pub rule: Option<Arc<Rule>>,
+    /// `value_to_metric`: the request's value goes into the stats key at this level.
+    pub value_to_metric: bool,
+    /// `share_threshold` (a wildcard entry only): every value it matches shares one counter
+    /// and one stats key, both named by the pattern.
+    pub share_threshold: bool,
 }
 
 /// Every domain's tree, and the files it came from.
@@ -171,6 +187,18 @@ pub struct Node {
 pub struct Config {
     pub domains: HashMap<String, Node>,
     pub files: Vec<String>,
+}
+
+/// A request descriptor's rule, and how this request names it.
+#[derive(Clone, Debug)]
+pub struct Matched {
+    pub rule: Arc<Rule>,
+    /// The stats key of this request: the rule's, with `value_to_metric` levels carrying the
+    /// request's value, the whole request's `key_value`s under `detailed_metric`, and a
+    /// `share_threshold` level always its pattern.
+    pub stats_key: String,
+    /// Per entry, the pattern that replaces its value in the store key (`share_threshold`).
+    pub shared: Vec<Option<String>>,
 }
 
 impl Config {
@@ -198,25 +226,50 @@ impl Config {
     }
 
     /// The rule for one request descriptor's entries, matched as the peer matches: at each level
-    /// `key_value` first, then a wildcard `key_prefix*`, then the key-only default; the rule
-    /// applies only if it sits at the level of the descriptor's last entry. A matched level
-    /// without `rate_limit` (a whitelist) yields no rule.
-    pub fn rule_for(&self, domain: &str, entries: &[(&str, &str)]) -> Option<Arc<Rule>> {
+    /// `key_value` first, then the first wildcard entry that matches `key_value`, then the
+    /// key-only default; the rule applies only if it sits at the level of the descriptor's last
+    /// entry. A matched level without `rate_limit` (a whitelist) yields no rule.
+    pub fn rule_for(&self, domain: &str, entries: &[(&str, &str)]) -> Option<Matched> {
         let mut node = self.domains.get(domain)?;
         let mut found = None;
+        let mut stats_key = String::from(domain);
+        let mut shared: Vec<Option<String>> = vec![None; entries.len()];
         for (i, (key, value)) in entries.iter().enumerate() {
             let composite = format!("{key}_{value}");
-            let next = node
-                .children
-                .get(&composite)
-                .or_else(|| {
-                    node.wildcards
-                        .iter()
-                        .find(|w| composite.starts_with(w.trim_end_matches('*')))
-                        .and_then(|w| node.children.get(w))
-                })
-                .or_else(|| node.children.get(*key));
-            let Some(next) = next else { break };
+            let (next, shown) = if let Some(n) = node.children.get(&composite) {
+                (n, *value)
+            } else if let Some((w, n)) = node
+                .wildcards
+                .iter()
+                .find(|w| w.matches(&composite))
+                .and_then(|w| node.children.get(&w.composite).map(|n| (w, n)))
+            {
+                let pattern = w
+                    .composite
+                    .strip_prefix(key)
+                    .and_then(|p| p.strip_prefix('_'))
+                    .unwrap_or(&w.composite);
+                if n.share_threshold {
+                    if let Some(slot) = shared.get_mut(i) {
+                        *slot = Some(pattern.to_string());
+                    }
+                    (n, pattern)
+                } else if n.value_to_metric {
+                    (n, *value)
+                } else {
+                    (n, pattern)
+                }
+            } else if let Some(n) = node.children.get(*key) {
+                (n, if n.value_to_metric { *value } else { "" })
+            } else {
+                break;
+            };
+            stats_key.push('.');
+            stats_key.push_str(key);
+            if !shown.is_empty() {
+                stats_key.push('_');
+                stats_key.push_str(shown);
+            }
             if i + 1 == entries.len() {
                 found = next.rule.clone();
             }
@@ -225,8 +278,39 @@ impl Config {
             }
             node = next;
         }
-        found
+        let rule = found?;
+        if rule.detailed_metric {
+            stats_key = detailed_key(domain, entries, &shared);
+        }
+        Some(Matched {
+            rule,
+            stats_key,
+            shared,
+        })
     }
+}
+
+/// The peer's `detailed_metric` key: every entry's `key_value` as sent (`key_` for an empty
+/// value, as the peer writes it), a `share_threshold` entry's pattern instead of its value.
+fn detailed_key(domain: &str, entries: &[(&str, &str)], shared: &[Option<String>]) -> String {
+    let any_shared = shared.iter().any(Option::is_some);
+    let mut out = String::from(domain);
+    for (i, (k, v)) in entries.iter().enumerate() {
+        out.push('.');
+        out.push_str(k);
+        match shared.get(i).and_then(Option::as_deref) {
+            Some(pattern) => {
+                out.push('_');
+                out.push_str(pattern);
+            }
+            None if any_shared && v.is_empty() => {}
+            None => {
+                out.push('_');
+                out.push_str(v);
+            }
+        }
+    }
+    out
 }
 
 /// The descriptor entry key that marks a settle (its value is not read; see `settle`): part of

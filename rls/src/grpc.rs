@@ -17,9 +17,15 @@ impl RateLimitService for Grpc {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        match self.0.should_rate_limit(request.get_ref()).await {
+        let started = std::time::Instant::now();
+        let answer = self.0.should_rate_limit(request.get_ref()).await;
+        self.0.metrics.request("ShouldRateLimit", started.elapsed());
+        match answer {
             Ok(r) => Ok(Response::new(r)),
             Err(Refusal::BadRequest(m)) => Err(Status::invalid_argument(m)),
+            Err(Refusal::NoConfig) => {
+                Err(Status::unavailable("no rate limit configuration loaded"))
+            }
             Err(Refusal::Store(e)) => Err(Status::unavailable(e.to_string())),
         }
     }

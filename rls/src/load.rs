@@ -7,10 +7,14 @@
 use std::sync::Arc;
 
 use ratelimit_client::{Algorithm, Class};
+use ratelimit_core::algo::listed;
 use yaml_rust2::yaml::Hash;
 use yaml_rust2::{Yaml, YamlLoader};
 
 use crate::config::{Config, Node, Options, Rule, Unit};
+use crate::metadata;
+use crate::wildcard::Wildcard;
+use crate::yaml_limits::{self, YamlLimits};
 
 /// The fields the peer knows, then ours.
 const FIELDS: &[&str] = &[
@@ -23,9 +27,13 @@ const FIELDS: &[&str] = &[
     "requests_per_unit",
     "unlimited",
     "shadow_mode",
+    "quota_mode",
     "name",
     "replaces",
     "detailed_metric",
+    "value_to_metric",
+    "share_threshold",
+    "metadata",
     "algorithm",
     "burst",
     "class",
@@ -46,10 +54,16 @@ impl std::fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 /// Builds one config from `(file name, contents)` pairs, in order. `merge` is the peer's
-/// `MERGE_DOMAIN_CONFIG`: a domain in two files is merged instead of refused.
-pub fn load(files: &[(String, String)], merge: bool) -> Result<Config, ConfigError> {
+/// `MERGE_DOMAIN_CONFIG`: a domain in two files is merged instead of refused. Each file's depth
+/// and aliases are checked against `limits` before it is parsed into a tree.
+pub fn load(
+    files: &[(String, String)],
+    merge: bool,
+    limits: YamlLimits,
+) -> Result<Config, ConfigError> {
     let mut config = Config::default();
     for (name, text) in files {
+        yaml_limits::check(text, limits).map_err(|e| ConfigError(format!("{name}: {e}")))?;
         load_file(&mut config, name, text, merge)?;
         config.files.push(name.clone());
     }
@@ -66,7 +80,7 @@ fn load_file(config: &mut Config, file: &str, text: &str, merge: bool) -> Result
     };
     let docs = YamlLoader::load_from_str(text)
         .map_err(|e| err("", format!("error loading config file: {e}")))?;
-    let root = match docs.into_iter().next() {
+    let root = match docs.into_iter().next().map(merge_keys) {
         Some(Yaml::Hash(h)) => h,
         Some(Yaml::Null) | None => {
             return Err(err("", "config file cannot have empty domain".into()))
@@ -101,7 +115,7 @@ fn check_fields(map: &Hash, at: &str, err: &Err<'_>) -> Result<(), ConfigError> 
         let Yaml::String(name) = k else {
             return Err(err(
                 at,
-                format!("config error, key is not of type string: {k:?}"),
+                format!("config error, key is not of type string: {}", shown(k)),
             ));
         };
         if !FIELDS.contains(&name.as_str()) {
@@ -112,13 +126,20 @@ fn check_fields(map: &Hash, at: &str, err: &Err<'_>) -> Result<(), ConfigError> 
         } else {
             format!("{at}.{name}")
         };
+        if name == "metadata" {
+            // Free-form, as the peer leaves it: checked when converted (`metadata.rs`).
+            continue;
+        }
         match v {
             Yaml::Array(items) => {
                 for (i, item) in items.iter().enumerate() {
                     let Yaml::Hash(h) = item else {
                         return Err(err(
                             &format!("{here}[{i}]"),
-                            "config error, yaml file contains list of type other than map".into(),
+                            format!(
+                                "config error, yaml file contains list of type other than map: {}",
+                                shown(item)
+                            ),
                         ));
                     };
                     check_fields(h, &format!("{here}[{i}]"), err)?;
@@ -184,15 +205,35 @@ fn load_level(
                 format!("duplicate descriptor composite key '{full}'"),
             ));
         }
-        let shadow_mode = flag(d, "shadow_mode", &here, err)?;
-        let detailed_metric = flag(d, "detailed_metric", &here, err)?;
+        let flags = Flags {
+            shadow_mode: flag(d, "shadow_mode", &here, err)?,
+            quota_mode: flag(d, "quota_mode", &here, err)?,
+            detailed_metric: flag(d, "detailed_metric", &here, err)?,
+        };
+        let share_threshold = flag(d, "share_threshold", &here, err)?;
+        let wildcard = Wildcard::new(&composite);
+        if share_threshold && wildcard.is_none() {
+            return Err(err(
+                &here,
+                format!(
+                    "share_threshold can only be used with wildcard values (containing '*'), \
+                     but found key '{composite}'"
+                ),
+            ));
+        }
+        let metadata = match d.get(&Yaml::String("metadata".into())) {
+            None | Some(Yaml::Null) => None,
+            Some(m) => metadata::from_yaml(m)
+                .map_err(|e| err(&here, format!("error parsing metadata: {e}")))?
+                .map(Arc::new),
+        };
         let rule = match d.get(&Yaml::String("rate_limit".into())) {
             None | Some(Yaml::Null) => None,
             Some(Yaml::Hash(rl)) => Some(Arc::new(rule(
                 rl,
                 &full,
-                shadow_mode,
-                detailed_metric,
+                flags,
+                metadata,
                 &format!("{here}.rate_limit"),
                 err,
             )?)),
@@ -200,23 +241,33 @@ fn load_level(
         };
         let mut child = Node {
             rule,
+            value_to_metric: flag(d, "value_to_metric", &here, err)?,
+            share_threshold,
             ..Node::default()
         };
         let nested = list(d, "descriptors", &here, err)?;
         load_level(&mut child, &nested, &full, &here, err)?;
-        if composite.ends_with('*') {
-            node.wildcards.push(composite.clone());
+        if let Some(w) = wildcard {
+            node.wildcards.push(w);
         }
         node.children.insert(composite, child);
     }
     Ok(())
 }
 
+/// A descriptor's switches that its rule carries.
+#[derive(Clone, Copy)]
+struct Flags {
+    shadow_mode: bool,
+    quota_mode: bool,
+    detailed_metric: bool,
+}
+
 fn rule(
     rl: &Hash,
     full: &str,
-    shadow_mode: bool,
-    detailed_metric: bool,
+    flags: Flags,
+    metadata: Option<Arc<envoy_types::pb::google::protobuf::Struct>>,
     at: &str,
     err: &Err<'_>,
 ) -> Result<Rule, ConfigError> {
@@ -269,8 +320,10 @@ fn rule(
         unlimited,
         unit,
         requests_per_unit,
-        shadow_mode,
-        detailed_metric,
+        shadow_mode: flags.shadow_mode,
+        quota_mode: flags.quota_mode,
+        detailed_metric: flags.detailed_metric,
+        metadata,
         settle,
     })
 }
@@ -279,22 +332,13 @@ fn rule(
 fn options(rl: &Hash, at: &str, err: &Err<'_>) -> Result<Options, ConfigError> {
     let mut o = Options::default();
     if let Some(a) = text(rl, "algorithm") {
-        o.algorithm = match a.as_str() {
-            "fixed_window" => Algorithm::FixedWindow,
-            "gcra" => Algorithm::Gcra,
-            "token_bucket" => Algorithm::TokenBucket,
-            "sliding_log" => Algorithm::SlidingLog,
-            "sliding_counter" => Algorithm::SlidingCounter,
-            _ => {
-                return Err(err(
-                    at,
-                    format!(
-                        "unknown algorithm '{a}' (fixed_window, gcra, token_bucket, sliding_log, \
-                         sliding_counter)"
-                    ),
-                ))
-            }
-        };
+        // The words are the registry's limiter ids; the client's enum has each limiter.
+        o.algorithm = listed::limiter_by_id(&a)
+            .and_then(|l| Algorithm::parse(l.word))
+            .ok_or_else(|| {
+                let ids = listed::limiter_list(|l| l.id, |_| true, ", ");
+                err(at, format!("unknown algorithm '{a}' ({ids})"))
+            })?;
     }
     if let Some(c) = text(rl, "class") {
         o.class = match c.as_str() {
@@ -314,7 +358,10 @@ fn options(rl: &Hash, at: &str, err: &Err<'_>) -> Result<Options, ConfigError> {
     if o.burst.is_some() && !o.algorithm.has_burst() && o.lease.is_none() {
         return Err(err(
             at,
-            "burst is for the gcra and token_bucket algorithms only".into(),
+            format!(
+                "burst is for the {} algorithms only",
+                listed::limiter_list(|l| l.id, |l| l.burst, " and ")
+            ),
         ));
     }
     if o.lease.is_some() && !matches!(o.algorithm, Algorithm::TokenBucket) {
@@ -356,6 +403,43 @@ fn list(map: &Hash, name: &str, at: &str, err: &Err<'_>) -> Result<Vec<Hash>, Co
     }
 }
 
+/// YAML merge keys (`<<: *anchor`, or a list of anchors) written out: each merged mapping's
+/// entries join the mapping that names it unless it has that key itself (an earlier mapping of
+/// a list wins over a later one), as the peer's YAML decoder reads them. Aliases themselves are
+/// resolved by the parser.
+fn merge_keys(doc: Yaml) -> Yaml {
+    match doc {
+        Yaml::Array(items) => Yaml::Array(items.into_iter().map(merge_keys).collect()),
+        Yaml::Hash(map) => {
+            let merge = Yaml::String("<<".into());
+            let mut out = Hash::new();
+            let mut merged = Vec::new();
+            for (k, v) in map {
+                if k == merge {
+                    match v {
+                        Yaml::Array(list) => merged.extend(list),
+                        other => merged.push(other),
+                    }
+                } else {
+                    out.insert(k, merge_keys(v));
+                }
+            }
+            for source in merged {
+                let Yaml::Hash(source) = merge_keys(source) else {
+                    // Not a mapping: left for the field check to refuse by name.
+                    out.insert(merge.clone(), Yaml::Null);
+                    continue;
+                };
+                for (k, v) in source {
+                    out.entry(k).or_insert(v);
+                }
+            }
+            Yaml::Hash(out)
+        }
+        other => other,
+    }
+}
+
 /// A scalar as text: strings as they are, integers and booleans written out (as the peer's YAML
 /// decoder reads them into its string fields).
 fn scalar(v: &Yaml) -> Option<String> {
@@ -364,6 +448,14 @@ fn scalar(v: &Yaml) -> Option<String> {
         Yaml::Integer(i) => Some(i.to_string()),
         Yaml::Boolean(b) => Some(b.to_string()),
         _ => None,
+    }
+}
+
+/// A value as the peer's error messages print it: a scalar as written, anything else debugged.
+fn shown(v: &Yaml) -> String {
+    match v {
+        Yaml::Real(r) => r.clone(),
+        other => scalar(other).unwrap_or_else(|| format!("{other:?}")),
     }
 }
 
@@ -376,11 +468,16 @@ mod tests {
     use super::*;
 
     fn one(text: &str) -> Result<Config, ConfigError> {
-        load(&[("config/t.yaml".into(), text.into())], false)
+        load(
+            &[("config/t.yaml".into(), text.into())],
+            false,
+            YamlLimits::default(),
+        )
     }
 
     fn rule_of(c: &Config, domain: &str, entries: &[(&str, &str)]) -> Option<String> {
-        c.rule_for(domain, entries).map(|r| r.stats_key.clone())
+        c.rule_for(domain, entries)
+            .map(|m| m.rule.stats_key.clone())
     }
 
     #[test]
@@ -455,7 +552,7 @@ descriptors:
             ),
             (
                 "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: leaky}\n",
-                "config/t.yaml: descriptors[0] (key 'k').rate_limit: unknown algorithm 'leaky' (fixed_window, gcra, token_bucket, sliding_log, sliding_counter)",
+                "config/t.yaml: descriptors[0] (key 'k').rate_limit: unknown algorithm 'leaky' (gcra, token_bucket, sliding_log, sliding_counter, fixed_window)",
             ),
             (
                 "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, settle: yes}\n",
@@ -470,9 +567,9 @@ descriptors:
             ("b.yaml".to_string(), "domain: d\n".to_string()),
         ];
         assert_eq!(
-            load(&two, false).unwrap_err().0,
+            load(&two, false, YamlLimits::default()).unwrap_err().0,
             "b.yaml: duplicate domain 'd' in config file"
         );
-        assert!(load(&two, true).is_ok());
+        assert!(load(&two, true, YamlLimits::default()).is_ok());
     }
 }

@@ -2,28 +2,30 @@
 //! service and `grpc.health.v1`) and the HTTP port listening, and a clean stop: health goes to
 //! NOT_SERVING, requests in flight finish, leased tokens are refunded and billing counts charged.
 
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use ratelimit_client::{
-    Clock, ConnectionSettings, Limiter, Policy, ShutdownReport, Store, SystemClock,
+    Algorithm, Clock, ConnectionSettings, Limiter, Policy, ShutdownReport, Store, SystemClock,
 };
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tonic_health::server::HealthReporter;
 
 use crate::config::Config;
 use crate::grpc::Grpc;
-use crate::http::{self, Health};
+use crate::health::Health;
+use crate::http;
+use crate::listen::{self, GrpcAddr};
 use crate::service::Service;
 use crate::settings::Settings;
-use crate::{files, load};
+use crate::{files, load, statsd};
 
 pub struct Running {
-    pub grpc_addr: SocketAddr,
-    pub http_addr: SocketAddr,
+    pub grpc_addr: GrpcAddr,
+    pub http_addr: std::net::SocketAddr,
+    pub debug_addr: std::net::SocketAddr,
     pub service: Arc<Service>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<ShutdownReport>,
@@ -67,7 +69,8 @@ impl Running {
 /// Reads and checks the config files.
 pub fn load_config(settings: &Settings) -> Result<(Config, files::Files), String> {
     let files = files::read(&settings.config_dir(), settings.runtime_ignore_dotfiles)?;
-    let config = load::load(&files, settings.merge_domain_config).map_err(|e| e.to_string())?;
+    let config = load::load(&files, settings.merge_domain_config, settings.yaml_limits)
+        .map_err(|e| e.to_string())?;
     Ok((config, files))
 }
 
@@ -77,14 +80,15 @@ pub fn load_config(settings: &Settings) -> Result<(Config, files::Files), String
 pub async fn connect_to(
     settings: &ConnectionSettings,
     prefix: &str,
-    config: &Config,
+    config: Option<&Config>,
 ) -> Result<Store, String> {
     let place = settings.redacted();
     let store = Store::open(settings)
         .await
         .map_err(|e| format!("the store {place}: {e}"))?;
     let key = format!("{prefix}rls:{{access-check}}:");
-    for algorithm in config.algorithms() {
+    let algorithms = config.map_or_else(|| vec![Algorithm::Gcra], Config::algorithms);
+    for algorithm in algorithms {
         let policy = Policy {
             algorithm,
             ..Policy::gcra(1, 1000)
@@ -98,26 +102,85 @@ pub async fn connect_to(
     Ok(store)
 }
 
+/// [`connect_to`], retried while the store does not answer, as the peer retries at start: the
+/// wait starts at REDIS_STARTUP_INITIAL_INTERVAL and doubles up to REDIS_STARTUP_MAX_INTERVAL,
+/// until REDIS_STARTUP_MAX_ELAPSED_TIME has passed (0: forever). A refusal no retry fixes (a
+/// wrong password, an untrusted certificate, a missing permission) is not retried.
+async fn connect_with_retry(
+    settings: &Settings,
+    store: &ConnectionSettings,
+    config: Option<&Config>,
+) -> Result<Store, String> {
+    let started = std::time::Instant::now();
+    let mut wait = settings.redis_startup_initial;
+    let mut tries = 1u32;
+    loop {
+        match connect_to(store, &settings.cache_key_prefix, config).await {
+            Ok(store) => return Ok(store),
+            Err(e) if is_refused(&e) => return Err(e),
+            Err(e) => {
+                let limit = settings.redis_startup_max_elapsed;
+                if !limit.is_zero() && started.elapsed() + wait > limit {
+                    return Err(format!("{e} (given up after {tries} tries)"));
+                }
+                log::warn!(
+                    "the store does not answer at start (try {tries}), again in {wait:?}: {e}"
+                );
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(settings.redis_startup_max_interval.max(wait));
+                tries += 1;
+            }
+        }
+    }
+}
+
+/// A start refused for its configuration (the client's `Error::Config`: `WRONGPASS`, `NOPERM`,
+/// a certificate not trusted, a file not read), or the store's own words for one.
+fn is_refused(error: &str) -> bool {
+    [
+        "configuration:",
+        "WRONGPASS",
+        "NOAUTH",
+        "NOPERM",
+        "invalid username-password",
+    ]
+    .iter()
+    .any(|code| error.contains(code))
+}
+
 /// Starts everything on the settings' ports (0: any free one) with the system clock.
 pub async fn start(settings: Settings) -> Result<Running, String> {
     start_with_clock(settings, Arc::new(SystemClock::new())).await
 }
 
 /// As [`start`], with the clock of the limiter and the denial cache (tests move it by hand).
+/// A config that does not load at start is logged and counted (`config_load_error`) and the
+/// server runs on without one, as the peer does, until a good one is written.
 pub async fn start_with_clock(
     settings: Settings,
     clock: Arc<dyn Clock>,
 ) -> Result<Running, String> {
-    let (config, files) = load_config(&settings)?;
-    log::info!(
-        "config loaded: {} file(s), {} domain(s)",
-        files.len(),
-        config.domains.len()
-    );
-    let prefix = &settings.cache_key_prefix;
-    let store = connect_to(&settings.redis.main, prefix, &config).await?;
+    let loaded = load_config(&settings);
+    let (config, files, loaded_ok) = match loaded {
+        Ok((config, files)) => {
+            log::info!(
+                "config loaded: {} file(s), {} domain(s)",
+                files.len(),
+                config.domains.len()
+            );
+            (Some(config), files, true)
+        }
+        Err(e) => {
+            log::error!("error loading initial configuration, serving without one: {e}");
+            // The files as read, so that the same bad files are not loaded again and again.
+            let files = files::read(&settings.config_dir(), settings.runtime_ignore_dotfiles)
+                .unwrap_or_default();
+            (None, files, false)
+        }
+    };
+    let store = connect_with_retry(&settings, &settings.redis.main, config.as_ref()).await?;
     let per_second = match &settings.redis.per_second {
-        Some(s) => Some(connect_to(s, prefix, &config).await?),
+        Some(s) => Some(connect_with_retry(&settings, s, config.as_ref()).await?),
         None => None,
     };
     let limiter_config = ratelimit_client::Config {
@@ -139,27 +202,48 @@ pub async fn start_with_clock(
         service = service.with_per_second(Limiter::new(store, config));
     }
     let service = Arc::new(service);
+    let health = Arc::new(Health::new(settings.healthy_with_config));
+    service.metrics.service(
+        if loaded_ok {
+            "config_load_success"
+        } else {
+            "config_load_error"
+        },
+        1,
+    );
+    if service.has_config() && !service.config().domains.is_empty() {
+        health.config_loaded();
+    }
 
-    let grpc_listener = TcpListener::bind((settings.grpc_host.as_str(), settings.grpc_port))
-        .await
-        .map_err(|e| format!("GRPC {}:{}: {e}", settings.grpc_host, settings.grpc_port))?;
+    let grpc_incoming = listen::grpc(&settings).await?;
+    let grpc_addr = grpc_incoming.local_addr();
     let http_listener = TcpListener::bind((settings.host.as_str(), settings.port))
         .await
         .map_err(|e| format!("HTTP {}:{}: {e}", settings.host, settings.port))?;
-    let grpc_addr = grpc_listener.local_addr().map_err(|e| e.to_string())?;
     let http_addr = http_listener.local_addr().map_err(|e| e.to_string())?;
 
-    let health = Arc::new(Health {
-        serving: AtomicBool::new(true),
-    });
-    let metrics = service.metrics.clone();
-    let http_task = tokio::spawn(http::serve(
-        http_listener,
-        metrics.clone(),
-        health.clone(),
-        settings.prometheus_path.clone(),
-    ));
-    let prometheus_task = if settings.use_prometheus {
+    let debug_listener = TcpListener::bind((settings.debug_host.as_str(), settings.debug_port))
+        .await
+        .map_err(|e| format!("DEBUG {}:{}: {e}", settings.debug_host, settings.debug_port))?;
+    let debug_addr = debug_listener.local_addr().map_err(|e| e.to_string())?;
+    let max = settings.http_max_request_bytes;
+    let mut http_tasks = vec![
+        tokio::spawn(http::serve(
+            http_listener,
+            http::Port::Main,
+            service.clone(),
+            health.clone(),
+            max,
+        )),
+        tokio::spawn(http::serve(
+            debug_listener,
+            http::Port::Debug,
+            service.clone(),
+            health.clone(),
+            max,
+        )),
+    ];
+    if settings.use_prometheus {
         let addr = settings.prometheus_addr.clone();
         let addr = if addr.starts_with(':') {
             format!("0.0.0.0{addr}")
@@ -169,50 +253,51 @@ pub async fn start_with_clock(
         let listener = TcpListener::bind(&addr)
             .await
             .map_err(|e| format!("PROMETHEUS_ADDR {addr}: {e}"))?;
-        Some(tokio::spawn(http::serve(
+        http_tasks.push(tokio::spawn(http::serve(
             listener,
-            metrics,
+            http::Port::Prometheus,
+            service.clone(),
             health.clone(),
-            settings.prometheus_path.clone(),
-        )))
-    } else {
-        None
-    };
-    let reload_task = tokio::spawn(watch(service.clone(), settings.clone(), files));
-
+            max,
+        )));
+    }
+    let statsd_task = statsd::spawn(&settings, service.metrics.clone());
     let (reporter, health_service) = tonic_health::server::health_reporter();
-    reporter.set_serving::<RateLimitServiceServer<Grpc>>().await;
+    health.report(&reporter).await;
+    let reload_task = tokio::spawn(watch(
+        service.clone(),
+        settings.clone(),
+        files,
+        health.clone(),
+        reporter.clone(),
+    ));
+
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let (grpc_stop_tx, grpc_stop_rx) = oneshot::channel::<()>();
     let grpc = tonic::transport::Server::builder()
+        .max_connection_age(settings.grpc_max_connection_age)
+        .max_connection_age_grace(settings.grpc_max_connection_age_grace)
         .add_service(health_service)
         .add_service(RateLimitServiceServer::from_arc(Arc::new(Grpc(
             service.clone(),
-        ))))
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(grpc_listener),
-            async {
-                let _ = grpc_stop_rx.await;
-            },
-        );
-    let grpc_task = tokio::spawn(grpc);
-    log::warn!("serving gRPC on {grpc_addr}, HTTP on {http_addr}");
+        ))));
+    let grpc_task = tokio::spawn(grpc_incoming.serve(grpc, async {
+        let _ = grpc_stop_rx.await;
+    }));
+    log::warn!("serving gRPC on {grpc_addr}, HTTP on {http_addr}, debug on {debug_addr}");
 
     let svc = service.clone();
     let task = tokio::spawn(async move {
         let _ = stop_rx.await;
-        health.serving.store(false, Ordering::Relaxed);
-        reporter
-            .set_not_serving::<RateLimitServiceServer<Grpc>>()
-            .await;
+        health.stopping();
+        health.report(&reporter).await;
         // Stop accepting, let requests in flight finish, then settle with the store.
         let _ = grpc_stop_tx.send(());
         if let Ok(Err(e)) = grpc_task.await {
             log::error!("gRPC server: {e}");
         }
         reload_task.abort();
-        http_task.abort();
-        if let Some(t) = prometheus_task {
+        for t in http_tasks.into_iter().chain(statsd_task) {
             t.abort();
         }
         let mut report = svc.limiter().shutdown().await;
@@ -233,6 +318,7 @@ pub async fn start_with_clock(
     Ok(Running {
         grpc_addr,
         http_addr,
+        debug_addr,
         service,
         stop: Some(stop_tx),
         task,
@@ -240,33 +326,47 @@ pub async fn start_with_clock(
 }
 
 /// Re-reads the config directory every interval; a changed set of files is loaded and swapped
-/// in whole, or refused whole with the reason logged (the old config stays).
-async fn watch(service: Arc<Service>, settings: Arc<Settings>, mut last: files::Files) {
+/// in whole, or refused whole with the reason logged (the old config stays). Each tick also
+/// brings health up to date (the store's part with REDIS_HEALTH_CHECK_ACTIVE_CONNECTION).
+async fn watch(
+    service: Arc<Service>,
+    settings: Arc<Settings>,
+    mut last: files::Files,
+    health: Arc<Health>,
+    reporter: HealthReporter,
+) {
     let mut tick = tokio::time::interval(settings.reload_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut reported = health.ok();
     loop {
         tick.tick().await;
-        let files = match files::read(&settings.config_dir(), settings.runtime_ignore_dotfiles) {
-            Ok(f) => f,
-            Err(e) => {
-                log::error!("config not reloaded: {e}");
-                continue;
-            }
-        };
-        if files == last {
-            continue;
+        if settings.redis_health_follows_store {
+            health.store_answers(!service.limiter().circuit_open());
         }
-        match load::load(&files, settings.merge_domain_config) {
-            Ok(config) => {
-                service.replace_config(config);
-                service.metrics.service("config_load_success", 1);
-                log::warn!("config reloaded: {} file(s)", files.len());
-            }
-            Err(e) => {
-                service.metrics.service("config_load_error", 1);
-                log::error!("error loading new configuration, keeping the old one: {e}");
+        match files::read(&settings.config_dir(), settings.runtime_ignore_dotfiles) {
+            Err(e) => log::error!("config not reloaded: {e}"),
+            Ok(files) if files == last => {}
+            Ok(files) => {
+                match load::load(&files, settings.merge_domain_config, settings.yaml_limits) {
+                    Ok(config) => {
+                        if !config.domains.is_empty() {
+                            health.config_loaded();
+                        }
+                        service.replace_config(config);
+                        service.metrics.service("config_load_success", 1);
+                        log::warn!("config reloaded: {} file(s)", files.len());
+                    }
+                    Err(e) => {
+                        service.metrics.service("config_load_error", 1);
+                        log::error!("error loading new configuration, keeping the old one: {e}");
+                    }
+                }
+                last = files;
             }
         }
-        last = files;
+        if health.ok() != reported {
+            reported = health.ok();
+            health.report(&reporter).await;
+        }
     }
 }

@@ -1,28 +1,25 @@
-//! `ShouldRateLimit`: a request's descriptors matched to rules, decided together in one store
-//! call (`RL.ALL`; the rule's own command when only one descriptor is limited), all or nothing,
-//! through the client's limiter (deadline, circuit, the class's fallback), with the denial cache
-//! in front of it and shadow mode after it.
+//! `ShouldRateLimit`: a request's descriptors matched to rules and decided through the client's
+//! limiter (deadline, circuit, the class's fallback), with the denial cache in front of it: each
+//! on its own as the peer decides them, or, with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT, together
+//! in one store call (`RL.ALL`), all or nothing. `answer.rs` writes the response.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code, DescriptorStatus, RateLimit as PbLimit,
-};
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use ratelimit_client::{Algorithm, Clock, Decision, Error, Limiter, Source};
 
-use crate::config::{descriptor_key, Config, Rule, Unit, SETTLE_KEY};
+use crate::config::{descriptor_key, Config, Matched, Rule, Unit, SETTLE_KEY};
 use crate::denials::Denials;
-use crate::headers::{self, Part};
-use crate::metrics::{Metrics, RuleCounts};
+use crate::metrics::Metrics;
 use crate::settings::Settings;
 
 pub struct Service {
     config: RwLock<Arc<Config>>,
+    /// A config has loaded (at start or since).
+    has_config: AtomicBool,
     limiter: Limiter,
     /// `REDIS_PERSECOND`: the limiter of the second store, deciding rules whose unit is a second.
     per_second: Option<Limiter>,
@@ -37,6 +34,8 @@ pub struct Service {
 pub enum Refusal {
     /// An empty domain or no descriptors.
     BadRequest(String),
+    /// No config has loaded yet (the one at start was refused).
+    NoConfig,
     /// The store refused the call for a reason no fallback may hide (a wrong type at a key).
     Store(Error),
 }
@@ -49,7 +48,14 @@ pub(crate) struct Item {
     pub(crate) stats_key: String,
     pub(crate) key: String,
     pub(crate) hits: u64,
+    /// The rule's `shadow_mode`: a denial answers OK in its status and in the total.
     pub(crate) shadow: bool,
+    /// `quota_mode` (the rule's, or QUOTA_MODE): a denial shows in its status; the request is
+    /// denied only when every quota descriptor is.
+    pub(crate) quota: bool,
+    /// Its denial alone does not deny the request (shadow, quota, or SHADOW_MODE): in the
+    /// atomic mode, the others are charged without it.
+    pub(crate) soft: bool,
     /// Charged after the fact instead of decided (`settle.rs`), by `by` tokens (negative: given
     /// back).
     pub(crate) settle: bool,
@@ -66,13 +72,15 @@ pub(crate) struct Outcome {
     pub(crate) retry_after_ms: Option<u64>,
     pub(crate) reset_after_ms: u64,
     pub(crate) local_cache: bool,
-    pub(crate) source: Source,
+    /// Who decided; `None`: this server, without asking (a limit of 0, a charge above the
+    /// capacity, the denial cache), so it is never taken for the store's answer.
+    pub(crate) source: Option<Source>,
 }
 
 impl Item {
     /// Whether a denial by the store denies the request: a charge, or a check (hits_addend 0) on
     /// a `settle: true` rule, whose requests only check and pay after (denied while in debt).
-    fn enforced(&self) -> bool {
+    pub(crate) fn enforced(&self) -> bool {
         self.hits > 0 || self.rule.settle
     }
 }
@@ -85,7 +93,7 @@ impl Outcome {
             retry_after_ms: d.retry_after_ms,
             reset_after_ms: d.reset_after_ms,
             local_cache: false,
-            source: d.source,
+            source: Some(d.source),
         }
     }
 
@@ -96,27 +104,33 @@ impl Outcome {
             retry_after_ms: Some(retry_ms),
             reset_after_ms: retry_ms,
             local_cache,
-            source: Source::Store,
+            source: None,
         }
     }
 }
 
 impl Service {
+    /// `config` is `None` when none loaded at start: every request is refused until one does.
     pub fn new(
         limiter: Limiter,
         settings: Arc<Settings>,
         clock: Arc<dyn Clock>,
-        config: Config,
+        config: Option<Config>,
     ) -> Service {
         Service {
-            config: RwLock::new(Arc::new(config)),
-            denials: Denials::new(settings.denial_cache_max),
+            has_config: AtomicBool::new(config.is_some()),
+            config: RwLock::new(Arc::new(config.unwrap_or_default())),
+            denials: Denials::new(settings.local_cache_size_in_bytes),
             limiter,
             per_second: None,
             settings,
             metrics: Arc::new(Metrics::default()),
             clock,
         }
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.settings
     }
 
     pub fn limiter(&self) -> &Limiter {
@@ -133,6 +147,10 @@ impl Service {
         self.per_second.as_ref()
     }
 
+    pub fn has_config(&self) -> bool {
+        self.has_config.load(Ordering::Relaxed)
+    }
+
     pub fn config(&self) -> Arc<Config> {
         self.config
             .read()
@@ -144,6 +162,7 @@ impl Service {
     /// emptied (a limit may have been raised).
     pub fn replace_config(&self, config: Config) {
         *self.config.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(config);
+        self.has_config.store(true, Ordering::Relaxed);
         self.denials.clear();
     }
 
@@ -165,12 +184,34 @@ impl Service {
                 "rate limit descriptor list must not be empty".into(),
             ));
         }
+        if !self.has_config() {
+            self.metrics
+                .service("call_should_rate_limit_service_error", 1);
+            return Err(Refusal::NoConfig);
+        }
         let config = self.config();
+        if !config.domains.contains_key(&req.domain) {
+            self.metrics.domain_not_found(&req.domain);
+        }
         // Settles are charged apart, after the decisions (never denied: `settle.rs`).
+        let (items, unlimited) = self.items(&config, req);
         let (mut settles, mut items): (Vec<Item>, Vec<Item>) =
-            self.items(&config, req).into_iter().partition(|i| i.settle);
+            items.into_iter().partition(|i| i.settle);
+        // RL.ALL (and RL.SETTLE) take at most 32 keys, and the peer's mode sends one call per
+        // descriptor at once: a request with more is refused before anything is charged, never
+        // split (a later call's denial would leave the earlier calls' charges) nor failed open.
+        let most = self.settings.max_descriptors;
+        if items.len() > most || settles.len() > most {
+            self.metrics
+                .service("call_should_rate_limit_service_error", 1);
+            return Err(Refusal::BadRequest(format!(
+                "{} limited descriptors in one request: at most {most} are decided at once \
+                 (RLS_MAX_DESCRIPTORS)",
+                items.len().max(settles.len())
+            )));
+        }
         let now = self.clock.now_ns();
-        let global_shadow = self.settings.shadow_mode;
+        let atomic = self.settings.stop_increment_when_overlimit;
 
         // Answered here: a limit of 0 (the module refuses L 0; a check of it is not a denial),
         // a charge above the capacity, a key cached as denied.
@@ -178,30 +219,33 @@ impl Service {
             let Some(policy) = item.rule.policy().copied() else {
                 continue;
             };
-            let window_ms = item.rule.unit.seconds() * 1000;
             if policy.limit == 0 || item.hits > policy.capacity() {
-                item.outcome = Some(Outcome::local_denial(window_ms, false));
+                let rest = rest_of_window_ms(item.rule.unit);
+                item.outcome = Some(Outcome::local_denial(rest, false));
             } else if item.hits > 0 {
-                if let Some(retry) = self.denials.denied(&item.key, now) {
+                if let Some(retry) = self.denials.denied(&item.key, item.hits, now) {
                     item.outcome = Some(Outcome::local_denial(retry, true));
                 }
             }
         }
-        let enforced_local = items
+        let pending: Vec<usize> = (0..items.len())
+            .filter(|i| items[*i].outcome.is_none())
+            .collect();
+        if !atomic {
+            // The peer's default: every descriptor decided (and charged) on its own.
+            self.decide_each(&mut items, &pending).await?;
+        } else if !items
             .iter()
-            .any(|i| !i.shadow && i.hits > 0 && i.outcome.is_some_and(|o| !o.admitted));
-        if !enforced_local {
-            let pending: Vec<usize> = (0..items.len())
-                .filter(|i| items[*i].outcome.is_none())
-                .collect();
+            .any(|i| !i.soft && i.hits > 0 && i.outcome.is_some_and(|o| !o.admitted))
+        {
             self.decide(&mut items, &pending).await?;
-            // Denied only by shadow rules: charge the others, answer OK.
+            // Denied only by shadow or quota rules: charge the others.
             let denied: Vec<usize> = pending
                 .iter()
                 .copied()
                 .filter(|i| items[*i].hits > 0 && items[*i].outcome.is_some_and(|o| !o.admitted))
                 .collect();
-            if !denied.is_empty() && denied.iter().all(|i| items[*i].shadow) {
+            if !denied.is_empty() && denied.iter().all(|i| items[*i].soft) {
                 let rest: Vec<usize> = pending
                     .iter()
                     .copied()
@@ -212,18 +256,32 @@ impl Service {
                 }
             }
             self.undo_when_a_check_denies(&mut items).await;
+        } else if !pending.is_empty() {
+            // Denied here already: the others are only looked at (a cost of 0), so that their
+            // statuses tell what is left, as the peer's do.
+            let saved: Vec<u64> = pending
+                .iter()
+                .map(|i| std::mem::take(&mut items[*i].hits))
+                .collect();
+            let peeked = self.decide(&mut items, &pending).await;
+            for (i, hits) in pending.iter().zip(saved) {
+                items[*i].hits = hits;
+            }
+            peeked?;
         }
         self.remember_denials(&items, now);
         self.settle(&mut settles).await;
         items.append(&mut settles);
-        Ok(self.respond(req, &items, global_shadow))
+        Ok(self.respond(req, &items, &unlimited))
     }
 
     /// The limited descriptors: each matched to its rule (the descriptor's own `limit` override
     /// first), rules named in another matched rule's `replaces` dropped, unlimited ones left out.
     /// A descriptor is a settle when it carries the `rls_settle` entry (left out of matching and
     /// of the key), gives back (`is_negative_hits`), or charges a `settle: true` rule.
-    fn items(&self, config: &Config, req: &RateLimitRequest) -> Vec<Item> {
+    /// Also the indexes of the descriptors whose rule is `unlimited` (answered with the largest
+    /// remaining, as the peer answers).
+    fn items(&self, config: &Config, req: &RateLimitRequest) -> (Vec<Item>, Vec<usize>) {
         let mut matched: Vec<Item> = Vec::new();
         for (index, d) in req.descriptors.iter().enumerate() {
             let marked = d.entries.iter().any(|e| e.key == SETTLE_KEY);
@@ -237,35 +295,44 @@ impl Service {
                 continue;
             }
             let own_key = descriptor_key(&req.domain, &entries);
-            let rule = match &d.limit {
-                Some(o) => Unit::from_proto(o.unit).map(|unit| {
-                    Arc::new(Rule::from_override(
+            let found = match &d.limit {
+                Some(o) => Unit::from_proto(o.unit).map(|unit| Matched {
+                    rule: Arc::new(Rule::from_override(
                         own_key.clone(),
                         o.requests_per_unit,
                         unit,
-                    ))
+                    )),
+                    stats_key: own_key.clone(),
+                    shared: Vec::new(),
                 }),
                 None => config.rule_for(&req.domain, &entries),
             };
-            let Some(rule) = rule else { continue };
-            let stats_key = if rule.detailed_metric {
-                own_key
-            } else {
-                rule.stats_key.clone()
+            let Some(Matched {
+                rule,
+                stats_key,
+                shared,
+            }) = found
+            else {
+                continue;
             };
             let hits = hits(req, d);
             let settle = marked || d.is_negative_hits || (rule.settle && hits > 0);
             let size = i64::try_from(hits).unwrap_or(i64::MAX);
             let by = if d.is_negative_hits { -size } else { size };
             let key = rule.policy().map_or(String::new(), |p| {
-                self.store_key(&req.domain, &entries, p.algorithm)
+                self.store_key(&req.domain, &entries, &shared, p.algorithm)
             });
             matched.push(Item {
                 indexes: vec![index],
                 key,
                 stats_key,
                 hits,
-                shadow: rule.shadow_mode || self.settings.shadow_mode,
+                shadow: rule.shadow_mode,
+                quota: rule.quota_mode || self.settings.quota_mode,
+                soft: rule.shadow_mode
+                    || rule.quota_mode
+                    || self.settings.shadow_mode
+                    || self.settings.quota_mode,
                 settle,
                 by,
                 rule,
@@ -277,9 +344,14 @@ impl Service {
             .flat_map(|i| i.rule.replaces.iter().cloned())
             .collect();
         let mut items: Vec<Item> = Vec::new();
+        let mut unlimited = Vec::new();
         for item in matched {
             let rule = &item.rule;
-            if rule.unlimited || (!rule.name.is_empty() && replaced.contains(&rule.name)) {
+            if rule.unlimited {
+                unlimited.extend(item.indexes);
+                continue;
+            }
+            if !rule.name.is_empty() && replaced.contains(&rule.name) {
                 continue;
             }
             if rule.policy().is_none() {
@@ -296,19 +368,27 @@ impl Service {
             }
             items.push(item);
         }
-        items
+        (items, unlimited)
     }
 
     /// `<prefix>rls:{<domain>}:<key>_<value>.<key>_<value>:<ALGORITHM>`: the domain is the hash
     /// tag, so every descriptor of a request is on one Cluster slot (one `RL.ALL`); the
     /// algorithm is in the key so that changing a rule's algorithm starts a new key instead of
-    /// meeting the old one's type.
-    fn store_key(&self, domain: &str, entries: &[(&str, &str)], algorithm: Algorithm) -> String {
+    /// meeting the old one's type. A `share_threshold` entry's value is its pattern: every
+    /// value the pattern matches shares the one counter.
+    fn store_key(
+        &self,
+        domain: &str,
+        entries: &[(&str, &str)],
+        shared: &[Option<String>],
+        algorithm: Algorithm,
+    ) -> String {
         let mut key = format!("{}rls:{{{domain}}}:", self.settings.cache_key_prefix);
         for (i, (k, v)) in entries.iter().enumerate() {
             if i > 0 {
                 key.push('.');
             }
+            let v = shared.get(i).and_then(Option::as_deref).unwrap_or(v);
             key.push_str(k);
             if !v.is_empty() {
                 key.push('_');
@@ -318,6 +398,15 @@ impl Service {
         key.push(':');
         key.push_str(algorithm.name());
         key
+    }
+
+    /// The limiter deciding `rule`: the per-second store's for a rule whose unit is a second
+    /// when that store is set (the peer's split), else the main store's.
+    fn limiter_of(&self, rule: &Rule) -> &Limiter {
+        match &self.per_second {
+            Some(l) if rule.unit == Unit::Second => l,
+            _ => &self.limiter,
+        }
     }
 
     /// The store decisions over `which` items: per-second rules and the others apart when a
@@ -371,189 +460,84 @@ impl Service {
             }
         };
         self.metrics.service("store_calls", 1);
-        let decisions = result.map_err(|e| {
-            self.metrics
-                .service("call_should_rate_limit_redis_error", 1);
-            log::error!("store error: {e}");
-            Refusal::Store(e)
-        })?;
+        let decisions = result.map_err(|e| self.store_error(e))?;
         for (i, d) in which.iter().zip(decisions.iter()) {
             items[*i].outcome = Some(Outcome::of(d));
         }
         Ok(())
     }
 
-    /// Keys the store denied with nothing left are answered here until their retry time. Only
-    /// when that time holds for any charge: a cost of 1, or a fixed window (denied until the
-    /// window ends whatever the cost).
+    /// Each of `which` decided on its own, as the peer decides them (STOP_CACHE_KEY_INCREMENT_
+    /// WHEN_OVERLIMIT unset): one admitted is charged whatever the others answer. The calls go
+    /// out together on the one connection; a store error refuses the request, as one `RL.ALL`'s.
+    async fn decide_each(&self, items: &mut [Item], which: &[usize]) -> Result<(), Refusal> {
+        if which.len() < 2 {
+            return self.decide(items, which).await;
+        }
+        let calls = which.iter().filter_map(|i| {
+            let item = &items[*i];
+            let limit = item.rule.limit.as_ref()?;
+            Some(async move {
+                let limiter = self.limiter_of(&item.rule);
+                (*i, limiter.check_cost(limit, &item.key, item.hits).await)
+            })
+        });
+        let results = futures_util::future::join_all(calls).await;
+        self.metrics.service("store_calls", results.len() as u64);
+        let mut failed = None;
+        for (i, result) in results {
+            match result {
+                Ok(d) => items[i].outcome = Some(Outcome::of(&d)),
+                Err(e) => failed = Some(e),
+            }
+        }
+        match failed {
+            None => Ok(()),
+            Some(e) => Err(self.store_error(e)),
+        }
+    }
+
+    fn store_error(&self, e: Error) -> Refusal {
+        self.metrics
+            .service("call_should_rate_limit_redis_error", 1);
+        log::error!("store error: {e}");
+        Refusal::Store(e)
+    }
+
+    /// Keys the store denied are answered here until the store's retry time, for the charges
+    /// that answer holds for: in a fixed window, every charge above what it has left (denied
+    /// until the window ends); in the others, this charge and larger ones (a larger one needs at
+    /// least as long). Only the store's own denials: never one decided here (a charge above the
+    /// capacity says nothing about smaller ones) nor a fallback's.
     fn remember_denials(&self, items: &[Item], now: u64) {
         for item in items {
             let Some(o) = item.outcome else { continue };
             let Some(policy) = item.rule.policy() else {
                 continue;
             };
-            let exact = item.hits == 1 || policy.algorithm == Algorithm::FixedWindow;
-            if !o.admitted
-                && !o.local_cache
-                && o.source == Source::Store
-                && o.remaining == 0
-                && exact
-            {
-                if let Some(retry) = o.retry_after_ms.filter(|r| *r > 0) {
-                    self.denials.deny(&item.key, now, retry);
-                }
-            }
-        }
-    }
-
-    fn respond(
-        &self,
-        req: &RateLimitRequest,
-        items: &[Item],
-        global_shadow: bool,
-    ) -> RateLimitResponse {
-        let mut statuses: Vec<DescriptorStatus> = req
-            .descriptors
-            .iter()
-            .map(|_| DescriptorStatus {
-                code: Code::Ok as i32,
-                ..DescriptorStatus::default()
-            })
-            .collect();
-        let mut over = false;
-        let mut would_be_over = false;
-        let mut parts = Vec::new();
-        for item in items {
-            let rule = &item.rule;
-            let current = PbLimit {
-                name: rule.name.clone(),
-                requests_per_unit: rule.requests_per_unit,
-                unit: rule.unit.proto(),
-            };
-            let counts = self.count(item);
-            let class = rule.limit.as_ref().map_or("", |l| l.class().name());
-            self.metrics.rule(&item.stats_key, class, &counts);
-            let Some(o) = item.outcome else {
-                // Not asked: another descriptor was denied here without a store call.
-                for i in &item.indexes {
-                    if let Some(status) = statuses.get_mut(*i) {
-                        status.current_limit = Some(current.clone());
-                    }
-                }
+            if o.admitted || item.hits == 0 || o.source != Some(Source::Store) {
                 continue;
-            };
-            let denied = !o.admitted && item.enforced();
-            if denied {
-                would_be_over = true;
-                if !item.shadow {
-                    over = true;
-                }
             }
-            let reset_ms = if denied {
-                o.reset_after_ms.max(o.retry_after_ms.unwrap_or(0))
+            let min_hits = if policy.algorithm == Algorithm::FixedWindow {
+                o.remaining.saturating_add(1)
             } else {
-                o.reset_after_ms
+                item.hits
             };
-            for i in &item.indexes {
-                let Some(status) = statuses.get_mut(*i) else {
-                    continue;
-                };
-                status.current_limit = Some(current.clone());
-                status.code = if denied && !item.shadow {
-                    Code::OverLimit as i32
-                } else {
-                    Code::Ok as i32
-                };
-                status.limit_remaining = u32::try_from(o.remaining).unwrap_or(u32::MAX);
-                status.duration_until_reset = Some(PbDuration {
-                    seconds: i64::try_from(reset_ms.div_ceil(1000)).unwrap_or(i64::MAX),
-                    nanos: 0,
-                });
+            if let Some(retry) = o.retry_after_ms.filter(|r| *r > 0) {
+                self.denials.deny(&item.key, min_hits, now, retry);
             }
-            // A settle's response is gone: it adds nothing to the headers.
-            if let Some(p) = rule.policy().filter(|_| !item.settle) {
-                parts.push(Part {
-                    name: if rule.name.is_empty() {
-                        item.stats_key.clone()
-                    } else {
-                        rule.name.clone()
-                    },
-                    requests_per_unit: u64::from(rule.requests_per_unit),
-                    limit: p.limit,
-                    window_ms: p.window_ms,
-                    burst: p.burst,
-                    admitted: o.admitted,
-                    hits: item.hits,
-                    remaining: o.remaining,
-                    retry_after_ms: o.retry_after_ms,
-                    reset_after_ms: reset_ms,
-                });
-            }
-        }
-        if global_shadow && would_be_over {
-            self.metrics.service("global_shadow_mode", 1);
-        }
-        let retry = items
-            .iter()
-            .filter_map(|i| {
-                i.outcome
-                    .filter(|o| !o.admitted && i.enforced() && !i.shadow)
-            })
-            .filter_map(|o| o.retry_after_ms)
-            .max();
-        let response_headers_to_add =
-            headers::response_headers(&self.settings, &parts, over, retry)
-                .into_iter()
-                .map(|(key, value)| HeaderValue {
-                    key,
-                    value,
-                    ..HeaderValue::default()
-                })
-                .collect();
-        RateLimitResponse {
-            overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
-            statuses,
-            response_headers_to_add,
-            ..RateLimitResponse::default()
         }
     }
+}
 
-    /// The peer's counters for one item: every hit is total; a denied one is over the limit
-    /// (and shadow, and answered locally, as it was); an admitted one is within the limit, and
-    /// near it for the part above NEAR_LIMIT_RATIO of the limit.
-    fn count(&self, item: &Item) -> RuleCounts {
-        if item.settle {
-            // Counted by `settle` as charged, given back, journaled or dropped.
-            return RuleCounts::default();
-        }
-        let h = item.hits;
-        let mut c = RuleCounts {
-            total_hits: h,
-            ..RuleCounts::default()
-        };
-        let Some(o) = item.outcome else { return c };
-        if matches!(o.source, Source::Fallback(_)) {
-            c.fallback = 1;
-        }
-        if !o.admitted && item.enforced() {
-            c.over_limit = h;
-            if o.local_cache {
-                c.over_limit_with_local_cache = h;
-            }
-            if item.shadow {
-                c.shadow_mode = h;
-            }
-        } else if o.admitted {
-            c.within_limit = h;
-            let capacity = item.rule.policy().map_or(0, |p| p.capacity());
-            let near = (capacity as f64 * self.settings.near_limit_ratio).floor() as u64;
-            let used = capacity.saturating_sub(o.remaining);
-            if used > near {
-                c.near_limit = h.min(used - near);
-            }
-        }
-        c
-    }
+/// The rest of the unit's epoch-aligned window on this server's clock, as the peer computes
+/// every reset: what a limit answered here (0, or a charge above it) reports.
+fn rest_of_window_ms(unit: Unit) -> u64 {
+    let window = unit.seconds() * 1000;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+    window - now % window
 }
 
 /// The charge of one descriptor: its own `hits_addend` when set (0 checks without charging),

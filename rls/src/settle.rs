@@ -134,7 +134,7 @@ impl Service {
             retry_after_ms: None,
             reset_after_ms: limit.policy().window_ms,
             local_cache: false,
-            source: Source::Fallback(limit.class()),
+            source: Some(Source::Fallback(limit.class())),
         });
         self.count_settle(item, &counts);
     }
@@ -164,7 +164,7 @@ impl Service {
     /// other descriptors were charged. They are given back in one `RL.SETTLE`, so a denied
     /// request costs nothing here either.
     pub(crate) async fn undo_when_a_check_denies(&self, items: &mut [Item]) {
-        let from_store = |o: &Outcome| o.source == Source::Store && !o.local_cache;
+        let from_store = |o: &Outcome| o.source == Some(Source::Store);
         let denied = items.iter().any(|i| {
             !i.shadow
                 && i.hits == 0

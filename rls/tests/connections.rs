@@ -82,6 +82,8 @@ fn vars(root: &Path, redis: &[(&str, String)]) -> Vec<(String, String)> {
         ("RUNTIME_SUBDIRECTORY", "ratelimit"),
         ("REDIS_SOCKET_TYPE", "tcp"),
         ("RLS_DEADLINE_MS", "50"),
+        ("USE_STATSD", "false"),
+        ("DEBUG_PORT", "0"),
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -239,7 +241,7 @@ fn the_binary_shows_no_password_in_logs_errors_or_metrics() {
         log.push('\n');
         if let Some(at) = line.find("HTTP on ") {
             let addr = line[at + 8..].split_whitespace().next().unwrap();
-            break addr.trim_matches('"').to_string();
+            break addr.trim_matches(|c| c == '"' || c == ',').to_string();
         }
     };
     let mut conn = std::net::TcpStream::connect(&http).unwrap();

@@ -81,7 +81,8 @@ async fn the_decision_table() {
             (OVER_LIMIT, &[(OVER_LIMIT, 0, 1)]),
         ),
         (&[&[("path", "/admin/keys")]], (OK, &[(OK, 0, 1)])),
-        (&[&[("path", "/static/app.js")]], (OK, &[(OK, 0, 0)])),
+        // Unlimited answers the largest remaining, as the peer (MaxUint32).
+        (&[&[("path", "/static/app.js")]], (OK, &[(OK, u32::MAX, 0)])),
         (&[&[("path", "/elsewhere")]], (OK, &[(OK, 0, 0)])),
         // Nested: value, then the key-only default of the level; a level without a rule.
         (
@@ -156,11 +157,12 @@ async fn hits_addend_per_request_and_per_descriptor() {
         .ask(request("shop", vec![descriptor(&client, None)], 2))
         .await;
     assert_eq!(codes(&r), (OK, vec![(OK, 1)]));
-    // 2 more do not fit: denied, and not charged (a retry of 1 passes).
+    // 2 more do not fit: denied (remaining 0 on an OVER_LIMIT, as the peer answers), and not
+    // charged (a retry of 1 passes).
     let r = rls
         .ask(request("shop", vec![descriptor(&client, None)], 2))
         .await;
-    assert_eq!(codes(&r), (OVER_LIMIT, vec![(OVER_LIMIT, 1)]));
+    assert_eq!(codes(&r), (OVER_LIMIT, vec![(OVER_LIMIT, 0)]));
     // The descriptor's own hits_addend wins over the request's.
     let r = rls
         .ask(request("shop", vec![descriptor(&client, Some(1))], 3))
@@ -357,12 +359,20 @@ async fn global_shadow_mode_decides_counts_and_answers_ok() {
     let redis = Redis::start();
     let mut rls = Rls::start(&redis, SHOP, &[("SHADOW_MODE", "true")]).await;
     let pair: &[&[(&str, &str)]] = &[&[("client", "4.4.4.4")], &[("path", "/admin/z")]];
-    for _ in 0..2 {
-        assert_eq!(ask(&mut rls, pair).await.0, OK);
-    }
+    assert_eq!(
+        ask(&mut rls, pair).await,
+        (OK, vec![(OK, 2, 3), (OK, 0, 1)])
+    );
+    // As the peer: the status keeps its OVER_LIMIT, the total is OK.
+    assert_eq!(
+        ask(&mut rls, pair).await,
+        (OK, vec![(OK, 1, 3), (OVER_LIMIT, 0, 1)])
+    );
     let m = &rls.running().service.metrics;
     assert_eq!(m.service_count("global_shadow_mode"), 1);
-    assert_eq!(m.of("shop.path_/admin/*").shadow_mode, 1);
+    // The rule's own shadow_mode counter counts rules in shadow mode, not the global switch.
+    let admin = m.of("shop.path_/admin/*");
+    assert_eq!((admin.over_limit, admin.shadow_mode), (1, 0));
     // The request the shadow rule would have denied still charged the other descriptor.
     assert_eq!(
         ask(&mut rls, &[&[("client", "4.4.4.4")]]).await.1,

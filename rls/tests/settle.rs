@@ -102,7 +102,7 @@ async fn an_overage_settled_after_the_response_is_paid_by_the_next_request() {
     assert_eq!(m.total_hits, 40);
     let text = rls.running().service.metrics.render();
     assert!(
-        text.contains("ratelimit_service_rate_limit_settle_charged_total{key=\"ai.user\"} 140"),
+        text.contains("rls_rule_settle_charged_total{key=\"ai.user\"} 140"),
         "{text}"
     );
 }

@@ -4,6 +4,7 @@
   lua.py          the Lua scripts a gateway runs without the module, and the Functions library
   report.py       the header's facts (machine, load, revision) and the figures' helpers
   throughput.py   part 1: redis-benchmark's table against INCR and the Lua scripts
+  registry.py     the algorithm registry, read from the core, which the table's rows derive from
   memory.py       part 2: bytes per limiter key and per sliding-log entry
   propagation.py  parts 3 and 4: what a full sliding log and a key after a rollout propagate
   callgrind.py    `scripts/bench callgrind`: instructions per command

@@ -5,23 +5,26 @@ import subprocess
 import sys
 import time
 
+from . import registry
 from .lua import load_scripts, with_shas
 from .report import fmt_ratio, load_snapshot, median
 from .server import HOST, commandstats, process_cpu_seconds, replica_caught_up
 
 # The rows of the table. `cmd` is the command; `{key}` is replaced by a random-key pattern or
 # the hot key, `{sha:NAME}` by the SHA of the Lua script NAME.
-# `lua` names the row it is compared with. The sliding log gets a long window (60 s), so its
-# logs fill up instead of emptying between two requests.
-ROWS = [
-    {"label": "INCR", "cmd": "INCR {key}", "kind": "floor"},
-    {"label": "RL.GCRA", "cmd": "RL.GCRA {key} 100 1000", "lua": "Lua GCRA (string)"},
-    {"label": "RL.TOKENBUCKET", "cmd": "RL.TOKENBUCKET {key} 100 1000",
-     "lua": "Lua token bucket (hash)"},
-    {"label": "RL.SLIDINGLOG", "cmd": "RL.SLIDINGLOG {key} 100 60000",
-     "lua": "Lua sliding log (zset)"},
-    {"label": "RL.SLIDINGCOUNTER", "cmd": "RL.SLIDINGCOUNTER {key} 100 1000"},
-    {"label": "RL.FIXEDWINDOW", "cmd": "RL.FIXEDWINDOW {key} 100 1000"},
+# `lua` names the row it is compared with. Each limiter of the registry has its command's row
+# and its library function's row (`table_rows()` derives them, in the registry's order); what differs
+# between them is here, by the registry's word: the sliding log gets a long window (60 s), so its
+# logs fill up instead of emptying between two requests, and each row's comparison. A word here
+# that the registry lacks stops the benchmark, naming this file.
+WINDOW_MS = {"SLIDINGLOG": 60000}
+COMPARED = {"GCRA": "Lua GCRA (string)", "TOKENBUCKET": "Lua token bucket (hash)",
+            "SLIDINGLOG": "Lua sliding log (zset)"}
+LIBRARY_COMPARED = {"SLIDINGLOG": "Lua sliding log (zset)"}
+LIBRARY_DEFAULT = "Lua allowN GCRA (redis_rate)"
+
+FLOOR = [{"label": "INCR", "cmd": "INCR {key}", "kind": "floor"}]
+MODULE_MORE = [
     {"label": "RL.LEASE", "cmd": "RL.LEASE {key} 100 1000 WANT 10",
      "lua": "Lua token bucket (hash)"},
     # RL.ALL over 2 and 4 GCRA limiters (a key and its tenant; four levels): against two RL.GCRA
@@ -37,22 +40,39 @@ ROWS = [
     # go-redis/redis_rate's allowN at 100 per second: the script the library must keep up with.
     {"label": "Lua allowN GCRA (redis_rate)", "cmd": "EVALSHA {sha:redis_rate} 1 {key} 100 100 1 1",
      "kind": "lua"},
-    {"label": "rl_gcra (library)", "cmd": "FCALL rl_gcra 1 {key} 100 1000", "kind": "library",
-     "lua": "Lua allowN GCRA (redis_rate)"},
-    {"label": "rl_tokenbucket (library)", "cmd": "FCALL rl_tokenbucket 1 {key} 100 1000",
-     "kind": "library", "lua": "Lua allowN GCRA (redis_rate)"},
-    {"label": "rl_slidinglog (library)", "cmd": "FCALL rl_slidinglog 1 {key} 100 60000",
-     "kind": "library", "lua": "Lua sliding log (zset)"},
-    {"label": "rl_slidingcounter (library)", "cmd": "FCALL rl_slidingcounter 1 {key} 100 1000",
-     "kind": "library", "lua": "Lua allowN GCRA (redis_rate)"},
-    {"label": "rl_fixedwindow (library)", "cmd": "FCALL rl_fixedwindow 1 {key} 100 1000",
-     "kind": "library", "lua": "Lua allowN GCRA (redis_rate)"},
+]
+LIBRARY_MORE = [
     {"label": "rl_lease (library)", "cmd": "FCALL rl_lease 1 {key} 100 1000 WANT 10",
      "kind": "library", "lua": "Lua allowN GCRA (redis_rate)"},
     {"label": "rl_all x2 (library)",
      "cmd": "FCALL rl_all 2 {key}:k {key}:t GCRA 100 1000 GCRA 100000 1000", "kind": "library",
      "lua": "Lua allowN GCRA (redis_rate)"},
 ]
+
+
+def table_rows(listed=None):
+    """The table's rows: INCR, each limiter's command, the others, each limiter's library
+    function, the library's others."""
+    limiters = [a for a in (listed if listed is not None else registry.load()) if a.limiter]
+    words = {a.word for a in limiters}
+    for name, table in (("WINDOW_MS", WINDOW_MS), ("COMPARED", COMPARED),
+                        ("LIBRARY_COMPARED", LIBRARY_COMPARED)):
+        unknown = sorted(set(table) - words)
+        if unknown:
+            raise SystemExit("scripts/benchkit/throughput.py: %s names %s, which the registry's "
+                             "limiters lack" % (name, ", ".join(unknown)))
+    module, library = [], []
+    for a in limiters:
+        window, fname = WINDOW_MS.get(a.word, 1000), "rl_" + a.word.lower()
+        row = {"label": "RL." + a.word, "cmd": "RL.%s {key} 100 %d" % (a.word, window)}
+        if a.word in COMPARED:
+            row["lua"] = COMPARED[a.word]
+        module.append(row)
+        library.append({"label": fname + " (library)",
+                        "cmd": "FCALL %s 1 {key} 100 %d" % (fname, window), "kind": "library",
+                        "lua": LIBRARY_COMPARED.get(a.word, LIBRARY_DEFAULT)})
+    return FLOOR + module + MODULE_MORE + library + LIBRARY_MORE
+
 
 CONFIGS = [
     {"name": "-P 16, random keys", "pipeline": 16, "random": True},
@@ -96,7 +116,7 @@ def run_benchmark(server, command_words, n, pipeline, random_keys):
 def throughput(server, quick, repeat, only, replica=None):
     c = server.client
     shas = load_scripts(c)
-    rows = [row for row in ROWS
+    rows = [row for row in table_rows()
             if not only or any(w.lower() in row["label"].lower() for w in only)]
 
     def words_for(row, config):

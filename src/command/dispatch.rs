@@ -25,7 +25,7 @@ pub fn register_all(ctx: &Context) -> Result<(), String> {
         run,
         panicked,
     });
-    crate::server::add_acl_category(ctx);
+    crate::server_facts::add_acl_category(ctx);
     let mut registered = Vec::with_capacity(COMMANDS.len());
     for (index, (spec, entry)) in COMMANDS.iter().zip(ENTRIES).enumerate() {
         if let Some(condition) = &spec.condition {
@@ -40,7 +40,7 @@ pub fn register_all(ctx: &Context) -> Result<(), String> {
             range: spec.keys.legacy_range(),
             key_spec: spec.keys.key_spec(),
             summary: spec.summary,
-            acl: crate::server::acl_categories(spec.acl),
+            acl: crate::server_facts::acl_categories(spec.acl),
             entry,
         };
         load::register(ctx, registration).map_err(|e| match &spec.condition {

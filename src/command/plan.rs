@@ -9,7 +9,7 @@
 //! than as a new value: the key's one configuration under the policy it holds (its state
 //! replaced by its successor, or changed in place where the algorithm decides in place,
 //! `Algorithm::decide_in_place`), a key that remembers other configurations charged in place
-//! (`Stored::plan_remembered`), and a region's share (the request's policy scaled to it, see
+//! (`PlanRemembered::plan_remembered`), and a region's share (the request's policy scaled to it, see
 //! `state::share`). No algorithm is named here: each one's in-place path is behind the trait.
 
 use std::borrow::Cow;
@@ -21,7 +21,7 @@ use crate::algo::{Decision, Outcome, Policy};
 use crate::error::Error;
 use crate::host::call::{Ctx, Key, RString};
 use crate::metrics;
-use crate::state::replay::ChargedDelta;
+use crate::state::replay::{ChargedDelta, PlanRemembered};
 use crate::state::share::Share;
 use crate::state::{AlgoState, Limiter, Stored};
 
@@ -177,7 +177,7 @@ where
 }
 
 /// A request of `cost` on a key that remembers other configurations, under the one it holds as
-/// current, where its algorithm charges them all in place (`Stored::plan_remembered`, the
+/// current, where its algorithm charges them all in place (`PlanRemembered::plan_remembered`, the
 /// sliding log's), where the rule would copy and send every state: None otherwise.
 #[inline(never)]
 fn remembered<A: Stored>(

@@ -117,7 +117,7 @@ pub struct Spec {
     pub event: &'static CStr,
     /// ACL categories, where the server has them (Redis 7.2+, Valkey): built-in ones plus
     /// `ratelimit`, the module's own, which is left out where the server cannot add categories
-    /// (7.2). See `server::acl_categories`. A gateway command is `GATEWAY` (or `GATEWAY_READ`
+    /// (7.2). See `server_facts::acl_categories`. A gateway command is `GATEWAY` (or `GATEWAY_READ`
     /// if it only reads); an operator-only one is in `dangerous` and never in `ratelimit`.
     pub acl: &'static str,
     pub handler: Handler,
@@ -347,8 +347,9 @@ crate::algo::registry!(command_table);
 
 #[cfg(test)]
 mod tests {
-    use super::COMMANDS;
-    use crate::server::ACL_CATEGORY;
+    use super::super::throttle::CL_THROTTLE;
+    use super::{Spec, COMMANDS};
+    use crate::server_facts::ACL_CATEGORY;
 
     #[test]
     fn every_command_is_either_for_gateways_or_dangerous() {
@@ -365,5 +366,21 @@ mod tests {
                 spec.name
             );
         }
+    }
+
+    #[test]
+    fn cl_throttle_is_registered_only_in_compat_mode() {
+        let row = |name: &str| COMMANDS.iter().find(|s| s.name == name).unwrap();
+        let (cl, rl) = (row(CL_THROTTLE), row("RL.THROTTLE"));
+        let registered = |spec: &Spec| {
+            spec.condition
+                .as_ref()
+                .is_none_or(|condition| (condition.registered)())
+        };
+        assert!(!registered(cl) && registered(rl));
+        // A failed registration of CL.THROTTLE says why; any other is left as it is.
+        let explain = cl.condition.as_ref().map(|c| c.explain).unwrap();
+        assert!(explain("cannot register CL.THROTTLE".into()).contains("another module"));
+        assert!(rl.condition.is_none());
     }
 }

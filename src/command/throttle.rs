@@ -445,27 +445,6 @@ mod tests {
     }
 
     #[test]
-    fn cl_throttle_is_registered_only_in_compat_mode() {
-        let row = |name: &str| {
-            super::super::table::COMMANDS
-                .iter()
-                .find(|s| s.name == name)
-                .unwrap()
-        };
-        let (cl, rl) = (row(CL_THROTTLE), row("RL.THROTTLE"));
-        let registered = |spec: &super::super::table::Spec| {
-            spec.condition
-                .as_ref()
-                .is_none_or(|condition| (condition.registered)())
-        };
-        assert!(!registered(cl) && registered(rl));
-        // A failed registration of CL.THROTTLE says why; any other is left as it is.
-        let explain = cl.condition.as_ref().map(|c| c.explain).unwrap();
-        assert!(explain("cannot register CL.THROTTLE".into()).contains("another module"));
-        assert!(rl.condition.is_none());
-    }
-
-    #[test]
     fn seconds_round_up() {
         assert_eq!(secs_ceil(0), 0);
         assert_eq!(secs_ceil(1), 1);

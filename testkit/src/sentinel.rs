@@ -22,7 +22,7 @@ pub struct Sentinel {
     pub name: String,
     /// `requirepass` of the sentinel itself, when set.
     pub password: Option<String>,
-    tls: Option<crate::Pki>,
+    tls: Option<crate::certs::Pki>,
     dir: PathBuf,
     child: Option<Child>,
 }
@@ -30,10 +30,10 @@ pub struct Sentinel {
 impl Sentinel {
     /// A sentinel for `master` under `name`, quorum 1 (a test runs one).
     pub fn start(master: &Server, name: &str, password: Option<&str>) -> Result<Sentinel, String> {
-        let dir = crate::scratch_dir("sentinel")?;
+        let dir = crate::place::scratch_dir("sentinel")?;
         let mut last = String::new();
         for _ in 0..3 {
-            let port = crate::free_port()?;
+            let port = crate::place::free_port()?;
             let mut conf = vec!["bind 127.0.0.1".to_string(), format!("dir {}", path(&dir))];
             conf.push("logfile sentinel.log".into());
             match &master.options.tls {

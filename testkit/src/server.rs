@@ -100,11 +100,11 @@ pub struct Server {
 impl Server {
     /// Starts a server with `options` on a free port and waits until it accepts connections.
     pub fn start(options: Options) -> Result<Server, String> {
-        let dir = crate::scratch_dir("server")?;
+        let dir = crate::place::scratch_dir("server")?;
         let mut last = String::new();
         for _ in 0..PORT_ATTEMPTS {
             let mut server = Server {
-                port: crate::free_port()?,
+                port: crate::place::free_port()?,
                 options: options.clone(),
                 dir: dir.clone(),
                 child: None,

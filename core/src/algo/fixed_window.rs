@@ -13,7 +13,9 @@
 //! backwards.
 
 use super::bytes::{Invalid, Reader};
-use super::{inspection, relative_ms, Decision, Field, Outcome, Policy, MAX_LIMIT};
+use super::decision::{Decision, Outcome};
+use super::inspect::{inspection, relative_ms, Field};
+use super::policy::{Policy, MAX_LIMIT};
 
 /// Stored state: the window the count belongs to, and the count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,7 +149,7 @@ pub fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<FixedWindow, Invali
     Ok(FixedWindow { start_ns, count })
 }
 
-super::algorithm!(FixedWindow, name: "fixed window", id: "fixed_window", tag: 5, burst: false);
+super::algorithm::algorithm!(FixedWindow, name: "fixed window", id: "fixed_window", tag: 5, burst: false);
 
 #[cfg(test)]
 mod tests {

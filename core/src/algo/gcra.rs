@@ -11,9 +11,9 @@
 //! Admits exactly what a token bucket with the same L, W, B admits (see `token_bucket`).
 
 use super::bytes::{Invalid, Reader};
-use super::{
-    inspection, millitokens, relative_ms, rescale_units, Decision, Field, Outcome, Policy,
-};
+use super::decision::{Decision, Outcome};
+use super::inspect::{inspection, millitokens, relative_ms, Field};
+use super::policy::{rescale_units, Policy};
 
 /// Stored state: the theoretical arrival time, in units of the policy it was decided under.
 ///
@@ -134,7 +134,7 @@ pub fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Gcra, Invalid> {
     Ok(Gcra { tat })
 }
 
-super::algorithm!(Gcra, name: "GCRA", id: "gcra", tag: 1, burst: true);
+super::algorithm::algorithm!(Gcra, name: "GCRA", id: "gcra", tag: 1, burst: true);
 
 #[cfg(test)]
 mod tests {

@@ -7,8 +7,9 @@
 //! whole tokens available)`. It is computed with [`token_bucket::check`], so a lease of n leaves
 //! exactly the bucket that n single requests at the same instant would leave.
 
+use super::decision::Outcome;
+use super::policy::Policy;
 use super::token_bucket::{self, TokenBucket};
-use super::{Outcome, Policy};
 
 /// Grants `min(want, available)` tokens at `now_ns` when at least one whole token is available;
 /// else grants 0 and answers `retry_after` = the time until one token is. `decision.allowed` is
@@ -40,8 +41,8 @@ pub fn lease(
 
 #[cfg(test)]
 mod tests {
+    use super::super::decision::Decision;
     use super::super::props::{bucket_bound, policy_strategy, run, worst_interval, Step};
-    use super::super::Decision;
     use super::*;
     use proptest::prelude::*;
 

@@ -1,7 +1,7 @@
 //! The registry as data, for what cannot take the macro (`INFO`'s ids, the packages that link
 //! the core): generated from `algo::registry!`, so it lists every algorithm, once.
 
-use super::Algorithm;
+use super::algorithm::Algorithm;
 
 macro_rules! algorithm_ids {
     ($($module:ident::$variant:ident, $word:literal, $event:literal, $kind:ident, $summary:literal;)*) => {
@@ -44,3 +44,77 @@ macro_rules! listed {
     };
 }
 crate::registry!(listed);
+
+/// The registry's limiters (the algorithms offered inside `RL.ALL`, with the five-integer
+/// reply), in its order: what a gateway, the RLS's YAML or the regions controller may name.
+pub fn limiters() -> impl Iterator<Item = &'static Listed> {
+    REGISTRY.iter().filter(|l| l.limiter)
+}
+
+/// The limiter a command word names, in any case (`GCRA`, `tokenbucket`): the regions
+/// controller's configuration word.
+pub fn limiter_by_word(word: &str) -> Option<&'static Listed> {
+    limiters().find(|l| l.word.eq_ignore_ascii_case(word))
+}
+
+/// The limiter an id names, exactly (`token_bucket`): the RLS's YAML `algorithm` word.
+pub fn limiter_by_id(id: &str) -> Option<&'static Listed> {
+    limiters().find(|l| l.id == id)
+}
+
+/// `what` of the limiters that match `keep`, joined with `separator`, for error texts that
+/// list the accepted words ("gcra, token_bucket, …").
+pub fn limiter_list(
+    what: fn(&Listed) -> &'static str,
+    keep: fn(&Listed) -> bool,
+    separator: &str,
+) -> String {
+    limiters()
+        .filter(|l| keep(l))
+        .map(what)
+        .collect::<Vec<_>>()
+        .join(separator)
+}
+
+/// The registry as text, one algorithm a line, tab-separated: word, id, name, tag, `burst` or
+/// `-`, `limiter` or `shaper`. What the tools outside Rust read (`core/examples/registry.rs`
+/// prints it; `scripts/benchkit/registry.py` parses it).
+pub fn tsv() -> String {
+    REGISTRY
+        .iter()
+        .map(|l| {
+            format!(
+                "{}\t{}\t{}\t{}\t{}\t{}\n",
+                l.word,
+                l.id,
+                l.name,
+                l.tag,
+                if l.burst { "burst" } else { "-" },
+                if l.limiter { "limiter" } else { "shaper" }
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limiters_are_found_by_word_and_id() {
+        assert_eq!(
+            limiter_by_word("tokenbucket").map(|l| l.id),
+            Some("token_bucket")
+        );
+        assert_eq!(
+            limiter_by_id("token_bucket").map(|l| l.word),
+            Some("TOKENBUCKET")
+        );
+        assert_eq!(limiter_by_id("TOKENBUCKET"), None);
+        assert_eq!(limiter_by_word("SHAPE"), None, "a shaper is no limiter");
+        assert_eq!(
+            limiter_list(|l| l.id, |l| l.burst, " and "),
+            "gcra and token_bucket"
+        );
+    }
+}

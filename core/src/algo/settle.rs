@@ -18,7 +18,8 @@
 //! fixed window at its boundary, the sliding log W after, the sliding counter weighted through
 //! the next window).
 
-use super::{Algorithm, Policy};
+use super::algorithm::Algorithm;
+use super::policy::Policy;
 
 /// A state after a charge or a refund, and how many tokens it moved.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,11 +80,13 @@ pub fn fresh<A: Algorithm>(policy: &Policy, now_ns: u64) -> Option<A> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::bytes::Reader;
+    use super::super::policy::MAX_LIMIT;
+    use super::super::promises::{for_each_algorithm, policy_of, EachAlgorithm, Promised};
     use super::super::props::{
-        answers_are_exact, bucket_bound, for_each_algorithm, policy_of, policy_strategy, run,
-        trace_strategy, window_policy_strategy, EachAlgorithm, Promise, Promised, Step, T0,
+        answers_are_exact, bucket_bound, policy_strategy, run, trace_strategy,
+        window_policy_strategy, Promise, Step, T0,
     };
-    use super::super::{bytes::Reader, MAX_LIMIT};
     use super::*;
     use proptest::prelude::*;
 

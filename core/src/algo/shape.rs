@@ -40,9 +40,12 @@
 //! state (tat u128 + d u64, packed to 8 = 24 bytes, like the token bucket's) fits exactly. The
 //! command layer compares the requested d with the stored one the way it compares policies.
 
+use super::algorithm::Algorithm;
 use super::bytes::{Invalid, Reader};
+use super::decision::Outcome;
 use super::gcra::{self, Gcra};
-use super::{inspection, millitokens, ms_ceil, relative_ms, Algorithm, Field, Outcome, Policy};
+use super::inspect::{inspection, millitokens, relative_ms, Field};
+use super::policy::{ms_ceil, Policy};
 
 /// Stored state.
 ///
@@ -436,7 +439,7 @@ mod tests {
             for (i, (o, (admitted, numer))) in ours.iter().zip(&theirs).enumerate() {
                 prop_assert_eq!(o.0 == 1, *admitted, "request {} at {} ms", i, trace[i]);
                 // delay ms = numer / rate exactly (numer thousandths of a request at rate/s).
-                prop_assert_eq!(super::super::ms_ceil(o.1), numer.div_ceil(rate), "request {}", i);
+                prop_assert_eq!(super::super::policy::ms_ceil(o.1), numer.div_ceil(rate), "request {}", i);
             }
         }
 

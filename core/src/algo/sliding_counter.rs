@@ -18,7 +18,9 @@
 //! at a boundary, or follows a quiet window, gets at most L.
 
 use super::bytes::{Invalid, Reader};
-use super::{inspection, relative_ms, Decision, Field, Outcome, Policy, MAX_LIMIT};
+use super::decision::{Decision, Outcome};
+use super::inspect::{inspection, relative_ms, Field};
+use super::policy::{Policy, MAX_LIMIT};
 
 /// Stored state: the current window's start and the two counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -242,7 +244,7 @@ pub fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<SlidingCounter, Inv
     })
 }
 
-super::algorithm!(SlidingCounter, name: "sliding counter", id: "sliding_counter", tag: 4, burst: false);
+super::algorithm::algorithm!(SlidingCounter, name: "sliding counter", id: "sliding_counter", tag: 4, burst: false);
 
 #[cfg(test)]
 mod tests {

@@ -6,9 +6,9 @@
 //! admits (a property test checks it); it stores a balance and an instant instead of one instant.
 
 use super::bytes::{Invalid, Reader};
-use super::{
-    inspection, millitokens, relative_ms, rescale_units, Decision, Field, Outcome, Policy,
-};
+use super::decision::{Decision, Outcome};
+use super::inspect::{inspection, millitokens, relative_ms, Field};
+use super::policy::{rescale_units, Policy};
 
 /// Stored state: the balance at the last refill, and when that was.
 ///
@@ -207,7 +207,7 @@ pub fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<TokenBucket, Invali
     Ok(TokenBucket { tokens, last_ns })
 }
 
-super::algorithm!(TokenBucket, name: "token bucket", id: "token_bucket", tag: 2, burst: true);
+super::algorithm::algorithm!(TokenBucket, name: "token bucket", id: "token_bucket", tag: 2, burst: true);
 
 #[cfg(test)]
 mod tests {

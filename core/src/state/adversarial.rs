@@ -4,7 +4,7 @@
 //! Debug builds check arithmetic overflow, so these runs catch it.
 
 use super::{AlgoState, Limiter, MAX_TAG};
-use crate::algo::props::{assert_covers_registry, registry_tags};
+use crate::algo::promises::{assert_covers_registry, registry_tags};
 use crate::algo::{
     fixed_window, gcra, lease, ms_ceil, shape, sliding_counter, sliding_log, token_bucket,
     Algorithm, Decision, Policy,

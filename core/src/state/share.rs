@@ -12,9 +12,7 @@
 //! them: kept in memory only, never encoded, never replicated (a replica's or a reloaded key's
 //! counters start at 0), so they are left out of equality too.
 
-use crate::algo::Policy;
-
-use super::AlgoState;
+use crate::algo::policy::Policy;
 
 /// The share a controller stored: L under it, until `expire_at_ms` (the module's clock).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,25 +21,25 @@ pub struct Share {
     pub expire_at_ms: u64,
 }
 
-/// A key that holds a share: the share, the limiter's state (never itself `Shared` or
-/// `Remembered`), and the demand counters.
+/// A key that holds a share: the share, the limiter's state `S` (the stored `AlgoState`, never
+/// itself `Shared` or `Remembered`), and the demand counters.
 #[derive(Clone, Debug)]
-pub struct Shared {
+pub struct Shared<S> {
     pub share: Share,
-    pub current: AlgoState,
+    pub current: S,
     pub asked: u64,
     pub admitted: u64,
 }
 
-impl PartialEq for Shared {
-    fn eq(&self, other: &Shared) -> bool {
+impl<S: PartialEq> PartialEq for Shared<S> {
+    fn eq(&self, other: &Shared<S>) -> bool {
         self.share == other.share && self.current == other.current
     }
 }
 
-impl Eq for Shared {}
+impl<S: Eq> Eq for Shared<S> {}
 
-impl Shared {
+impl<S> Shared<S> {
     /// Counts a request: `asked` (its cost, or a lease's WANT) and what was `admitted`. Memory
     /// only: the counters are neither stored nor propagated (`RL.DEMAND` reads them).
     pub fn count(&mut self, asked: u64, admitted: u64) {

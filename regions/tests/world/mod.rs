@@ -123,6 +123,10 @@ pub struct World {
     pub t_ms: u64,
     /// Gateway calls made in each region.
     pub calls: Vec<u64>,
+    /// The group's safe share (what the gateways call with), its burst, and its floor.
+    pub safe: u64,
+    pub safe_burst: u64,
+    pub floor: u64,
 }
 
 /// What one step saw: admitted per region, and each region's share in force (INSPECT's `limit`).
@@ -151,6 +155,9 @@ impl World {
             looks,
             t_ms: 0,
             calls: vec![0; 3],
+            safe: SAFE,
+            safe_burst: SAFE_BURST,
+            floor: 5,
         };
         world.set_clocks();
         world
@@ -189,7 +196,8 @@ impl World {
         let text = format!(
             "period_ms = {PERIOD_MS}\nlifetime_ms = 10000\nclock_margin_ms = 0\ntimeout_ms = 10000\n\
              {regions}\n[[keys]]\nkeys = [{keys}]\nalgorithm = \"GCRA\"\nlimit = {L}\n\
-             window_ms = {W_MS}\nburst = {B}\nfloor = 5\n"
+             window_ms = {W_MS}\nburst = {B}\nsafe = {}\nfloor = {}\n",
+            self.safe, self.floor
         );
         Config::parse(&text).expect("config")
     }
@@ -210,10 +218,10 @@ impl World {
             for _ in 0..n {
                 pipe.cmd("RL.GCRA")
                     .arg(KEY)
-                    .arg(SAFE)
+                    .arg(self.safe)
                     .arg(W_MS)
                     .arg("BURST")
-                    .arg(SAFE_BURST);
+                    .arg(self.safe_burst);
             }
             let replies: Vec<Vec<i64>> = if n > 0 {
                 pipe.query(c).expect("gateway")
@@ -225,7 +233,7 @@ impl World {
                 .push(replies.iter().filter(|r| r.first() == Some(&1)).count() as u64);
         }
         for c in self.looks.iter_mut() {
-            seen.limit.push(limit_now(c, KEY));
+            seen.limit.push(limit_now(c, KEY, self.safe));
         }
         seen
     }
@@ -254,7 +262,7 @@ impl World {
 
 /// The L the key is decided under in that store now: its share while in force, else the safe
 /// share the gateways call with (also for a missing key).
-pub fn limit_now(c: &mut Connection, key: &str) -> u64 {
+pub fn limit_now(c: &mut Connection, key: &str, safe: u64) -> u64 {
     let fields: Vec<Value> = redis::cmd("RL.INSPECT")
         .arg(key)
         .query(c)
@@ -274,6 +282,6 @@ pub fn limit_now(c: &mut Connection, key: &str) -> u64 {
     }
     match share {
         Some(s) if share_ttl > 0 => s,
-        _ => SAFE,
+        _ => safe,
     }
 }

@@ -50,7 +50,7 @@ pub fn free_port() -> u16 {
     panic!("no free loopback port");
 }
 
-fn scratch(what: &str) -> PathBuf {
+pub fn scratch(what: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
     let dir = std::env::temp_dir().join(format!(
         "rl-rls-{what}-{}-{}",
@@ -90,6 +90,16 @@ impl Redis {
         Redis::start_with(&[], free_port)
     }
 
+    /// A server with the module and these arguments too (`--unixsocket …`).
+    pub fn start_args(extra: &[&str]) -> Redis {
+        Redis::start_with(extra, free_port)
+    }
+
+    /// A scratch path for this server (a unix socket, a file).
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
     /// A Cluster node (not yet part of a cluster).
     pub fn cluster_node() -> Redis {
         Redis::start_with(
@@ -103,7 +113,12 @@ impl Redis {
         )
     }
 
-    fn start_with(extra: &[&str], port: fn() -> u16) -> Redis {
+    /// A server on a port chosen beforehand (a store that comes up after the RLS).
+    pub fn start_at(port: u16) -> Redis {
+        Redis::start_with(&[], move || port)
+    }
+
+    fn start_with(extra: &[&str], port: impl Fn() -> u16) -> Redis {
         for _ in 0..5 {
             let mut r = Redis {
                 port: port(),
@@ -146,6 +161,13 @@ impl Redis {
             std::thread::sleep(Duration::from_millis(20));
         }
         false
+    }
+
+    /// A scratch directory of this test (removed with the server).
+    pub fn scratch(&self, what: &str) -> PathBuf {
+        let dir = self.dir.join(what);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 
     pub fn url(&self) -> String {
@@ -238,6 +260,12 @@ pub fn settings(root: &Path, redis: &Redis, extra: &[(&str, &str)]) -> Settings 
         ("REDIS_URL", &url),
         ("RLS_RELOAD_INTERVAL_MS", "20"),
         ("RLS_DEADLINE_MS", "50"),
+        // Our atomic mode unless a test asks for the peer's (`peer_sequences.rs`).
+        ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
+        // No statsd datagrams unless a test listens for them (`metrics.rs`).
+        ("USE_STATSD", "false"),
+        ("DEBUG_HOST", "127.0.0.1"),
+        ("DEBUG_PORT", "0"),
     ];
     vars.extend_from_slice(extra);
     Settings::from_lookup(|k| {
@@ -302,6 +330,28 @@ impl Rls {
 
     pub fn write(&self, name: &str, yaml: &str) {
         write_config(&self.root, name, yaml);
+    }
+}
+
+/// `GET path` on the HTTP port: (status, body).
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let status = out.split_whitespace().nth(1)?.parse().ok()?;
+    let body = out.split_once("\r\n\r\n")?.1.to_string();
+    Some((status, body))
+}
+
+/// Waits (without a fixed sleep) until `f` holds, for at most 20 s.
+pub async fn until(what: &str, f: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 

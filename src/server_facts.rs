@@ -1,5 +1,6 @@
-//! Which server the module was loaded into and which of its module API the module uses: found
-//! once at load, logged in one line, and the load refused below Redis 7.0.
+//! Facts about the server the module was loaded into, found once at load: which server and
+//! version it is (the load refused below Redis 7.0), which module API it offers, logged in one
+//! line; and the ACL categories the commands join where the server has them (7.2+).
 //!
 //! Valkey 8 answers `RedisModule_GetServerVersion` with its own version (8.0.1 → 0x00080001)
 //! while `INFO server` says `redis_version:7.2.4` (the Redis it is compatible with); its name

@@ -1,0 +1,209 @@
+//! The response to `ShouldRateLimit`, as the peer answers: one status per descriptor (its rule's
+//! limit, what is left, 0 when over, the time to reset; `unlimited` answers the largest
+//! remaining), the total OVER_LIMIT when a descriptor that enforces is over, or when every
+//! `quota_mode` one is; a rule's `shadow_mode` answers OK in its status, the global SHADOW_MODE
+//! keeps each status and answers OK in the total. Also the peer's counters per rule, the
+//! headers, and the dynamic metadata.
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit as PbLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use ratelimit_client::Source;
+
+use crate::headers::{self, Part};
+use crate::metadata;
+use crate::metrics::RuleCounts;
+use crate::service::{Item, Service};
+
+impl Service {
+    pub(crate) fn respond(
+        &self,
+        req: &RateLimitRequest,
+        items: &[Item],
+        unlimited: &[usize],
+    ) -> RateLimitResponse {
+        let n = req.descriptors.len();
+        let mut statuses: Vec<DescriptorStatus> = (0..n)
+            .map(|_| DescriptorStatus {
+                code: Code::Ok as i32,
+                ..DescriptorStatus::default()
+            })
+            .collect();
+        // Which descriptors are in quota mode: all under QUOTA_MODE but the unlimited ones.
+        let mut quota = vec![self.settings().quota_mode; n];
+        for i in unlimited {
+            if let Some(s) = statuses.get_mut(*i) {
+                s.limit_remaining = u32::MAX;
+            }
+            if let Some(q) = quota.get_mut(*i) {
+                *q = false;
+            }
+        }
+        let mut failed = false;
+        let mut parts = Vec::new();
+        for item in items {
+            let rule = &item.rule;
+            let current = PbLimit {
+                name: rule.name.clone(),
+                requests_per_unit: rule.requests_per_unit,
+                unit: rule.unit.proto(),
+            };
+            let counts = self.count(item);
+            let class = rule.limit.as_ref().map_or("", |l| l.class().name());
+            self.metrics.rule(&item.stats_key, class, &counts);
+            for i in &item.indexes {
+                if let Some(q) = quota.get_mut(*i) {
+                    *q = *q || item.quota;
+                }
+                if let Some(status) = statuses.get_mut(*i) {
+                    status.current_limit = Some(current.clone());
+                }
+            }
+            // Not asked: another descriptor was denied here without a store call.
+            let Some(o) = item.outcome else { continue };
+            let denied = !o.admitted && item.enforced();
+            if denied && !item.shadow && !item.quota {
+                failed = true;
+            }
+            let reset_ms = if denied {
+                o.reset_after_ms.max(o.retry_after_ms.unwrap_or(0))
+            } else {
+                o.reset_after_ms
+            };
+            for i in &item.indexes {
+                let Some(status) = statuses.get_mut(*i) else {
+                    continue;
+                };
+                status.code = if denied && !item.shadow {
+                    Code::OverLimit as i32
+                } else {
+                    Code::Ok as i32
+                };
+                status.limit_remaining = if denied {
+                    0
+                } else {
+                    u32::try_from(o.remaining).unwrap_or(u32::MAX)
+                };
+                status.duration_until_reset = Some(PbDuration {
+                    seconds: i64::try_from(reset_ms.div_ceil(1000)).unwrap_or(i64::MAX),
+                    nanos: 0,
+                });
+            }
+            // A settle's response is gone: it adds nothing to the headers.
+            if let Some(p) = rule.policy().filter(|_| !item.settle) {
+                parts.push(Part {
+                    name: if rule.name.is_empty() {
+                        item.stats_key.clone()
+                    } else {
+                        rule.name.clone()
+                    },
+                    requests_per_unit: u64::from(rule.requests_per_unit),
+                    limit: p.limit,
+                    window_ms: p.window_ms,
+                    burst: p.burst,
+                    admitted: o.admitted,
+                    hits: item.hits,
+                    remaining: o.remaining,
+                    retry_after_ms: o.retry_after_ms,
+                    reset_after_ms: reset_ms,
+                });
+            }
+        }
+        // The store did not answer for some descriptor (its class decided): the peer's
+        // redis_error, so that an outage shows where operators look for it.
+        if items.iter().any(|i| {
+            i.outcome
+                .is_some_and(|o| matches!(o.source, Some(Source::Fallback(_))))
+        }) {
+            self.metrics
+                .service("call_should_rate_limit_redis_error", 1);
+            self.metrics.service("store_fallback_requests", 1);
+        }
+        let over_limit = |i: usize| {
+            statuses
+                .get(i)
+                .is_some_and(|s| s.code == Code::OverLimit as i32)
+        };
+        let quotas = (0..n).filter(|i| quota[*i]).count();
+        let quotas_over = (0..n).filter(|i| quota[*i] && over_limit(*i)).count();
+        let mut over = failed || (quotas > 0 && quotas == quotas_over);
+        if over && self.settings().shadow_mode {
+            over = false;
+            self.metrics.service("global_shadow_mode", 1);
+        }
+        let retry = items
+            .iter()
+            .filter(|i| !i.shadow && !i.quota && i.enforced())
+            .filter_map(|i| i.outcome.filter(|o| !o.admitted))
+            .filter_map(|o| o.retry_after_ms)
+            .max();
+        let response_headers_to_add =
+            headers::response_headers(self.settings(), &parts, over, retry)
+                .into_iter()
+                .map(|(key, value)| HeaderValue {
+                    key,
+                    value,
+                    ..HeaderValue::default()
+                })
+                .collect();
+        let dynamic_metadata = self.settings().response_dynamic_metadata.then(|| {
+            let passed: Vec<_> = (0..n)
+                .filter(|i| !over_limit(*i) && !unlimited.contains(i))
+                .filter_map(|i| {
+                    items
+                        .iter()
+                        .find(|it| it.indexes.contains(&i))
+                        .and_then(|it| it.rule.metadata.as_deref())
+                })
+                .collect();
+            metadata::response(req, &passed)
+        });
+        RateLimitResponse {
+            overall_code: if over { Code::OverLimit } else { Code::Ok } as i32,
+            statuses,
+            response_headers_to_add,
+            dynamic_metadata,
+            ..RateLimitResponse::default()
+        }
+    }
+
+    /// The peer's counters for one item: every hit is total; a denied one is over the limit
+    /// (and shadow, and answered locally, as it was); an admitted one is within the limit, and
+    /// near it for the part above NEAR_LIMIT_RATIO of the limit.
+    fn count(&self, item: &Item) -> RuleCounts {
+        if item.settle {
+            // Counted by `settle` as charged, given back, journaled or dropped.
+            return RuleCounts::default();
+        }
+        let h = item.hits;
+        let mut c = RuleCounts {
+            total_hits: h,
+            ..RuleCounts::default()
+        };
+        let Some(o) = item.outcome else { return c };
+        if matches!(o.source, Some(Source::Fallback(_))) {
+            c.fallback = 1;
+        }
+        if !o.admitted && item.enforced() {
+            c.over_limit = h;
+            if o.local_cache {
+                c.over_limit_with_local_cache = h;
+            }
+            if item.shadow {
+                c.shadow_mode = h;
+            }
+        } else if o.admitted {
+            c.within_limit = h;
+            let capacity = item.rule.policy().map_or(0, |p| p.capacity());
+            let near = (capacity as f64 * self.settings().near_limit_ratio).floor() as u64;
+            let used = capacity.saturating_sub(o.remaining);
+            if used > near {
+                c.near_limit = h.min(used - near);
+            }
+        }
+        c
+    }
+}
