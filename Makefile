@@ -6,13 +6,15 @@
 # make bench-regions — the budget controller on three regions: utilization, over-issue, convergence,
 #                      CPU at 100,000 keys; writes docs/regions.svg (docs/regions.md)
 # make bench-rls — the Envoy Rate Limit Service against a raw RL.ALL, and frozen (docs/envoy.md)
+# make bench-login — the login guard under stuffing, spraying, a targeted lockout and a slow brute
+#                    force beside legitimate users, on the debug clock (docs/login.md; ARGS="--scale 10")
 # make dist  — a .deb and a tarball for x86_64 Linux in target/dist (module, Functions library, RLS,
 #              regions controller, systemd units; docs/operating.md "The package")
 # make test-dist — builds the package from the debug build and checks it: contents, control,
 #                  conffiles; the module and both services run from an extracted root
 # make test-servers — the integration tests against each server built from ../shared/servers
 #                     (SERVERS="redis-7.2.6 ..." picks some; TESTS="--test NAME" some tests)
-.PHONY: deps build release run test lint bench bench-client bench-regions bench-rls test-servers dist test-dist
+.PHONY: deps build release run test lint bench bench-client bench-regions bench-rls bench-login test-servers dist test-dist
 
 deps:
 	@scripts/install-deps
@@ -48,6 +50,9 @@ bench-regions: release
 
 bench-rls: release
 	cargo run --release -p redis-ratelimit-rls --example rls_bench $(ARGS)
+
+bench-login: release
+	cargo run --release -p redis-ratelimit-client --example login_bench -- $(ARGS)
 
 # Builds each server source once (cached in ~/.cache/redis-ratelimit/servers) and runs the
 # integration tests with it first on PATH; see scripts/test-servers.

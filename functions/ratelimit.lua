@@ -2444,3 +2444,99 @@ redis.register_function('rl_refund', guarded(refund))
 redis.register_function('rl_charge', guarded(charge))
 redis.register_function('rl_all', guarded(all))
 redis.register_function({ function_name = 'rl_peek', callback = guarded(peek), flags = { 'no-writes' } })
+
+------------------------------------------------------------------------------------------------
+-- rl_concurrency: `FCALL rl_concurrency 1 key N TTL ACQUIRE id | RENEW id | RELEASE id | PEEK`,
+-- RL.CONCURRENCY's arguments and five-integer answers (src/algo/concurrency.rs): at most N
+-- holders live at once, each until TTL ms after its last ACQUIRE or RENEW. Stored as a sorted
+-- set: the id (1 to 1024 bytes, as given) scored with its expiry in ms; a change first drops the
+-- expired holders, so the set never holds more than the largest N it was called with, at most
+-- CONCURRENCY_MAX_HOLDERS (a larger set is not one of these and is refused as a sorted set).
+-- Differences from the module (docs/functions.md): ids are stored whole, not as digests; the
+-- set goes with its last holder (the module keeps an empty limiter for 1 s); rl_peek and
+-- rl_all do not take these keys. One table keeps this block's names out of the chunk's locals.
+
+local concurrency = { max_holders = 1000, max_id = 1024 }
+
+-- The latest expiry after `now` (`now` when none is live), and the k-th earliest live expiry.
+function concurrency.latest(key, now)
+  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local at = tonumber(last[2] or 0)
+  return at > now and at or now
+end
+
+function concurrency.kth(key, now, k)
+  local got = redis.call('ZRANGEBYSCORE', key, '(' .. num(now), '+inf', 'WITHSCORES', 'LIMIT', k - 1, 1)
+  return tonumber(got[2])
+end
+
+-- The answer with `live` holders live: `allowed`, and when not admitted the time until an
+-- ACQUIRE by a new id would be (0: now).
+function concurrency.answer(key, n, now, live, allowed, admitted)
+  local retry = nil
+  if not admitted then
+    retry = live < n and 0 or concurrency.kth(key, now, live - n + 1) - now
+  end
+  local remaining = n - live
+  return { allowed, n, remaining > 0 and remaining or 0, retry or -1, concurrency.latest(key, now) - now }
+end
+
+function concurrency.call(keys, args)
+  if #keys ~= 1 or #args < 3 then
+    arity('rl_concurrency')
+  end
+  local key = keys[1]
+  local n = parse_int('N', args[1], 1, concurrency.max_holders)
+  local ttl = parse_int('TTL', args[2], 1, MAX_WINDOW)
+  local op = string.upper(args[3])
+  local id = args[4]
+  if op == 'PEEK' then
+    if #args > 3 then
+      fail('ERR too many arguments')
+    end
+  elseif op == 'ACQUIRE' or op == 'RENEW' or op == 'RELEASE' then
+    if not id then
+      fail('ERR ' .. op .. " needs the holder's id")
+    end
+    if #id == 0 or #id > concurrency.max_id then
+      fail(string.format('ERR invalid id of %d bytes: expected 1 to %d bytes', #id, concurrency.max_id))
+    end
+    if #args > 4 then
+      fail('ERR too many arguments')
+    end
+  else
+    fail("ERR unknown operation '" .. echo(args[3]) .. "'; expected ACQUIRE, RENEW, RELEASE or PEEK")
+  end
+  -- One call tells a sorted set (or nothing) from any other type.
+  local count = redis.pcall('ZCARD', key)
+  if type(count) ~= 'number' or count > concurrency.max_holders then
+    local kind = redis.call('TYPE', key).ok
+    wrong_type(TYPE_NAMES[kind] or ('a ' .. kind), 'concurrency')
+  end
+  local now = now_ms()
+  local live = count > 0 and redis.call('ZCOUNT', key, '(' .. num(now), '+inf') or 0
+  local score = (id and count > 0) and tonumber(redis.call('ZSCORE', key, id) or 0) or 0
+  local holds = score > now
+  local take = (op == 'ACQUIRE' and (holds or live < n)) or (op == 'RENEW' and holds)
+  if take or (op == 'RELEASE' and holds) then
+    if count > live then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now))
+    end
+    if take then
+      redis.call('ZADD', key, num(now + ttl), id)
+      live = holds and live or live + 1
+    else
+      redis.call('ZREM', key, id)
+      live = live - 1
+    end
+    local answer = concurrency.answer(key, n, now, live, 1, true)
+    if live > 0 then
+      redis.call('PEXPIREAT', key, num(now + math.max(answer[5], MIN_TTL_MS)))
+    end
+    return answer
+  end
+  local free = op == 'PEEK' and live < n
+  return concurrency.answer(key, n, now, live, free and 1 or 0, free)
+end
+
+redis.register_function('rl_concurrency', guarded(concurrency.call))

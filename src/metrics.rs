@@ -209,6 +209,12 @@ pub fn info_fields() -> Vec<(String, i64)> {
     fields.insert(1, ("memory".into(), memory));
     fields.push(("sliding_log_entries".into(), log_entries()));
     fields.push((
+        "concurrency_holders".into(),
+        crate::state::gauges::entries(
+            <crate::algo::concurrency::Concurrency as crate::algo::Algorithm>::TAG,
+        ),
+    ));
+    fields.push((
         "keys_with_several_configurations".into(),
         crate::state::gauges::remembering_keys(),
     ));

@@ -439,7 +439,7 @@ fn denied_tightening_reaches_the_replica() {
 fn replica_calls(state: &str) -> Vec<Vec<&str>> {
     let own = algorithms()
         .iter()
-        .map(|a| vec![a.command.as_str(), "rr:new", "2", "60000"]);
+        .map(|a| with(&[a.command.as_str(), "rr:new", "2", "60000"], a.operation()));
     own.chain([
         vec!["RL.GCRA", "rr:new", "2", "60000", "COST", "0"],
         vec!["RL.TOKENBUCKET", "rr:new", "2", "60000", "BURST", "3"],
@@ -733,6 +733,23 @@ fn keyspace_notifications_mark_real_changes_only() {
         ),
         (&["RL.FIXEDWINDOW", "n:f", "5", "1000", "COST", "5"], None),
         (&["RL.SHAPE", "n:q", "5", "1000"], Some("rl.shape")),
+        (
+            &["RL.CONCURRENCY", "n:cc", "1", "1000", "ACQUIRE", "a"],
+            Some("rl.concurrency"),
+        ),
+        (
+            &["RL.CONCURRENCY", "n:cc", "1", "1000", "ACQUIRE", "b"],
+            None,
+        ),
+        (&["RL.CONCURRENCY", "n:cc", "1", "1000", "PEEK"], None),
+        (
+            &["RL.CONCURRENCY", "n:cc", "1", "1000", "RELEASE", "b"],
+            None,
+        ),
+        (
+            &["RL.CONCURRENCY", "n:cc", "1", "1000", "RELEASE", "a"],
+            Some("rl.concurrency"),
+        ),
         (
             &["RL.LEASE", "n:t", "5", "1000", "WANT", "2"],
             Some("rl.lease"),

@@ -840,6 +840,65 @@ fn shaping(count: usize) {
     assert!(delayed > 20, "only {delayed} delayed replies");
 }
 
+/// RL.CONCURRENCY and `rl_concurrency`: every reply, on random calls (ACQUIRE, RENEW, RELEASE,
+/// PEEK over a few ids, now and then another N or TTL) at random instants; every expiry while
+/// the library's set exists (it goes with its last holder; the module keeps an empty limiter
+/// for 1 s).
+#[test]
+fn concurrency_agrees_with_the_module() {
+    let (_s, mut c) = both();
+    let (mut admitted, mut denied) = (0, 0);
+    for seed in 1..=30u64 {
+        let mut rng = Rng(seed * 0x9e37_79b9);
+        cmd(&mut c, &["FLUSHALL"]).unwrap();
+        let policies: Vec<(String, String)> = (0..2)
+            .map(|_| {
+                (
+                    (1 + rng.below(4)).to_string(),
+                    (1 + rng.below(3000)).to_string(),
+                )
+            })
+            .collect();
+        let mut now = T0_MS + rng.below(1_000_000);
+        for n in 0..80 {
+            now = next_instant(&mut rng, now);
+            at(&mut c, now);
+            let (l, w) = &policies[usize::from(rng.below(8) == 0)];
+            let op = rng.pick(&["ACQUIRE", "ACQUIRE", "RENEW", "RELEASE", "PEEK", "acquire"]);
+            let id = rng.pick(&["a", "b", "c", "d", "e"]);
+            let mut args = vec![l.clone(), w.clone(), op.to_string()];
+            if op != "PEEK" {
+                args.push(id.to_string());
+            }
+            let mut m = words(&["RL.CONCURRENCY", "m:c"]);
+            m.extend(args.clone());
+            let mut f = words(&["FCALL", "rl_concurrency", "1", "f:c"]);
+            f.extend(args);
+            let (rm, rf) = (reply(&mut c, &m), reply(&mut c, &f));
+            assert_eq!(rm, rf, "seed {seed} call {n}: {m:?}");
+            if let Ok(Value::Array(v)) = &rm {
+                match (op.eq_ignore_ascii_case("ACQUIRE"), &v[0]) {
+                    (true, Value::Int(1)) => admitted += 1,
+                    (true, _) => denied += 1,
+                    _ => {}
+                }
+            }
+            let library = pexpiretime(&mut c, "f:c");
+            if library > 0 {
+                assert_eq!(
+                    pexpiretime(&mut c, "m:c"),
+                    library,
+                    "seed {seed} call {n}: {m:?}"
+                );
+            }
+        }
+    }
+    assert!(
+        admitted > 200 && denied > 50,
+        "{admitted} admitted, {denied} denied"
+    );
+}
+
 /// The one documented difference in replies within the bounds: a sliding log with a window of
 /// 2^43 ns (about 2.44 hours) or longer stores its instants in ticks of 2^k ns in the module,
 /// rounded up, so off a tick the module's entry leaves up to a tick later and its
@@ -965,6 +1024,16 @@ fn argument_errors_match_the_module() {
         ("SHAPE", "s", &["1", "90000000", "QUEUE", "20000"]),
         ("REFUND", "gcra", &["0"]),
         ("REFUND", "gcra", &["x"]),
+        ("CONCURRENCY", "cc", &["0", "1000", "PEEK"]),
+        ("CONCURRENCY", "cc", &["1001", "1000", "PEEK"]),
+        ("CONCURRENCY", "cc", &["2", "0", "PEEK"]),
+        ("CONCURRENCY", "cc", &["2", "x", "ACQUIRE", "a"]),
+        ("CONCURRENCY", "cc", &["2", "1000", "GRAB", "a"]),
+        ("CONCURRENCY", "cc", &["2", "1000", "acquire"]),
+        ("CONCURRENCY", "cc", &["2", "1000", "RELEASE", ""]),
+        ("CONCURRENCY", "cc", &["2", "1000", "PEEK", "a"]),
+        ("CONCURRENCY", "cc", &["2", "1000", "ACQUIRE", "a", "b"]),
+        ("CONCURRENCY", "str", &["2", "1000", "PEEK"]),
     ];
     // The key prefixes aside, and the bounds (the library's are checked below).
     let relabel = |e: String| {

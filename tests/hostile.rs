@@ -94,7 +94,14 @@ fn commands() -> Vec<&'static str> {
 fn shaper(command: &str) -> bool {
     algorithms()
         .iter()
-        .any(|a| a.command == command && !a.limiter)
+        .any(|a| a.command == command && a.kind == "shaper")
+}
+
+/// Whether `command` is the registry's concurrency limiter (`RL.CONCURRENCY`).
+fn concurrency(command: &str) -> bool {
+    algorithms()
+        .iter()
+        .any(|a| a.command == command && a.kind == "concurrency")
 }
 
 /// A valid encoded GCRA state, then mangled: random bytes, truncations and edits.
@@ -222,6 +229,14 @@ fn well_formed(call: &mut redis::Cmd, command: &str, in_all: &[&str], rng: &mut 
             }
             if rng.next().is_multiple_of(2) {
                 call.arg("COST").arg(value(rng));
+            }
+        }
+        _ if concurrency(command) => {
+            call.arg(value(rng)).arg(value(rng));
+            let op = rng.pick(&["ACQUIRE", "RENEW", "RELEASE", "PEEK", "acquire", "GRAB"]);
+            call.arg(op);
+            if op != "PEEK" || rng.next().is_multiple_of(4) {
+                call.arg(rng.pick(&["a", "b", "", "request-1", "9999999999"]));
             }
         }
         // A limiter of the registry (`algorithm` panics for any other command).

@@ -232,6 +232,35 @@ fn inspect_explains_every_algorithm() {
         )
     );
     assert_eq!(q_ttl, 650);
+
+    // Concurrency, N = 3 for 1 s: a at +20000 ms, b at +20350 (released again), c at +20600;
+    // read at +20700.
+    let n = ["RL.CONCURRENCY", "n", "3", "1000"];
+    cmd(&mut c, &with(&n, &["ACQUIRE", "a"])).unwrap();
+    cmd(&mut c, &with(&n, &["ACQUIRE", "b"])).unwrap();
+    clock_advance(&mut c, 250);
+    cmd(&mut c, &with(&n, &["ACQUIRE", "c"])).unwrap();
+    cmd(&mut c, &with(&n, &["RELEASE", "b"])).unwrap();
+    clock_advance(&mut c, 100);
+    let n_ttl = ttl(&mut c, "n", T0_MS + 20_700);
+    assert_eq!(
+        inspect(&mut c, "n").unwrap(),
+        fields(
+            "concurrency",
+            &[
+                ("limit", 3),
+                ("window_ms", 1000),
+                ("burst", 3),
+                ("holders", 2),
+                ("next_expiry_ms", 650),
+                ("remaining", 1),
+                ("retry_after_ms", -1),
+                ("reset_after_ms", 900),
+                ("ttl_ms", n_ttl),
+            ]
+        )
+    );
+    assert_eq!(n_ttl, 900);
     // Each key above was explained field by field: together they hold every algorithm.
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
     let explained: Vec<String> = keys
@@ -253,6 +282,11 @@ fn peek_and_inspect_agree_with_cost_0() {
         clock_advance(&mut c, 7 * (i as i64 % 5));
         let key = words[1];
         if words[0] == "RL.REFUND" || words[0] == "RL.CHARGE" {
+            continue;
+        }
+        if words[0] == "RL.CONCURRENCY" {
+            let expected = rl(&mut c, &with(&words[..4], &["PEEK"]));
+            assert_eq!(rl(&mut c, &["RL.PEEK", key]), expected, "{words:?}");
             continue;
         }
         let policy: Vec<&str> = words
@@ -361,7 +395,7 @@ fn a_replica_answers_peek_and_inspect() {
     clock_set(&mut m, T0_MS);
     clock_set(&mut r, T0_MS);
     replicate(&mut r, &master);
-    let sessions: [&[&str]; 7] = [
+    let sessions: [&[&str]; 8] = [
         &["RL.GCRA", "g", "10", "1000", "BURST", "5"],
         &["RL.TOKENBUCKET", "t", "10", "1000", "BURST", "5"],
         &["RL.SLIDINGLOG", "l", "5", "1000"],
@@ -369,6 +403,7 @@ fn a_replica_answers_peek_and_inspect() {
         &["RL.FIXEDWINDOW", "f", "5", "1000"],
         &["RL.LEASE", "e", "10", "1000", "WANT", "3"],
         &["RL.SHAPE", "q", "5", "1000", "QUEUE", "3"],
+        &["RL.CONCURRENCY", "n", "3", "1000", "ACQUIRE", "a"],
     ];
     assert_covers(
         "a_replica_answers_peek_and_inspect's sessions",
@@ -387,9 +422,13 @@ fn a_replica_answers_peek_and_inspect() {
             if peek[0] == "RL.LEASE" {
                 peek[0] = "RL.TOKENBUCKET";
             }
-            let expected: [i64; 5] = decide(&mut m, &with(&peek, &["COST", "0"]))[..5]
-                .try_into()
-                .unwrap();
+            let zero: &[&str] = if peek[0] == "RL.CONCURRENCY" {
+                peek.truncate(4);
+                &["PEEK"]
+            } else {
+                &["COST", "0"]
+            };
+            let expected: [i64; 5] = decide(&mut m, &with(&peek, zero))[..5].try_into().unwrap();
             assert_eq!(
                 rl(&mut r, &["RL.PEEK", key]),
                 expected,

@@ -180,12 +180,14 @@ fn create(c: &mut Connection, from: usize, to: usize) {
         for (a, algorithm) in algorithms().iter().enumerate() {
             let k = key(a, n);
             if n % 3 == 0 {
-                cmd(c, &[&algorithm.command, &k, "100", "120000"]).unwrap();
+                let call = [algorithm.command.as_str(), &k, "100", "120000"];
+                cmd(c, &with(&call, algorithm.operation())).unwrap();
                 clock_advance(c, 3);
             }
             for _ in 0..=(n % 4) {
                 // RL.SHAPE answers six integers; only success matters here.
-                cmd(c, &[&algorithm.command, &k, "100", "60000"]).unwrap();
+                let call = [algorithm.command.as_str(), &k, "100", "60000"];
+                cmd(c, &with(&call, algorithm.operation())).unwrap();
                 clock_advance(c, 3);
             }
         }
@@ -469,7 +471,9 @@ fn gauges_follow_every_lifecycle_event_on_master_and_replica() {
     let mut n = 2000;
     while evicted(&mut m) == 0 && n < 9000 {
         for (a, algorithm) in algorithms().iter().enumerate() {
-            let _ = cmd(&mut m, &[&algorithm.command, &key(a, n), "100", "60000"]);
+            let k = key(a, n);
+            let call = [algorithm.command.as_str(), &k, "100", "60000"];
+            let _ = cmd(&mut m, &with(&call, algorithm.operation()));
         }
         n += 1;
     }

@@ -122,6 +122,7 @@ fn the_tests_see_the_registry_as_the_module_declares_it() {
         ("sliding_counter", "RL.SLIDINGCOUNTER", false, true),
         ("fixed_window", "RL.FIXEDWINDOW", false, true),
         ("shape", "RL.SHAPE", false, false),
+        ("concurrency", "RL.CONCURRENCY", false, false),
     ];
     let seen: Vec<(&str, &str, bool, bool)> = algorithms()
         .iter()

@@ -311,6 +311,10 @@ fn the_acl_recipes_grant_what_they_say() {
             allowed(&mut c, &["RL.THROTTLE", "rl:cell", "4", "1", "1"]);
             allowed(
                 &mut c,
+                &["RL.CONCURRENCY", "rl:jobs", "2", "1000", "ACQUIRE", "a"],
+            );
+            allowed(
+                &mut c,
                 &[
                     "RL.ALL",
                     "2",

@@ -121,21 +121,39 @@ fn zero_grants_and_refunds_that_change_nothing_propagate_nothing() {
 fn denials_and_peeks_of_every_algorithm_propagate_nothing() {
     let (_ms, _rs, mut m, mut r) = pair();
     let commands: Vec<&str> = algorithms().iter().map(|a| a.command.as_str()).collect();
-    for &command in &commands {
-        decide(&mut m, &[command, command, "1", "60000"]);
+    for a in algorithms() {
+        let command = a.command.as_str();
+        decide(
+            &mut m,
+            &with(&[command, command, "1", "60000"], a.operation()),
+        );
     }
     wait_replica(&mut m);
     let before = offset(&mut m);
-    for &command in &commands {
-        assert_eq!(decide(&mut m, &[command, command, "1", "60000"])[0], 0);
+    for a in algorithms() {
+        let command = a.command.as_str();
+        // RL.CONCURRENCY: another holder is denied, a RELEASE of no holder changes nothing.
+        let (other, peek): (&[&str], &[&str]) = if a.kind == "concurrency" {
+            (&["ACQUIRE", "other"], &["PEEK"])
+        } else {
+            (&[], &["COST", "0"])
+        };
         assert_eq!(
-            decide(&mut m, &[command, command, "1", "60000", "COST", "0"])[0],
+            decide(&mut m, &with(&[command, command, "1", "60000"], other))[0],
             0
         );
         assert_eq!(
-            decide(&mut m, &[command, "fresh", "1", "60000", "COST", "0"])[0],
+            decide(&mut m, &with(&[command, command, "1", "60000"], peek))[0],
+            0
+        );
+        assert_eq!(
+            decide(&mut m, &with(&[command, "fresh", "1", "60000"], peek))[0],
             1
         );
+        if a.kind == "concurrency" {
+            let release = with(&[command, command, "1", "60000"], &["RELEASE", "other"]);
+            assert_eq!(decide(&mut m, &release)[0], 0);
+        }
     }
     assert_eq!(
         offset(&mut m),

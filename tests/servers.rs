@@ -115,6 +115,8 @@ const PEEKS: &[&[&str]] = &[
     &[
         "RL.SHAPE", "sh:b", "1", "60000", "QUEUE", "2", "DELAY", "1", "COST", "0",
     ],
+    &["RL.CONCURRENCY", "cc:a", "3", "1000", "PEEK"],
+    &["RL.CONCURRENCY", "cc:b", "1", "60000", "PEEK"],
 ];
 
 /// `PEEKS` has a peek for every key of `WORKLOAD`, and only those.
@@ -481,6 +483,7 @@ const GATEWAY_CALLS: &[&[&str]] = &[
     &["RL.FIXEDWINDOW", "f", "10", "1000"],
     &["RL.ALL", "1", "a", "GCRA", "10", "1000"],
     &["RL.SHAPE", "s", "10", "1000"],
+    &["RL.CONCURRENCY", "n", "10", "1000", "ACQUIRE", "a"],
     &["RL.THROTTLE", "th", "5", "10", "60"],
     &["RL.PEEK", "g"],
     &["RL.INSPECT", "g"],

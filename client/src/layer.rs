@@ -2,7 +2,8 @@
 //! `Retry-After` and the RateLimit fields when denied, the fields added to the inner response
 //! when admitted. The client's address for a key: [`client_ip`] (re-exported from
 //! [`crate::client_ip`]). For a cost known only once the response is done (model tokens),
-//! [`TokenLimitLayer`] reserves an estimate and settles from the response.
+//! [`TokenLimitLayer`] reserves an estimate and settles from the response. For the requests in
+//! flight per key: [`ConcurrencyLimitLayer`].
 
 use std::future::Future;
 use std::pin::Pin;
@@ -20,6 +21,7 @@ pub use crate::metered::{
     Count, DefaultEstimate, Estimate, Metered, Settles, TokenLimit, TokenLimitLayer, Uncounted,
     UsedTokens,
 };
+pub use crate::slot_layer::{ConcurrencyLimitLayer, ConcurrencyLimited, Held};
 
 /// Limits every request by `key(&request)` under `limit`; a request whose key is `None` passes
 /// unlimited.

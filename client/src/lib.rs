@@ -35,12 +35,15 @@ mod ledger;
 mod limit;
 mod limiter;
 mod local;
+pub mod login;
 mod metered;
 pub mod observe;
 mod reconnect;
 mod reservation;
 pub mod secret;
 mod sentinel;
+mod slot;
+mod slot_layer;
 pub mod store;
 mod sync;
 pub mod tls;
@@ -58,7 +61,8 @@ pub use limit::{key_slot, sub_keys, Limit};
 pub use limiter::{Limiter, ShutdownReport, Stats};
 pub use reservation::{Reservation, Settlement, DEFAULT_GRACE};
 pub use secret::Secret;
-pub use store::Store;
+pub use slot::{ConcurrencyLimit, Slot, SlotGuard};
+pub use store::{SlotOp, Store};
 
 /// docs/client.md, whose Rust snippets are compiled as doctests.
 #[cfg(doctest)]

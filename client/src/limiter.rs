@@ -83,6 +83,11 @@ impl Limiter {
         }
     }
 
+    /// What the limiter's concerns share (the concurrency slots use it beside the checks).
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.inner.shared
+    }
+
     /// The store, for typed calls without fallback.
     pub fn store(&self) -> &Store {
         &self.inner.shared.store

@@ -24,6 +24,14 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// The deadline of the calls made while opening the store (detecting the backend, checking
 /// access): a start is not a request, and a loaded host must not fail it.
 pub const START_DEADLINE: Duration = Duration::from_secs(2);
+/// What an `RL.CONCURRENCY` call does with a slot, and the holder's id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SlotOp<'a> {
+    Acquire(&'a str),
+    Renew(&'a str),
+    Release(&'a str),
+    Peek,
+}
 
 /// The default deadline of one store call: a few milliseconds, so that a slow store costs a
 /// request at most this much before its class's fallback decides.
@@ -349,6 +357,27 @@ impl Store {
             decision: Decision::from_reply([a, b, c, d, e])?,
             delay_ms: u64::try_from(delay).map_err(|_| Error::Reply("negative delay".into()))?,
         })
+    }
+
+    /// `RL.CONCURRENCY key N TTL ACQUIRE id | RENEW id | RELEASE id | PEEK` (`FCALL
+    /// rl_concurrency` on the Functions library): `allowed` is whether the slot was taken,
+    /// renewed or given back (for PEEK: whether an ACQUIRE would be admitted).
+    pub async fn concurrency(
+        &self,
+        key: &str,
+        limit: u64,
+        ttl_ms: u64,
+        op: SlotOp<'_>,
+    ) -> Result<Decision, Error> {
+        let mut cmd = self.backend.command("CONCURRENCY", &[key]);
+        cmd.arg(limit).arg(ttl_ms);
+        match op {
+            SlotOp::Acquire(id) => cmd.arg("ACQUIRE").arg(id),
+            SlotOp::Renew(id) => cmd.arg("RENEW").arg(id),
+            SlotOp::Release(id) => cmd.arg("RELEASE").arg(id),
+            SlotOp::Peek => cmd.arg("PEEK"),
+        };
+        Decision::from_value(&self.query(&cmd).await?)
     }
 
     /// `RL.ALL numkeys key … limiter …`: one atomic decision over several limiters (all keys in

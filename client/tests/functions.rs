@@ -188,3 +188,39 @@ async fn a_charge_sent_twice_through_fcall_counts_once() {
     assert!(again.limiters[0].allowed, "the quota had room");
     assert_eq!(store.peek("q:f").await.unwrap().unwrap().remaining, 93);
 }
+
+/// A concurrency slot through `FCALL rl_concurrency`: the guard takes, holds and gives back a
+/// slot on the Functions backend as on the module.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_concurrency_slot_through_fcall() {
+    use ratelimit_client::{Class, ConcurrencyLimit, Config, Limiter};
+    let Some(s) = with_library() else {
+        return;
+    };
+    let store = Store::connect(&s.url()).await.unwrap();
+    assert_eq!(store.backend(), Backend::Functions);
+    let limiter = Limiter::new(
+        store,
+        Config {
+            deadline: Duration::from_millis(500),
+            ..Config::default()
+        },
+    );
+    let jobs = ConcurrencyLimit::new("jobs", 1, Duration::from_secs(60), Class::Contract);
+    let slot = limiter.acquire(&jobs, "jobs:f").await.unwrap();
+    let guard = slot.guard.expect("a free slot");
+    let denied = limiter.acquire(&jobs, "jobs:f").await.unwrap();
+    assert!(denied.guard.is_none());
+    assert!(denied.decision.retry_after_ms.is_some_and(|ms| ms > 59_000));
+    assert!(guard.release().await.unwrap());
+    let peek = [
+        "FCALL",
+        "rl_concurrency",
+        "1",
+        "jobs:f",
+        "1",
+        "60000",
+        "PEEK",
+    ];
+    assert_eq!(s.ints(&peek)[..3], [1, 1, 1]);
+}

@@ -8,6 +8,7 @@
   memory.py       part 2: bytes per limiter key and per sliding-log entry
   propagation.py  parts 3 and 4: what a full sliding log and a key after a rollout propagate
   callgrind.py    `scripts/bench callgrind`: instructions per command
+  concurrency.py  part 5: RL.CONCURRENCY's pair beside RL.GCRA and the sorted-set recipe
 
 Standard library only: CI has nothing but python3.
 """

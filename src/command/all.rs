@@ -9,6 +9,10 @@
 //! charged, and does not hold the others back; a call whose limiters all have COST 0 is a peek
 //! over all of them and writes nothing.
 //!
+//! `CONCURRENCY N TTL ACQUIRE id` (or `PEEK`) takes a slot of a concurrency limiter beside the
+//! rate limits (see `concurrency`): a request denied by either takes neither, and an admitted one
+//! holds its slot until its RELEASE (`RL.CONCURRENCY`) or TTL.
+//!
 //! Reply: the combined decision (the five fields: allowed = all admitted; limit and remaining of
 //! the limiter with the fewest remaining; retry_after_ms = when every limiter charged would
 //! admit, -1 if admitted; reset_after_ms = the largest), then one five-field array per limiter in argument
@@ -16,10 +20,12 @@
 
 use super::args::{parse_i64, parse_limiter, Amount, Options, Request};
 use super::charge::{self, Creator, Given};
+use super::concurrency;
 use super::key::{accepts, at_key};
 use super::plan::{self, Plan};
 use super::reply::{fields, Reply};
 use super::settle;
+use crate::algo::concurrency::{Concurrency, Op};
 use crate::algo::{Algorithm, Decision, Policy, MAX_LIMIT};
 use crate::clock;
 use crate::error::{echo, Error};
@@ -58,6 +64,24 @@ impl<A: Stored> Planned for Plan<A> {
         now_ns: u64,
     ) -> Result<Decision, Error> {
         plan::commit(ctx, key, name, *self, admitted, now_ns)
+    }
+}
+
+/// A concurrency slot's plan: carried out (the slot taken) only when the whole request is.
+impl Planned for concurrency::Plan {
+    fn decision(&self) -> &Decision {
+        &self.decision
+    }
+
+    fn commit(
+        self: Box<Self>,
+        ctx: &Ctx,
+        key: &mut Key<'_>,
+        name: RString<'_>,
+        admitted: bool,
+        now_ns: u64,
+    ) -> Result<Decision, Error> {
+        concurrency::commit(ctx, key, name, *self, admitted, now_ns)
     }
 }
 
@@ -129,8 +153,16 @@ fn algorithm(word: &[u8]) -> Option<&'static Entry> {
 struct Part<'a> {
     request: Request<'a>,
     name: &'static str,
-    plan: Planner,
+    plan: How,
     settle: Option<(i64, &'static Creator)>,
+}
+
+/// How a part is planned: a limiter of the registry by its planner, or a concurrency slot
+/// (`CONCURRENCY N TTL ACQUIRE id | PEEK`) by its operation.
+#[derive(Clone, Copy)]
+enum How {
+    Limiter(Planner),
+    Slot(Op),
 }
 
 /// `RL.SETTLE numkeys key [key ...] <limiter> [<limiter> ...]`, each `<limiter>` RL.ALL's with
@@ -166,12 +198,13 @@ pub fn all(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     for (part, key) in parts.iter().zip(keys.iter_mut()) {
         let name = part.request.key;
         let stored = key.limiter(part.name).map_err(|e| at_key(e, name))?;
-        let plan = (part.plan)(
-            stored.map(|l| &*l),
-            &part.request.policy,
-            now_ns,
-            part.request.amount,
-        )
+        let stored = stored.map(|l| &*l);
+        let (policy, amount) = (&part.request.policy, part.request.amount);
+        let plan = match part.plan {
+            How::Slot(op) => concurrency::plan(stored, policy, now_ns, op)
+                .map(|p| Box::new(p) as Box<dyn Planned>),
+            How::Limiter(planner) => planner(stored, policy, now_ns, amount),
+        }
         .map_err(|e| at_key(e, name))?;
         plans.push(plan);
     }
@@ -237,6 +270,32 @@ pub fn key_positions(mut args: Args<'_>) -> std::ops::Range<usize> {
     2..2 + n.min(after)
 }
 
+/// `CONCURRENCY N TTL ACQUIRE id | PEEK` for `key`: a slot taken with the request (COST 1) or
+/// looked at (COST 0); RENEW and RELEASE belong to `RL.CONCURRENCY` alone.
+fn slot<'a>(key: RString<'a>, args: &mut Args<'a>) -> Result<Part<'a>, Error> {
+    let (policy, op) = concurrency::parse(args)?;
+    let amount = match op {
+        Op::Acquire(_) => 1,
+        Op::Peek => 0,
+        Op::Renew(_) | Op::Release(_) => {
+            return Err(Error::Syntax(
+                "RL.ALL takes CONCURRENCY N TTL ACQUIRE id or PEEK; RENEW and RELEASE are RL.CONCURRENCY's"
+                    .into(),
+            ))
+        }
+    };
+    Ok(Part {
+        request: Request {
+            key,
+            policy,
+            amount,
+        },
+        name: Concurrency::NAME,
+        plan: How::Slot(op),
+        settle: None,
+    })
+}
+
 /// `numkeys key… limiter…`: every key distinct, one limiter per key; when `settling`, each
 /// limiter ends with `BY d`.
 fn parse<'a>(args: &mut Args<'a>, settling: bool) -> Result<Vec<Part<'a>>, Error> {
@@ -273,6 +332,11 @@ fn parse<'a>(args: &mut Args<'a>, settling: bool) -> Result<Vec<Part<'a>>, Error
                 echo(key.bytes())
             )));
         };
+        if word.eq_ignore_ascii_case(b"CONCURRENCY") && !settling {
+            args.next_bytes()?;
+            parts.push(slot(key, args)?);
+            continue;
+        }
         let Some(&(_, name, burst, plan)) = algorithm(word) else {
             return Err(Error::Syntax(format!(
                 "unknown algorithm '{}'; expected {}",
@@ -313,7 +377,7 @@ fn parse<'a>(args: &mut Args<'a>, settling: bool) -> Result<Vec<Part<'a>>, Error
         parts.push(Part {
             request,
             name,
-            plan,
+            plan: How::Limiter(plan),
             settle,
         });
     }

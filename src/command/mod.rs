@@ -9,6 +9,7 @@
 pub mod all;
 pub mod args;
 pub mod charge;
+pub mod concurrency;
 pub mod debug;
 pub mod demand;
 pub mod dispatch;

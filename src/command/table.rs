@@ -7,7 +7,8 @@ use redis_module::commands::{BeginSearch, FindKeys, KeySpec, KeySpecFlags};
 
 use super::reply::Reply;
 use super::{
-    all, charge, debug, demand, inspect, limit, peek, refund, setstate, shape, share, throttle,
+    all, charge, concurrency, debug, demand, inspect, limit, peek, refund, setstate, shape, share,
+    throttle,
 };
 use crate::error::Error;
 use crate::host::call::{Args, Ctx};
@@ -141,7 +142,8 @@ const GATEWAY: &str = "write fast ratelimit";
 const GATEWAY_READ: &str = "read fast ratelimit";
 
 /// The row of an algorithm's own command (see `algo::registry!`): `limiter`, the five-integer
-/// `RL.<WORD> key L W [BURST B] [COST n]`; `shaper`, `RL.SHAPE` with its queue and delay.
+/// `RL.<WORD> key L W [BURST B] [COST n]`; `shaper`, `RL.SHAPE` with its queue and delay;
+/// `concurrency`, `RL.CONCURRENCY key N TTL ACQUIRE id | RENEW id | RELEASE id | PEEK`.
 macro_rules! algorithm_row {
     (limiter, $state:ty, $word:literal, $event:literal, $summary:literal) => {
         Spec {
@@ -167,6 +169,20 @@ macro_rules! algorithm_row {
             event: $event,
             acl: GATEWAY,
             handler: shape::shape,
+            key_positions: None,
+            condition: None,
+        }
+    };
+    (concurrency, $state:ty, $word:literal, $event:literal, $summary:literal) => {
+        Spec {
+            name: concat!("RL.", $word),
+            flags: WRITE,
+            arity: -5,
+            keys: Keys::ReadWrite,
+            summary: $summary,
+            event: $event,
+            acl: GATEWAY,
+            handler: concurrency::concurrency,
             key_positions: None,
             condition: None,
         }

@@ -10,6 +10,7 @@
 use std::sync::atomic::{AtomicI64, Ordering::Relaxed};
 
 use super::{Limiter, ALGORITHM_IDS, MAX_TAG};
+use crate::algo::Algorithm;
 
 /// A gauge slot per stored tag (slot 0 unused).
 const SLOTS: usize = MAX_TAG as usize + 1;
@@ -27,7 +28,8 @@ pub fn algorithm_name(tag: u8) -> &'static str {
 /// rather than wrap to 2^64.
 static KEYS: [AtomicI64; SLOTS] = [const { AtomicI64::new(0) }; SLOTS];
 static MEMORY: [AtomicI64; SLOTS] = [const { AtomicI64::new(0) }; SLOTS];
-static LOG_ENTRIES: AtomicI64 = AtomicI64::new(0);
+/// Entries per tag: the sliding log's, and the concurrency limiter's holders.
+static ENTRIES: [AtomicI64; SLOTS] = [const { AtomicI64::new(0) }; SLOTS];
 /// Live values that remember more than one configuration (a key in a rollout, `algo::step`).
 static REMEMBERING: AtomicI64 = AtomicI64::new(0);
 
@@ -37,7 +39,7 @@ pub struct Footprint {
     tag: u8,
     /// `size_of::<Limiter>()` plus its heap bytes: what `MEMORY USAGE` counts for the value.
     bytes: usize,
-    /// Sliding-log entries (0 for the other algorithms).
+    /// Sliding-log entries or concurrency holders (0 for the other algorithms).
     entries: u64,
     /// Whether it remembers more than one configuration.
     remembering: bool,
@@ -61,8 +63,8 @@ impl Footprint {
             keys.fetch_add(sign, Relaxed);
             memory.fetch_add(sign.wrapping_mul(bytes), Relaxed);
         }
-        if entries != 0 {
-            LOG_ENTRIES.fetch_add(sign.wrapping_mul(entries), Relaxed);
+        if let (true, Some(gauge)) = (entries != 0, ENTRIES.get(slot)) {
+            gauge.fetch_add(sign.wrapping_mul(entries), Relaxed);
         }
         if self.remembering {
             REMEMBERING.fetch_add(sign, Relaxed);
@@ -100,7 +102,13 @@ pub fn algorithm_gauges(tag: u8) -> (i64, i64) {
 }
 
 pub fn log_entries() -> i64 {
-    LOG_ENTRIES.load(Relaxed)
+    entries(crate::algo::sliding_log::SlidingLog::TAG)
+}
+
+/// The entries the values of the algorithm with stored tag `tag` hold (sliding-log entries,
+/// concurrency holders; 0 for the fixed-size states).
+pub fn entries(tag: u8) -> i64 {
+    ENTRIES.get(usize::from(tag)).map_or(0, |e| e.load(Relaxed))
 }
 
 /// Live values that remember more than one configuration.

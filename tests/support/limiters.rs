@@ -68,6 +68,17 @@ pub const LIMITERS: &[Limiter] = &[
         ],
     },
     Limiter {
+        command: "RL.CONCURRENCY",
+        key_flags: &["RW", "access", "update"],
+        // At one pinned clock only the anonymous slots of RL.CHARGE make every state of the
+        // repeated session new (the failover test finds each round's states in the stream).
+        session: &[
+            &["RL.CONCURRENCY", KEY, "100", "60000", "ACQUIRE", "a"],
+            &["RL.CHARGE", KEY, "1"],
+            &["RL.CONCURRENCY", KEY, "100", "60000", "RELEASE", "a"],
+        ],
+    },
+    Limiter {
         command: "RL.SHAPE",
         key_flags: &["RW", "access", "update"],
         session: &[

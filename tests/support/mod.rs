@@ -654,6 +654,13 @@ pub const WORKLOAD: &[&[&str]] = &[
     &["RL.SHAPE", "sh:b", "1", "60000", "QUEUE", "2", "DELAY", "1"],
     &["RL.SHAPE", "sh:a", "20", "1000", "QUEUE", "8"],
     &["RL.REFUND", "sh:a", "2"],
+    &["RL.CONCURRENCY", "cc:a", "3", "1000", "ACQUIRE", "a"],
+    &["RL.CONCURRENCY", "cc:a", "3", "1000", "ACQUIRE", "b"],
+    &["RL.CONCURRENCY", "cc:a", "3", "1000", "PEEK"],
+    &["RL.CONCURRENCY", "cc:a", "3", "1000", "RENEW", "a"],
+    &["RL.CONCURRENCY", "cc:a", "3", "1000", "RELEASE", "b"],
+    &["RL.CONCURRENCY", "cc:b", "1", "60000", "ACQUIRE", "only"],
+    &["RL.CONCURRENCY", "cc:b", "1", "60000", "ACQUIRE", "denied"],
     // Settles: overages charged into debt, and one given back (tests/charge.rs creates keys).
     &["RL.CHARGE", "gcra:a", "25"],
     &["RL.CHARGE", "tb:a", "30"],

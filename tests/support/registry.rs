@@ -25,11 +25,24 @@ pub struct Algorithm {
     /// algorithms) or its queue (`RL.SHAPE`).
     pub burst: bool,
     /// A limiter: the five-integer reply, and offered inside `RL.ALL`. Else a shaper (`RL.SHAPE`:
-    /// a sixth field, the delay, and a `QUEUE`).
+    /// a sixth field, the delay, and a `QUEUE`) or the concurrency limiter (`RL.CONCURRENCY`:
+    /// `key N TTL` and an operation).
     pub limiter: bool,
+    /// Its kind in the registry: "limiter", "shaper" or "concurrency".
+    pub kind: String,
 }
 
 impl Algorithm {
+    /// What its own command takes after `key L W`: `RL.CONCURRENCY`'s `key N TTL` needs an
+    /// operation (an ACQUIRE by one id); the others nothing.
+    pub fn operation(&self) -> &'static [&'static str] {
+        if self.kind == "concurrency" {
+            &["ACQUIRE", "id"]
+        } else {
+            &[]
+        }
+    }
+
     /// Whether `name` names it: its command, its word (any case) or its id.
     pub fn is_named(&self, name: &str) -> bool {
         [&self.command, &self.word, &self.id]
@@ -51,6 +64,7 @@ pub fn algorithms() -> &'static [Algorithm] {
                 // A shaper's capacity is not L either, but it is set by QUEUE, not BURST.
                 burst: l.burst && l.limiter,
                 limiter: l.limiter,
+                kind: l.kind.to_string(),
             })
             .collect()
     })

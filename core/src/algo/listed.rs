@@ -26,8 +26,11 @@ pub struct Listed {
     pub tag: u8,
     /// Whether it takes `BURST` ([`Algorithm::BURST`]).
     pub burst: bool,
-    /// A limiter: the five-integer reply, offered inside `RL.ALL`. Else a shaper (`RL.SHAPE`).
+    /// A limiter: the five-integer reply, offered inside `RL.ALL`. Else a shaper (`RL.SHAPE`)
+    /// or the concurrency limiter (`RL.CONCURRENCY`).
     pub limiter: bool,
+    /// Its kind in the registry: "limiter", "shaper" or "concurrency".
+    pub kind: &'static str,
 }
 
 macro_rules! listed {
@@ -40,6 +43,7 @@ macro_rules! listed {
             tag: <super::$module::$variant as Algorithm>::TAG,
             burst: <super::$module::$variant as Algorithm>::BURST,
             limiter: matches!(stringify!($kind).as_bytes(), b"limiter"),
+            kind: stringify!($kind),
         }),*];
     };
 }

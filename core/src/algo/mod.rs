@@ -9,6 +9,7 @@
 
 pub mod algorithm;
 pub mod bytes;
+pub mod concurrency;
 pub mod decision;
 pub mod fixed_window;
 pub mod gcra;
@@ -34,7 +35,8 @@ pub use policy::{
 /// `algorithm!` line: error name, INFO id, stored tag, whether it takes BURST) and one line here:
 /// its module, its state type, the word that names it in commands (`RL.<WORD>`, and inside
 /// `RL.ALL`), its keyspace event, how its command answers (`limiter`: the five integers of
-/// `limit::request`, also offered inside `RL.ALL`; `shaper`: `RL.SHAPE`'s own handler), and its
+/// `limit::request`, also offered inside `RL.ALL`; `shaper`: `RL.SHAPE`'s own handler;
+/// `concurrency`: `RL.CONCURRENCY`'s holders, its own handler), and its
 /// command's summary. The stored enum, its dispatch and encoding, the INFO ids, the command
 /// table and `RL.ALL`'s table are generated from it (`registry!(some_macro)` hands the list to
 /// `some_macro`); tags are never reused.
@@ -54,6 +56,8 @@ macro_rules! registry {
                 "Decides one request with a fixed window counter: at most L per aligned W ms";
             shape::Shape, "SHAPE", c"rl.shape", shaper,
                 "Shapes with a leaky bucket queue (nginx limit_req): admits with the delay to wait, or denies";
+            concurrency::Concurrency, "CONCURRENCY", c"rl.concurrency", concurrency,
+                "Bounds requests in flight: at most N holders at once, each expiring TTL ms after its last ACQUIRE or RENEW";
         }
     };
 }

@@ -9,7 +9,7 @@ use super::decision::Outcome;
 use super::inspect::inspection;
 use super::policy::Policy;
 use super::props::*;
-use super::{fixed_window, gcra, shape, sliding_counter, sliding_log, token_bucket};
+use super::{concurrency, fixed_window, gcra, shape, sliding_counter, sliding_log, token_bucket};
 use proptest::prelude::*;
 
 /// An algorithm with the promise its property tests hold it to. Every algorithm of the registry
@@ -45,6 +45,12 @@ impl Promised for fixed_window::FixedWindow {
 /// The leaky bucket admits like GCRA with capacity queue + 1 (see `shape`'s tests).
 impl Promised for shape::Shape {
     const PROMISE: Promise = Promise::Bucket;
+}
+
+/// Anonymous holders (a request of cost n through the trait) each hold a slot exactly TTL: a
+/// sliding log of L = N, W = TTL (see `concurrency`).
+impl Promised for concurrency::Concurrency {
+    const PROMISE: Promise = Promise::SlidingLog;
 }
 
 /// Work a test does on each algorithm of the registry (see [`for_each_algorithm`]).

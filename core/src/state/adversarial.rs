@@ -4,6 +4,7 @@
 //! Debug builds check arithmetic overflow, so these runs catch it.
 
 use super::{AlgoState, Limiter, MAX_TAG};
+use crate::algo::concurrency::{self, Op};
 use crate::algo::promises::{assert_covers_registry, registry_tags};
 use crate::algo::{
     fixed_window, gcra, lease, ms_ceil, shape, sliding_counter, sliding_log, token_bucket,
@@ -69,6 +70,16 @@ fn fields(tag: u8, b: u64, big: u128, x: u64, y: u64, words: &[u64], out: &mut V
             out.extend_from_slice(&x.to_le_bytes());
             out.extend_from_slice(&y.to_le_bytes());
             out.extend_from_slice(&(y / 2).to_le_bytes());
+        }
+        t if t == concurrency::Concurrency::TAG => {
+            let mut ids = words.to_vec();
+            ids.sort_unstable();
+            ids.dedup();
+            out.extend_from_slice(&(ids.len() as u32).to_le_bytes());
+            for (i, id) in ids.iter().enumerate() {
+                out.extend_from_slice(&id.to_le_bytes());
+                out.extend_from_slice(&if i % 2 == 0 { x } else { y }.to_le_bytes());
+            }
         }
         // The fixed window's, and the unknown tag's.
         _ => {
@@ -161,6 +172,9 @@ fn carried(to: Policy, state: AlgoState, now: u64) {
             .outcome
             .next
             .map(AlgoState::Shape),
+        AlgoState::Concurrency(s) => concurrency::check(Some(s), &to, now, 1)
+            .next
+            .map(AlgoState::Concurrency),
         AlgoState::Remembered(_) | AlgoState::Shared(_) => None,
     };
     if let Some(next) = next {
@@ -263,6 +277,29 @@ proptest! {
                 must_validate(p, AlgoState::FixedWindow(fixed_window::charge(&s, &p, now, n)));
                 let to = Policy::new(other.0, other.1, other.0).unwrap_or(p);
                 carried(to, AlgoState::FixedWindow(fixed_window::rescale(&s, &p, &to, now)), now);
+            }
+            AlgoState::Concurrency(s) => {
+                for c in [0, 1, window_cost] {
+                    let out = concurrency::check(Some(&s), &p, now, c);
+                    reply(now, &out.decision);
+                    if let Some(next) = out.next {
+                        must_validate(p, AlgoState::Concurrency(next));
+                    }
+                }
+                let first = s.holders().first().map_or(amount, |h| h.id);
+                for op in [Op::Acquire(first), Op::Acquire(amount), Op::Renew(first), Op::Release(first), Op::Peek] {
+                    let out = concurrency::operate(Some(&s), &p, now, op);
+                    reply(now, &out.decision);
+                    if let Some(next) = out.next {
+                        must_validate(p, AlgoState::Concurrency(next));
+                    }
+                }
+                must_validate(p, AlgoState::Concurrency(concurrency::refund(&s, &p, now, n)));
+                must_validate(p, AlgoState::Concurrency(concurrency::charge(&s, &p, now, n)));
+                // The command layer refuses an N above MAX_HOLDERS.
+                let l = other.0.min(concurrency::MAX_HOLDERS);
+                let to = Policy::new(l, other.1, l).unwrap_or(p);
+                carried(to, AlgoState::Concurrency(concurrency::rescale(&s, &p, &to, now)), now);
             }
             // The candidates are single configurations.
             AlgoState::Remembered(_) | AlgoState::Shared(_) => {}

@@ -325,6 +325,11 @@ fn one_of_each() -> Vec<Limiter> {
     let mut limiters = vec![gcra(), bucket];
     limiters.extend(window_limiters());
     limiters.push(shaper());
+    let n = Policy::new(3, 1000, 3).unwrap();
+    let holding = crate::algo::concurrency::check(None, &n, NS, 2)
+        .next
+        .unwrap();
+    limiters.push(Limiter::new(n, AlgoState::Concurrency(holding)));
     limiters
 }
 
