@@ -4,15 +4,19 @@
 # make bench — performance against INCR and Lua limiters (see README)
 # make bench-functions — the Functions library (FCALL, and EVALSHA as the scripts backend) against
 #                        go-redis/redis_rate's allowN script, on a server without the module (docs/functions.md)
-# make bench-client — the gateway client's added latency: healthy, leased, stalled, in flight at a freeze, OOM, the billing journal, a token gateway (docs/client.md)
+# make bench-client — the gateway client's added latency: healthy, leased, stalled, in flight at a freeze, OOM, the billing journal, a token gateway (docs/client.md); then TLS against plaintext side by side
 # make bench-regions — the budget controller on three regions: utilization, over-issue, convergence,
 #                      CPU at 100,000 keys; writes docs/regions.svg (docs/regions.md)
 # make bench-rls — the Envoy Rate Limit Service against a raw RL.ALL, and frozen (docs/envoy.md)
 # make bench-login — the login guard under stuffing, spraying, a targeted lockout and a slow brute
 #                    force beside legitimate users, on the debug clock (docs/login.md; ARGS="--scale 10")
+# make dist  — a .deb and a tarball for x86_64 Linux in target/dist (module, Functions library, RLS,
+#              regions controller, systemd units; docs/operating.md "The package")
+# make test-dist — builds the package from the debug build and checks it: contents, control,
+#                  conffiles; the module and both services run from an extracted root
 # make test-servers — the integration tests against each server built from ../shared/servers
 #                     (SERVERS="redis-7.2.6 ..." picks some; TESTS="--test NAME" some tests)
-.PHONY: deps build release run test lint bench bench-functions bench-client bench-regions bench-rls bench-login test-servers
+.PHONY: deps build release run test lint bench bench-functions bench-client bench-regions bench-rls bench-login test-servers dist test-dist
 
 deps:
 	@scripts/install-deps
@@ -44,6 +48,7 @@ bench-functions: deps
 
 bench-client: release
 	cargo run --release -p redis-ratelimit-client --example bench
+	cargo run --release -p redis-ratelimit-client --example tls_bench
 
 bench-regions: release
 	RL_MODULE=$(CURDIR)/target/release/libredis_ratelimit.so cargo test --release -p redis-ratelimit-regions --test bench -- --ignored --nocapture
@@ -58,3 +63,9 @@ bench-login: release
 # integration tests with it first on PATH; see scripts/test-servers.
 test-servers: build
 	scripts/test-servers $(SERVERS)
+
+dist: deps
+	scripts/dist
+
+test-dist: build
+	scripts/test-dist

@@ -6,15 +6,15 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::Mutex;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, MultiplexedConnection};
-use redis::{
-    Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Pipeline, RedisFuture, Value,
-};
+use redis::{Cmd, ConnectionAddr, IntoConnectionInfo, Pipeline, RedisFuture, Value};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::connection::Addr;
+use crate::dial::{cluster_tls_client, Dial};
 
 /// The largest reply a connection takes. An `RL.*` reply is a few dozen bytes, `RL.ALL`'s about
 /// 40 per limiter; `COMMAND INFO` and `FUNCTION LIST` at connect, and `INFO` through
@@ -196,29 +196,33 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Bounded<S> {
     }
 }
 
-/// A multiplexed connection over a bounded stream (TCP or a Unix socket; no TLS).
+/// A multiplexed connection over a bounded stream (TCP, TLS over TCP, or a Unix socket).
 #[derive(Clone)]
 pub(crate) struct BoundedConnection(MultiplexedConnection);
 
 impl BoundedConnection {
-    pub(crate) async fn open(info: &ConnectionInfo, timeout: Duration) -> redis::RedisResult<Self> {
+    /// Opens, handshakes (TLS), authenticates and selects the database, within `timeout`.
+    pub(crate) async fn open(dial: &Dial, timeout: Duration) -> redis::RedisResult<Self> {
         let connect = async {
-            let conn = match &info.addr {
-                ConnectionAddr::Tcp(host, port) => {
+            let conn = match &dial.addr {
+                Addr::Tcp { host, port } => {
                     let s = tokio::net::TcpStream::connect((host.as_str(), *port)).await?;
                     s.set_nodelay(true)?;
-                    spawned(&info.redis, s).await?
+                    match &dial.tls {
+                        Some(tls) => spawned(&dial.redis, tls.handshake(host, s).await?).await?,
+                        None => spawned(&dial.redis, s).await?,
+                    }
                 }
                 #[cfg(unix)]
-                ConnectionAddr::Unix(path) => {
+                Addr::Unix(path) => {
                     let s = tokio::net::UnixStream::connect(path).await?;
-                    spawned(&info.redis, s).await?
+                    spawned(&dial.redis, s).await?
                 }
-                other => {
+                #[cfg(not(unix))]
+                Addr::Unix(_) => {
                     return Err(redis::RedisError::from((
                         redis::ErrorKind::InvalidClientConfig,
-                        "only redis:// (TCP) and redis+unix:// are supported",
-                        format!("{other:?}"),
+                        "no Unix sockets on this platform",
                     )))
                 }
             };
@@ -275,53 +279,23 @@ impl redis::cluster_async::Connect for BoundedConnection {
     {
         Box::pin(async move {
             let info = info.into_connection_info()?;
-            BoundedConnection::open(&info, connection_timeout).await
+            let addr = match info.addr {
+                ConnectionAddr::Tcp(host, port) => Addr::Tcp { host, port },
+                other => {
+                    return Err(redis::RedisError::from((
+                        redis::ErrorKind::InvalidClientConfig,
+                        "a Cluster node's address is host:port",
+                        format!("{other:?}"),
+                    )))
+                }
+            };
+            let dial = Dial {
+                addr,
+                tls: cluster_tls_client(),
+                redis: info.redis,
+            };
+            BoundedConnection::open(&dial, connection_timeout).await
         })
-    }
-}
-
-/// A standalone server's connection, opened again on the next call after it broke (one attempt
-/// per call; the limiter's circuit decides when calls are made).
-pub(crate) struct Reconnecting {
-    info: ConnectionInfo,
-    timeout: Duration,
-    conn: Mutex<Option<BoundedConnection>>,
-}
-
-impl Reconnecting {
-    pub(crate) async fn open(
-        info: ConnectionInfo,
-        timeout: Duration,
-    ) -> redis::RedisResult<Reconnecting> {
-        let conn = BoundedConnection::open(&info, timeout).await?;
-        Ok(Reconnecting {
-            info,
-            timeout,
-            conn: Mutex::new(Some(conn)),
-        })
-    }
-
-    fn current(&self) -> Option<BoundedConnection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    pub(crate) async fn req(&self, cmd: &Cmd) -> redis::RedisResult<Value> {
-        let mut conn = match self.current() {
-            Some(c) => c,
-            None => {
-                let c = BoundedConnection::open(&self.info, self.timeout).await?;
-                *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = Some(c.clone());
-                c
-            }
-        };
-        let reply = conn.req_packed_command(cmd).await;
-        if let Err(e) = &reply {
-            if e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error() {
-                // Broken: the next call opens a new one.
-                *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = None;
-            }
-        }
-        reply
     }
 }
 

@@ -27,6 +27,11 @@ pub enum Error {
     Unsupported(String),
     /// Any other server error, or a reply that is not the shape the command promises.
     Reply(String),
+    /// The connection settings or the server's ACL refuse this client: a wrong user name or
+    /// password (`WRONGPASS`), a command or key the user may not use (`NOPERM`), a server
+    /// certificate not trusted, settings that name a missing file. Reported at start, never a
+    /// fallback: the message names what is missing (never the password).
+    Config(String),
 }
 
 impl Error {
@@ -49,6 +54,7 @@ impl Error {
             Error::CircuitOpen => "circuit_open",
             Error::Unsupported(_) => "unsupported",
             Error::Reply(_) => "reply",
+            Error::Config(_) => "config",
         }
     }
 }
@@ -64,6 +70,7 @@ impl fmt::Display for Error {
             Error::CircuitOpen => write!(f, "the circuit to the store is open"),
             Error::Unsupported(m) => write!(f, "unsupported: {m}"),
             Error::Reply(m) => write!(f, "unexpected reply: {m}"),
+            Error::Config(m) => write!(f, "configuration: {m}"),
         }
     }
 }
@@ -111,6 +118,7 @@ impl Error {
                 return Error::Unavailable(text)
             }
             Some("WRONGTYPE") => return Error::WrongType(text),
+            Some("NOPERM") | Some("WRONGPASS") | Some("NOAUTH") => return Error::Config(text),
             Some("NOSCRIPT") => return Error::Unsupported(text),
             Some("ERR") if unsupported(&detail) => return Error::Unsupported(text),
             Some("ERR") => return Error::Argument(text),
@@ -120,6 +128,9 @@ impl Error {
             redis::ErrorKind::IoError | redis::ErrorKind::ClusterConnectionNotFound => {
                 Error::Unreachable(text)
             }
+            redis::ErrorKind::AuthenticationFailed => Error::Config(format!(
+                "authentication failed: wrong user name or password ({text})"
+            )),
             _ => Error::Reply(text),
         }
     }
@@ -185,7 +196,7 @@ mod tests {
             ("NOSCRIPT No matching script.", "unsupported"),
             (
                 "NOPERM this user has no permissions to run the 'rl.gcra' command",
-                "reply",
+                "config",
             ),
             (
                 "CROSSSLOT Keys in request don't hash to the same slot",

@@ -44,6 +44,9 @@ fn function_refused(e: &Error) -> bool {
     match e {
         Error::Unsupported(_) => true,
         Error::Reply(t) | Error::Argument(t) => t.starts_with("NOPERM"),
+        // The connection layer reports a NOPERM as a configuration error; here it only says
+        // that this user may not run FUNCTION.
+        Error::Config(t) => t.contains("NOPERM") && t.to_ascii_lowercase().contains("function"),
         _ => false,
     }
 }

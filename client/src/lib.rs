@@ -22,7 +22,9 @@ pub mod client_ip;
 mod clock;
 pub mod command;
 mod config;
+pub mod connection;
 mod deadline;
+mod dial;
 mod error;
 mod fallback;
 pub mod http;
@@ -38,12 +40,16 @@ mod local;
 pub mod login;
 mod metered;
 pub mod observe;
+mod reconnect;
 mod reservation;
 pub mod scripts;
+pub mod secret;
+mod sentinel;
 mod slot;
 mod slot_layer;
 pub mod store;
 mod sync;
+pub mod tls;
 
 pub use circuit::CircuitConfig;
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -51,12 +57,14 @@ pub use command::{
     Algorithm, AllDecision, Backend, Class, Decision, Policy, Shape, ShapeDelay, Shaped, Source,
 };
 pub use config::{Config, DEFAULT_MAX_DEADLINE};
+pub use connection::{Addr, Auth, ConnectionSettings, Target, Tls};
 pub use error::{Error, UNAVAILABLE_CODES};
 pub use ledger::CHARGE_TOKEN_TTL;
 pub use library::{LoadLibrary, Version};
 pub use limit::{key_slot, sub_keys, Limit};
 pub use limiter::{Limiter, ShutdownReport, Stats};
 pub use reservation::{Reservation, Settlement, DEFAULT_GRACE};
+pub use secret::Secret;
 pub use slot::{ConcurrencyLimit, Slot, SlotGuard};
 pub use store::{SlotOp, Store};
 

@@ -7,15 +7,25 @@ use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, IntoConnectionInfo, Value};
+use redis::{Cmd, Value};
 
-use crate::bounded::{BoundedConnection, Reconnecting};
+use crate::bounded::BoundedConnection;
+use crate::connection::{Addr, ConnectionSettings, Target};
+use crate::dial::{set_cluster_tls, tls_of, Dial};
+use crate::reconnect::{Reconnecting, Route};
+use crate::sentinel::SentinelRoute;
 
 use crate::command::{ints, AllDecision, Backend, Decision, Policy, Shape, ShapeDelay, Shaped};
 use crate::error::Error;
 use crate::install::{Masters, Node, LOAD_DEADLINE};
 use crate::library::LoadLibrary;
 
+/// How long opening one connection (TCP, TLS, AUTH) may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// The deadline of the calls made while opening the store (detecting the backend, checking
+/// access): a start is not a request, and a loaded host must not fail it.
+pub const START_DEADLINE: Duration = Duration::from_secs(2);
 /// What an `RL.CONCURRENCY` call does with a slot, and the holder's id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SlotOp<'a> {
@@ -46,9 +56,11 @@ pub struct Store {
 }
 
 impl Store {
-    /// Connects to a standalone server (`redis://127.0.0.1:6379/`) and detects its backend.
-    /// The connection is opened again by the next call after it broke (the server restarted),
-    /// and closed when a reply is larger than any rate-limit reply (`bounded::MAX_REPLY_BYTES`).
+    /// Connects to the store the URL names (connection.rs lists the forms: `redis://`,
+    /// `rediss://`, `unix://`, `redis+cluster://`, `redis+sentinel://`) and detects its backend.
+    /// A connection is opened again by the next call after it broke (the server restarted; behind
+    /// sentinels, after a failover), and closed when a reply is larger than any rate-limit reply
+    /// (`bounded::MAX_REPLY_BYTES`).
     pub async fn connect(url: &str) -> Result<Store, Error> {
         Store::connect_with(url, LoadLibrary::No).await
     }
@@ -56,16 +68,14 @@ impl Store {
     /// As [`Store::connect`], loading the Functions library where `load` allows
     /// (REDIS_LOAD_LIBRARY, docs/functions.md).
     pub async fn connect_with(url: &str, load: LoadLibrary) -> Result<Store, Error> {
-        let info = url
-            .into_connection_info()
-            .map_err(|e| Error::Unreachable(e.to_string()))?;
-        // One connection attempt per call, no backoff of its own: the limiter's circuit decides
-        // when the store is tried again.
-        let conn = Reconnecting::open(info, Duration::from_millis(500)).await?;
-        Store::with_connection(Conn::Standalone(Arc::new(conn)), load).await
+        Store::open_with(
+            &ConnectionSettings::parse(url).map_err(Error::Config)?,
+            load,
+        )
+        .await
     }
 
-    /// Connects to a Redis Cluster through any of its nodes and detects the backend.
+    /// Connects to a Redis Cluster through any of its nodes (`host:port` or `redis://` URLs).
     pub async fn connect_cluster(nodes: &[&str]) -> Result<Store, Error> {
         Store::connect_cluster_with(nodes, LoadLibrary::No).await
     }
@@ -73,28 +83,131 @@ impl Store {
     /// As [`Store::connect_cluster`], loading the Functions library on every master where
     /// `load` allows, and later on a master found without it.
     pub async fn connect_cluster_with(nodes: &[&str], load: LoadLibrary) -> Result<Store, Error> {
-        let client = redis::cluster::ClusterClient::builder(nodes.iter().copied())
-            .connection_timeout(Duration::from_millis(500))
-            .retries(1)
-            .build()
-            .map_err(|e| Error::Unreachable(e.to_string()))?;
-        let conn = client
-            .get_async_generic_connection::<BoundedConnection>()
-            .await?;
-        Store::with_connection(Conn::Cluster(conn), load).await
+        let mut addrs = Vec::new();
+        for node in nodes {
+            let url = if node.contains("://") {
+                node.to_string()
+            } else {
+                format!("redis://{node}")
+            };
+            match ConnectionSettings::parse(&url)
+                .map_err(Error::Config)?
+                .target
+            {
+                Target::Server(addr) => addrs.push(addr),
+                _ => return Err(Error::Config(format!("{node}: not one node's address"))),
+            }
+        }
+        let settings = ConnectionSettings {
+            target: Target::Cluster(addrs),
+            ..ConnectionSettings::server(Addr::Unix(Default::default()))
+        };
+        Store::open_with(&settings, load).await
+    }
+
+    /// Connects as the settings say: TLS, credentials, a server, a Cluster or the master the
+    /// sentinels name. A refusal that no retry can fix (a wrong password, a certificate not
+    /// trusted, a missing permission, a file that cannot be read) is [`Error::Config`] naming
+    /// its cause; an unreachable store is [`Error::Unreachable`].
+    pub async fn open(settings: &ConnectionSettings) -> Result<Store, Error> {
+        Store::open_with(settings, LoadLibrary::No).await
+    }
+
+    /// As [`Store::open`], loading the Functions library where `load` allows.
+    pub async fn open_with(
+        settings: &ConnectionSettings,
+        load: LoadLibrary,
+    ) -> Result<Store, Error> {
+        settings.check().map_err(Error::Config)?;
+        let tls = tls_of(settings).map_err(Error::Config)?;
+        let place = settings.to_string();
+        let refused = |e: redis::RedisError| at_start(&place, settings, e);
+        let conn = match &settings.target {
+            Target::Server(addr) => {
+                let dial = Dial::new(addr.clone(), tls, &settings.auth, settings.db);
+                // One connection attempt per call, no backoff of its own: the limiter's
+                // circuit decides when the store is tried again.
+                let conn = Reconnecting::open(Route::Direct(dial), CONNECT_TIMEOUT)
+                    .await
+                    .map_err(refused)?;
+                Conn::Standalone(Arc::new(conn))
+            }
+            Target::Sentinel { master, sentinels } => {
+                let route = SentinelRoute {
+                    master: master.clone(),
+                    sentinels: sentinels
+                        .iter()
+                        .map(|a| Dial::new(a.clone(), tls.clone(), &settings.sentinel_auth, 0))
+                        .collect(),
+                    tls,
+                    auth: settings.auth.clone(),
+                    db: settings.db,
+                };
+                let conn = Reconnecting::open(Route::Sentinel(route), CONNECT_TIMEOUT)
+                    .await
+                    .map_err(refused)?;
+                Conn::Standalone(Arc::new(conn))
+            }
+            Target::Cluster(nodes) => {
+                if let Some(t) = &settings.tls {
+                    set_cluster_tls(t).map_err(Error::Config)?;
+                }
+                let urls = nodes.iter().map(|a| format!("redis://{a}/"));
+                let mut builder = redis::cluster::ClusterClient::builder(urls)
+                    .connection_timeout(CONNECT_TIMEOUT)
+                    .retries(1);
+                if let Some(user) = &settings.auth.user {
+                    builder = builder.username(user.clone());
+                }
+                if let Some(pass) = &settings.auth.password {
+                    builder = builder.password(pass.expose().to_string());
+                }
+                let client = builder.build().map_err(refused)?;
+                let conn = client
+                    .get_async_generic_connection::<BoundedConnection>()
+                    .await
+                    .map_err(refused)?;
+                Conn::Cluster(conn)
+            }
+        };
+        Store::with_connection(conn, load)
+            .await
+            .map_err(|e| match e {
+                Error::Config(why) => {
+                    Error::Config(format!("{place} as {}: {why}", settings.auth.who()))
+                }
+                other => other,
+            })
     }
 
     async fn with_connection(conn: Conn, load: LoadLibrary) -> Result<Store, Error> {
         let mut store = Store {
             conn,
             backend: Backend::Module,
-            deadline: LOAD_DEADLINE,
+            deadline: START_DEADLINE.max(LOAD_DEADLINE),
             load,
         };
         store.backend = crate::install::detect(&store, load).await?;
         log::info!("ratelimit store backend: {}", store.backend.name());
         store.deadline = DEFAULT_DEADLINE;
         Ok(store)
+    }
+
+    /// Checks at start that the ACL user may run `policy`'s command on `key` (a key of the
+    /// pattern the limiter uses): a peek (`COST 0`), which writes nothing and creates no key.
+    /// A `NOPERM` is [`Error::Config`] naming the command and the key.
+    pub async fn check_access(&self, key: &str, policy: &Policy) -> Result<(), Error> {
+        let store = self.clone().with_deadline(START_DEADLINE);
+        match store.decide(key, policy, 0).await {
+            Err(Error::Config(why)) => Err(Error::Config(format!(
+                "{} on key '{key}' ({:?} backend) refused: {why} (docs/operating.md gives the \
+                 minimal ACL rule)",
+                policy.algorithm.name(),
+                self.backend
+            ))),
+            Err(e) => Err(e),
+            Ok(_) => Ok(()),
+        }
     }
 
     /// The same store with another deadline per call.
@@ -170,6 +283,22 @@ impl Store {
         };
         match tokio::time::timeout(self.deadline, send).await {
             Ok(reply) => Ok(reply?.extract_error()?),
+            Err(_) => Err(Error::Timeout),
+        }
+    }
+
+    /// Sends a pipeline and waits at most the deadline for its replies (one value per command,
+    /// errors as values): the regions controller's batched calls.
+    pub async fn pipeline(&self, pipe: &redis::Pipeline) -> Result<Vec<Value>, Error> {
+        let n = pipe.cmd_iter().count();
+        let send = async {
+            match &self.conn {
+                Conn::Standalone(c) => c.req_pipeline(pipe, n).await,
+                Conn::Cluster(c) => c.clone().req_packed_commands(pipe, 0, n).await,
+            }
+        };
+        match tokio::time::timeout(self.deadline, send).await {
+            Ok(reply) => Ok(reply?),
             Err(_) => Err(Error::Timeout),
         }
     }
@@ -365,5 +494,26 @@ impl Masters for Store {
 
     fn loading(&self) -> Store {
         self.clone().with_deadline(LOAD_DEADLINE)
+    }
+}
+
+/// A refusal while opening the store, in an operator's words: what was refused and why.
+fn at_start(place: &str, settings: &ConnectionSettings, e: redis::RedisError) -> Error {
+    let who = settings.auth.who();
+    let text = e.to_string();
+    if e.kind() == redis::ErrorKind::AuthenticationFailed || e.code() == Some("WRONGPASS") {
+        return Error::Config(format!(
+            "{place}: {who} was refused: wrong user name or password (WRONGPASS)"
+        ));
+    }
+    if e.code() == Some("NOPERM") {
+        return Error::Config(format!("{place}: {who} lacks a permission: {text}"));
+    }
+    if text.contains("TLS with") || e.kind() == redis::ErrorKind::InvalidClientConfig {
+        return Error::Config(format!("{place}: {text}"));
+    }
+    match Error::classify(&e) {
+        Error::Unreachable(why) => Error::Unreachable(format!("{place}: {why}")),
+        other => other,
     }
 }

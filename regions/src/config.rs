@@ -2,7 +2,9 @@
 //! policy, and the control loop's settings. See docs/regions.md for an example.
 
 use std::collections::HashSet;
+use std::path::PathBuf;
 
+use ratelimit_client::{Addr, ConnectionSettings, Secret, Target};
 use ratelimit_core::algo::listed;
 use ratelimit_core::algo::{Policy as StorePolicy, PolicyError};
 use serde::Deserialize;
@@ -53,6 +55,84 @@ pub struct Region {
     /// and sends each the calls for the keys of its slots.
     #[serde(default)]
     pub cluster: bool,
+    /// The ACL user (else the URL's, else `default`).
+    pub user: Option<String>,
+    /// A file holding the password (its first line), or an environment variable holding it:
+    /// never the password itself in this file (a URL may still carry one).
+    pub password_file: Option<PathBuf>,
+    pub password_env: Option<String>,
+    /// The sentinels' own password (`redis+sentinel://` URLs), from a file or a variable.
+    pub sentinel_password_file: Option<PathBuf>,
+    pub sentinel_password_env: Option<String>,
+    /// TLS (`rediss://` or `rediss+sentinel://` URLs): a CA bundle trusted besides the system
+    /// roots, a client certificate and key for mutual TLS, and the named switch that verifies
+    /// the chain but not the host name.
+    pub tls_ca: Option<PathBuf>,
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
+    #[serde(default)]
+    pub tls_skip_hostname_verification: bool,
+}
+
+impl Region {
+    /// The region's connection settings: its URL with the user, the passwords read from their
+    /// file or variable, and the TLS files. Errors name the region and the setting.
+    pub fn connection(&self) -> Result<ConnectionSettings, String> {
+        let named = |e: String| format!("region '{}': {e}", self.name);
+        let mut settings = ConnectionSettings::parse(&self.url).map_err(named)?;
+        if let Some(user) = &self.user {
+            settings.auth.user = Some(user.clone());
+        }
+        let secret = |file: &Option<PathBuf>, env: &Option<String>, what: &str| match (file, env) {
+            (Some(_), Some(_)) => Err(format!("{what}_file or {what}_env, not both")),
+            (Some(f), None) => std::fs::read_to_string(f)
+                .map(|t| Some(Secret::new(t.lines().next().unwrap_or_default())))
+                .map_err(|e| format!("{what}_file {}: {e}", f.display())),
+            (None, Some(v)) => std::env::var(v)
+                .map(|t| Some(Secret::new(t)))
+                .map_err(|_| format!("{what}_env: the variable {v} is not set")),
+            (None, None) => Ok(None),
+        };
+        if let Some(p) =
+            secret(&self.password_file, &self.password_env, "password").map_err(named)?
+        {
+            settings.auth.password = Some(p);
+        }
+        if let Some(p) = secret(
+            &self.sentinel_password_file,
+            &self.sentinel_password_env,
+            "sentinel_password",
+        )
+        .map_err(named)?
+        {
+            settings.sentinel_auth.password = Some(p);
+        }
+        let tls_set = self.tls_ca.is_some()
+            || self.tls_cert.is_some()
+            || self.tls_key.is_some()
+            || self.tls_skip_hostname_verification;
+        match settings.tls.as_mut() {
+            Some(tls) => {
+                tls.ca_file = self.tls_ca.clone().or(tls.ca_file.take());
+                tls.client_cert = self.tls_cert.clone().or(tls.client_cert.take());
+                tls.client_key = self.tls_key.clone().or(tls.client_key.take());
+                tls.skip_hostname_verification |= self.tls_skip_hostname_verification;
+            }
+            None if tls_set => {
+                return Err(named(
+                    "tls_* settings need a rediss:// (or rediss+sentinel://) url".into(),
+                ))
+            }
+            None => {}
+        }
+        if self.cluster && !matches!(settings.target, Target::Server(Addr::Tcp { .. })) {
+            return Err(named(
+                "cluster = true takes the url of one node (redis:// or rediss://)".into(),
+            ));
+        }
+        settings.check().map_err(named)?;
+        Ok(settings)
+    }
 }
 
 /// Keys sharing one global policy.
@@ -142,6 +222,7 @@ impl Config {
             if !names.insert(region.name.as_str()) {
                 return Err(format!("region '{}' is named twice", region.name));
             }
+            region.connection()?;
         }
         let mut total: u64 = 0;
         for group in &self.keys {

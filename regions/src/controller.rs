@@ -130,7 +130,7 @@ impl Controller {
             .regions
             .iter()
             .map(|r| {
-                Link::new(&r.url, r.cluster, timeout)
+                Link::new(r.connection()?, r.cluster, timeout)
                     .map_err(|e| format!("region '{}': {e}", r.name))
             })
             .collect::<Result<Vec<_>, _>>()?;

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use redis::IntoConnectionInfo;
+use ratelimit_client::ConnectionSettings;
 
 use crate::config::Policy;
 use crate::route::Cluster;
@@ -31,8 +31,8 @@ pub struct Held {
 }
 
 enum Store {
-    Standalone(Server),
-    Cluster(Cluster),
+    Standalone(Box<Server>),
+    Cluster(Box<Cluster>),
 }
 
 pub struct Link {
@@ -44,16 +44,23 @@ pub struct Link {
 impl Link {
     /// `url`: the store's URL; with `cluster`, the URL of any node of the cluster, from which
     /// the controller learns the others (`CLUSTER SLOTS`).
-    pub fn new(url: &str, cluster: bool, timeout: Duration) -> Result<Link, String> {
-        let info = url
-            .into_connection_info()
-            // Not the URL itself: it may hold a password.
-            .map_err(|e| format!("its url does not parse: {e}"))?;
-        let store = if cluster {
-            Store::Cluster(Cluster::new(info, timeout)?)
+    ///
+    /// The connection is opened now: a refusal no retry fixes (a wrong password, an untrusted
+    /// certificate) is an error; an unreachable store is not (it is counted unreachable).
+    pub fn new(
+        settings: ConnectionSettings,
+        cluster: bool,
+        timeout: Duration,
+    ) -> Result<Link, String> {
+        let mut store = if cluster {
+            Store::Cluster(Box::new(Cluster::new(settings, timeout)?))
         } else {
-            Store::Standalone(Server::new(info, timeout)?)
+            Store::Standalone(Box::new(Server::new(settings, timeout)?))
         };
+        match &mut store {
+            Store::Cluster(c) => c.check()?,
+            Store::Standalone(s) => s.check()?,
+        }
         Ok(Link {
             store,
             cursors: HashMap::new(),

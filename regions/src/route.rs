@@ -10,8 +10,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use ratelimit_client::{Addr, ConnectionSettings, Target};
 use redis::cluster_routing::get_slot;
-use redis::{ConnectionAddr, ConnectionInfo, Value};
+use redis::Value;
 
 use crate::wire::{run_calls, Add, Node, Rows, Server};
 
@@ -20,7 +21,7 @@ const SLOTS: usize = 16_384;
 pub struct Cluster {
     /// The configured node: asked for the slots when no known master answers.
     seed: Server,
-    seed_info: ConnectionInfo,
+    seed_info: ConnectionSettings,
     timeout: Duration,
     /// The masters, as `CLUSTER SLOTS` last named them.
     masters: Vec<Server>,
@@ -29,7 +30,12 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    pub fn new(seed_info: ConnectionInfo, timeout: Duration) -> Result<Cluster, String> {
+    /// The configured node's connection, opened now (see `Server::check`).
+    pub fn check(&mut self) -> Result<(), String> {
+        self.seed.check()
+    }
+
+    pub fn new(seed_info: ConnectionSettings, timeout: Duration) -> Result<Cluster, String> {
         Ok(Cluster {
             seed: Server::new(seed_info.clone(), timeout)?,
             seed_info,
@@ -164,9 +170,10 @@ impl Cluster {
                     let server = match known.iter().position(|m| m.address() == address) {
                         Some(i) => known.swap_remove(i),
                         None => Server::new(
-                            ConnectionInfo {
-                                addr: ConnectionAddr::Tcp(host, port),
-                                redis: self.seed_info.redis.clone(),
+                            // The seed's TLS and credentials, the master's address.
+                            ConnectionSettings {
+                                target: Target::Server(Addr::Tcp { host, port }),
+                                ..self.seed_info.clone()
                             },
                             self.timeout,
                         )?,

@@ -1,62 +1,103 @@
-//! One server of a region's store, as the controller talks to it: a connection made on
+//! One server of a region's store, as the controller talks to it: a connection through the
+//! client's connection layer (TLS, the ACL user, the master that sentinels name), opened on
 //! demand and dropped on any failure, and a node's calls run as one pipeline. The standalone
-//! store (`link`) and each master of a Cluster (`route`) are one of these.
+//! store (`link`) and each master of a Cluster (`route`) are one of these. The controller is
+//! synchronous; each server drives its connection on a runtime of its own, only while a call
+//! waits.
 
 use std::time::Duration;
 
-use redis::{Client, Connection, ConnectionInfo, RedisResult};
+use ratelimit_client::{ConnectionSettings, Error, Store};
+use redis::{FromRedisValue, Value};
 
 /// One server the controller talks to: a standalone store or one master of a cluster.
 pub struct Server {
-    client: Client,
-    connection: Option<Connection>,
+    settings: ConnectionSettings,
+    runtime: tokio::runtime::Runtime,
+    store: Option<Store>,
     timeout: Duration,
 }
 
 impl Server {
-    pub fn new(info: ConnectionInfo, timeout: Duration) -> Result<Server, String> {
-        let name = info.addr.to_string();
-        let client = Client::open(info).map_err(|e| format!("{name}: {e}"))?;
+    pub fn new(settings: ConnectionSettings, timeout: Duration) -> Result<Server, String> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("{settings}: {e}"))?;
         Ok(Server {
-            client,
-            connection: None,
+            settings,
+            runtime,
+            store: None,
             timeout,
         })
     }
 
-    fn connection(&mut self) -> RedisResult<&mut Connection> {
-        if self.connection.is_none() {
-            let c = self.client.get_connection_with_timeout(self.timeout)?;
-            c.set_read_timeout(Some(self.timeout))?;
-            c.set_write_timeout(Some(self.timeout))?;
-            self.connection = Some(c);
-        }
-        match self.connection.as_mut() {
-            Some(c) => Ok(c),
-            None => Err((redis::ErrorKind::IoError, "not connected").into()),
+    /// Opens the connection now: a refusal no retry fixes (a wrong password, an untrusted
+    /// certificate, a file that cannot be read) is an error; an unreachable server is not (the
+    /// controller counts it unreachable and tries again next period).
+    pub fn check(&mut self) -> Result<(), String> {
+        match self.store() {
+            Err(Error::Config(why)) => Err(why),
+            _ => Ok(()),
         }
     }
 
-    /// Runs `pipe`; drops the connection on any error.
-    pub fn run<T: redis::FromRedisValue>(&mut self, pipe: &redis::Pipeline) -> Result<T, String> {
-        let result = self.connection().and_then(|c| pipe.query::<T>(c));
+    fn store(&mut self) -> Result<Store, Error> {
+        if let Some(s) = &self.store {
+            return Ok(s.clone());
+        }
+        let (timeout, settings) = (self.timeout, &self.settings);
+        let open = async move { tokio::time::timeout(timeout, Store::open(settings)).await };
+        let store = match self.runtime.block_on(open) {
+            Ok(result) => result?.with_deadline(self.timeout),
+            Err(_) => return Err(Error::Timeout),
+        };
+        self.store = Some(store.clone());
+        Ok(store)
+    }
+
+    /// Runs `pipe` (its replies read as one `T`); drops the connection on any error.
+    pub fn run<T: FromRedisValue>(&mut self, pipe: &redis::Pipeline) -> Result<T, String> {
+        let result = self.store().and_then(|store| {
+            let values = self.runtime.block_on(store.pipeline(pipe))?;
+            if let Some(e) = values.iter().find_map(|v| match v {
+                Value::ServerError(e) => Some(format!("{e:?}")),
+                _ => None,
+            }) {
+                return Err(Error::Reply(e));
+            }
+            T::from_redis_value(&Value::Array(values)).map_err(Error::from)
+        });
+        self.after(result)
+    }
+
+    /// One command (`CLUSTER SLOTS`, `SCAN`); drops the connection on any error.
+    pub fn query<T: FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Result<T, String> {
+        let result = self.store().and_then(|store| {
+            let value = self.runtime.block_on(store.query(cmd))?;
+            T::from_redis_value(&value).map_err(Error::from)
+        });
+        self.after(result)
+    }
+
+    fn after<T>(&mut self, result: Result<T, Error>) -> Result<T, String> {
         if result.is_err() {
-            self.connection = None;
+            self.store = None;
         }
-        result.map_err(|e| e.to_string())
+        result.map_err(|e| format!("{}: {e}", self.address()))
     }
 
-    /// One command (`CLUSTER SLOTS`); drops the connection on any error.
-    pub fn query<T: redis::FromRedisValue>(&mut self, cmd: &redis::Cmd) -> Result<T, String> {
-        let result = self.connection().and_then(|c| cmd.query::<T>(c));
-        if result.is_err() {
-            self.connection = None;
-        }
-        result.map_err(|e| e.to_string())
-    }
-
+    /// `host:port` (or the sentinels' master name): the server's name in errors and cursors.
     pub fn address(&self) -> String {
-        self.client.get_connection_info().addr.to_string()
+        match &self.settings.target {
+            ratelimit_client::Target::Server(a) => a.to_string(),
+            _ => self.settings.to_string(),
+        }
+    }
+
+    /// The settings the server was opened with (a Cluster's masters share them but the address).
+    pub fn settings(&self) -> &ConnectionSettings {
+        &self.settings
     }
 }
 

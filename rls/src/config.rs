@@ -202,6 +202,29 @@ pub struct Matched {
 }
 
 impl Config {
+    /// The algorithms the rules use (GCRA when none), each once: what the store's ACL user must
+    /// be allowed to run.
+    pub fn algorithms(&self) -> Vec<ratelimit_client::Algorithm> {
+        fn walk(node: &Node, out: &mut Vec<ratelimit_client::Algorithm>) {
+            if let Some(p) = node.rule.as_ref().and_then(|r| r.policy()) {
+                if !out.contains(&p.algorithm) {
+                    out.push(p.algorithm);
+                }
+            }
+            for child in node.children.values() {
+                walk(child, out);
+            }
+        }
+        let mut out = Vec::new();
+        for node in self.domains.values() {
+            walk(node, &mut out);
+        }
+        if out.is_empty() {
+            out.push(ratelimit_client::Algorithm::Gcra);
+        }
+        out
+    }
+
     /// The rule for one request descriptor's entries, matched as the peer matches: at each level
     /// `key_value` first, then the first wildcard entry that matches `key_value`, then the
     /// key-only default; the rule applies only if it sits at the level of the descriptor's last

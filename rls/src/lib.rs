@@ -24,6 +24,7 @@ pub mod service;
 pub mod settings;
 pub mod settle;
 pub mod statsd;
+pub mod store_settings;
 pub mod tls;
 pub mod wildcard;
 pub mod yaml_limits;

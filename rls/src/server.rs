@@ -5,7 +5,9 @@
 use std::sync::Arc;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
-use ratelimit_client::{Clock, Limiter, ShutdownReport, Store, SystemClock};
+use ratelimit_client::{
+    Algorithm, Clock, ConnectionSettings, Limiter, Policy, ShutdownReport, Store, SystemClock,
+};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -72,44 +74,58 @@ pub fn load_config(settings: &Settings) -> Result<(Config, files::Files), String
     Ok((config, files))
 }
 
-/// Connects to the store from REDIS_TYPE / REDIS_URL.
-pub async fn connect(settings: &Settings) -> Result<Store, String> {
-    let urls = settings.redis_urls()?;
-    let store = if settings.redis_type == "CLUSTER" {
-        let nodes: Vec<&str> = urls.iter().map(String::as_str).collect();
-        Store::connect_cluster_with(&nodes, settings.load_library).await
-    } else {
-        let url = urls.first().ok_or("REDIS_URL is empty")?;
-        Store::connect_with(url, settings.load_library).await
-    };
-    let store = store.map_err(|e| {
-        format!(
-            "the store at {}: {e}",
-            crate::settings::redacted_url(&settings.redis_url)
-        )
-    })?;
-    log::info!(
-        "the store at {} answers through the {} backend",
-        crate::settings::redacted_url(&settings.redis_url),
-        store.backend().name()
-    );
+/// Connects to one store and checks at start that its ACL user may run what the RLS sends
+/// (a peek of each algorithm the config uses, on a key under the RLS's prefix): a wrong
+/// password, an untrusted certificate or a missing permission stops the start, naming it.
+pub async fn connect_to(
+    settings: &ConnectionSettings,
+    prefix: &str,
+    config: Option<&Config>,
+    load: ratelimit_client::LoadLibrary,
+) -> Result<Store, String> {
+    let place = settings.redacted();
+    let store = Store::open_with(settings, load)
+        .await
+        .map_err(|e| format!("the store {place}: {e}"))?;
+    let key = format!("{prefix}rls:{{access-check}}:");
+    let algorithms = config.map_or_else(|| vec![Algorithm::Gcra], Config::algorithms);
+    for algorithm in algorithms {
+        let policy = Policy {
+            algorithm,
+            ..Policy::gcra(1, 1000)
+        };
+        store
+            .check_access(&format!("{key}{}", algorithm.name()), &policy)
+            .await
+            .map_err(|e| format!("the store {place}: {e}"))?;
+    }
+    log::warn!("store {place}: the {} backend", store.backend().name());
     Ok(store)
 }
 
-/// [`connect`], retried while the store does not answer, as the peer retries at start: the wait
-/// starts at REDIS_STARTUP_INITIAL_INTERVAL and doubles up to REDIS_STARTUP_MAX_INTERVAL, until
-/// REDIS_STARTUP_MAX_ELAPSED_TIME has passed (0: forever). A setting the URLs cannot be built
-/// from is not retried.
-async fn connect_with_retry(settings: &Settings) -> Result<Store, String> {
-    settings.redis_urls()?;
+/// [`connect_to`], retried while the store does not answer, as the peer retries at start: the
+/// wait starts at REDIS_STARTUP_INITIAL_INTERVAL and doubles up to REDIS_STARTUP_MAX_INTERVAL,
+/// until REDIS_STARTUP_MAX_ELAPSED_TIME has passed (0: forever). A refusal no retry fixes (a
+/// wrong password, an untrusted certificate, a missing permission) is not retried.
+async fn connect_with_retry(
+    settings: &Settings,
+    store: &ConnectionSettings,
+    config: Option<&Config>,
+) -> Result<Store, String> {
     let started = std::time::Instant::now();
     let mut wait = settings.redis_startup_initial;
     let mut tries = 1u32;
     loop {
-        match connect(settings).await {
+        match connect_to(
+            store,
+            &settings.cache_key_prefix,
+            config,
+            settings.load_library,
+        )
+        .await
+        {
             Ok(store) => return Ok(store),
-            // A refused credential or permission is a configuration error: no retry fixes it.
-            Err(e) if is_refused_credential(&e) => return Err(e),
+            Err(e) if is_refused(&e) => return Err(e),
             Err(e) => {
                 let limit = settings.redis_startup_max_elapsed;
                 if !limit.is_zero() && started.elapsed() + wait > limit {
@@ -126,14 +142,15 @@ async fn connect_with_retry(settings: &Settings) -> Result<Store, String> {
     }
 }
 
-/// The store's answers to a wrong user, password or ACL rule (`WRONGPASS`, `NOAUTH`, `NOPERM`).
-fn is_refused_credential(error: &str) -> bool {
+/// A start refused for its configuration (the client's `Error::Config`: `WRONGPASS`, `NOPERM`,
+/// a certificate not trusted, a file not read), or the store's own words for one.
+fn is_refused(error: &str) -> bool {
     [
+        "configuration:",
         "WRONGPASS",
         "NOAUTH",
         "NOPERM",
         "invalid username-password",
-        "AuthenticationFailed",
     ]
     .iter()
     .any(|code| error.contains(code))
@@ -169,20 +186,31 @@ pub async fn start_with_clock(
             (None, files, false)
         }
     };
-    let store = connect_with_retry(&settings).await?;
+    let store = connect_with_retry(&settings, &settings.redis.main, config.as_ref()).await?;
     let backend = store.backend().name();
-    let limiter = Limiter::new(
-        store,
-        ratelimit_client::Config {
-            deadline: settings.deadline,
-            gateways: settings.gateways,
-            clock: clock.clone(),
-            billing_journal: settings.billing_journal.clone(),
-            ..ratelimit_client::Config::default()
-        },
-    );
+    let per_second = match &settings.redis.per_second {
+        Some(s) => Some(connect_with_retry(&settings, s, config.as_ref()).await?),
+        None => None,
+    };
+    let limiter_config = ratelimit_client::Config {
+        deadline: settings.deadline,
+        gateways: settings.gateways,
+        clock: clock.clone(),
+        billing_journal: settings.billing_journal.clone(),
+        ..ratelimit_client::Config::default()
+    };
+    let limiter = Limiter::new(store, limiter_config.clone());
     let settings = Arc::new(settings);
-    let service = Arc::new(Service::new(limiter, settings.clone(), clock, config));
+    let mut service = Service::new(limiter, settings.clone(), clock, config);
+    if let Some(store) = per_second {
+        // The billing journal is the main store's: one path per process.
+        let config = ratelimit_client::Config {
+            billing_journal: None,
+            ..limiter_config
+        };
+        service = service.with_per_second(Limiter::new(store, config));
+    }
+    let service = Arc::new(service);
     let health = Arc::new(Health::new(settings.healthy_with_config));
     service.metrics.set_backend(backend);
     service.metrics.service(
@@ -282,7 +310,13 @@ pub async fn start_with_clock(
         for t in http_tasks.into_iter().chain(statsd_task) {
             t.abort();
         }
-        let report = svc.limiter().shutdown().await;
+        let mut report = svc.limiter().shutdown().await;
+        if let Some(l) = svc.per_second() {
+            let second = l.shutdown().await;
+            report.refunded += second.refunded;
+            report.charged += second.charged;
+            report.unsettled += second.unsettled;
+        }
         log::warn!(
             "stopped: {} leased token(s) refunded, {} billing count(s) charged, {} unsettled",
             report.refunded,

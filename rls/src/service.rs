@@ -21,6 +21,8 @@ pub struct Service {
     /// A config has loaded (at start or since).
     has_config: AtomicBool,
     limiter: Limiter,
+    /// `REDIS_PERSECOND`: the limiter of the second store, deciding rules whose unit is a second.
+    per_second: Option<Limiter>,
     settings: Arc<Settings>,
     pub denials: Denials,
     pub metrics: Arc<Metrics>,
@@ -120,6 +122,7 @@ impl Service {
             config: RwLock::new(Arc::new(config.unwrap_or_default())),
             denials: Denials::new(settings.local_cache_size_in_bytes),
             limiter,
+            per_second: None,
             settings,
             metrics: Arc::new(Metrics::default()),
             clock,
@@ -132,6 +135,16 @@ impl Service {
 
     pub fn limiter(&self) -> &Limiter {
         &self.limiter
+    }
+
+    /// The same service with a second store for the rules whose unit is a second.
+    pub fn with_per_second(mut self, limiter: Limiter) -> Service {
+        self.per_second = Some(limiter);
+        self
+    }
+
+    pub fn per_second(&self) -> Option<&Limiter> {
+        self.per_second.as_ref()
     }
 
     pub fn has_config(&self) -> bool {
@@ -387,8 +400,39 @@ impl Service {
         key
     }
 
-    /// One store decision over `which` items: the rule's own command for one, `RL.ALL` for more.
+    /// The limiter deciding `rule`: the per-second store's for a rule whose unit is a second
+    /// when that store is set (the peer's split), else the main store's.
+    fn limiter_of(&self, rule: &Rule) -> &Limiter {
+        match &self.per_second {
+            Some(l) if rule.unit == Unit::Second => l,
+            _ => &self.limiter,
+        }
+    }
+
+    /// The store decisions over `which` items: per-second rules and the others apart when a
+    /// per-second store is set (each store's part is one call).
     async fn decide(&self, items: &mut [Item], which: &[usize]) -> Result<(), Refusal> {
+        if self.per_second.is_none() {
+            return self.decide_on(&self.limiter, items, which).await;
+        }
+        let (second, other): (Vec<usize>, Vec<usize>) = which.iter().partition(|i| {
+            items
+                .get(**i)
+                .is_some_and(|it| it.rule.unit == Unit::Second)
+        });
+        if let Some(l) = &self.per_second {
+            self.decide_on(l, items, &second).await?;
+        }
+        self.decide_on(&self.limiter, items, &other).await
+    }
+
+    /// One store decision over `which` items: the rule's own command for one, `RL.ALL` for more.
+    async fn decide_on(
+        &self,
+        limiter: &Limiter,
+        items: &mut [Item],
+        which: &[usize],
+    ) -> Result<(), Refusal> {
         let result = match which {
             [] => return Ok(()),
             [one] => {
@@ -396,7 +440,7 @@ impl Service {
                 let Some(limit) = item.rule.limit.as_ref() else {
                     return Ok(());
                 };
-                self.limiter
+                limiter
                     .check_cost(limit, &item.key, item.hits)
                     .await
                     .map(|d| vec![d])
@@ -412,7 +456,7 @@ impl Service {
                             .map(|l| (l, item.key.as_str(), item.hits))
                     })
                     .collect();
-                self.limiter.check_all(&checks).await.map(|a| a.limiters)
+                limiter.check_all(&checks).await.map(|a| a.limiters)
             }
         };
         self.metrics.service("store_calls", 1);
@@ -434,10 +478,8 @@ impl Service {
             let item = &items[*i];
             let limit = item.rule.limit.as_ref()?;
             Some(async move {
-                (
-                    *i,
-                    self.limiter.check_cost(limit, &item.key, item.hits).await,
-                )
+                let limiter = self.limiter_of(&item.rule);
+                (*i, limiter.check_cost(limit, &item.key, item.hits).await)
             })
         });
         let results = futures_util::future::join_all(calls).await;

@@ -6,6 +6,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::store_settings::StoreSettings;
+
 use crate::yaml_limits::YamlLimits;
 
 /// `RL.ALL`'s most keys per call: the most descriptors one request can be decided on at once.
@@ -22,11 +24,6 @@ const IGNORED: &[(&str, &str)] = &[
         "REDIS_PIPELINE_LIMIT",
         "one multiplexed connection, pipelined",
     ),
-    ("REDIS_PERSECOND", "one store for every unit"),
-    ("REDIS_PERSECOND_URL", "one store for every unit"),
-    ("REDIS_PERSECOND_TYPE", "one store for every unit"),
-    ("REDIS_PERSECOND_SOCKET_TYPE", "one store for every unit"),
-    ("REDIS_PERSECOND_AUTH", "one store for every unit"),
     (
         "EXPIRATION_JITTER_MAX_SECONDS",
         "the module expires its keys itself",
@@ -106,11 +103,8 @@ pub struct Settings {
     pub runtime_watch_root: bool,
     pub runtime_ignore_dotfiles: bool,
     pub merge_domain_config: bool,
-    pub redis_socket_type: String,
-    pub redis_type: String,
-    pub redis_url: String,
-    pub redis_auth: String,
-    pub redis_tls: bool,
+    /// The store(s): `REDIS_*` and `REDIS_PERSECOND_*` (store_settings.rs).
+    pub redis: StoreSettings,
     pub cache_key_prefix: String,
     pub shadow_mode: bool,
     /// QUOTA_MODE: every descriptor in quota mode (the request denied only when all are over).
@@ -265,12 +259,6 @@ impl Settings {
                  (RL.ALL decides at most {MAX_KEYS_PER_CALL} keys at once)"
             ));
         }
-        let redis_type = text("REDIS_TYPE", "SINGLE").to_ascii_uppercase();
-        if !matches!(redis_type.as_str(), "SINGLE" | "CLUSTER") {
-            return Err(format!(
-                "REDIS_TYPE={redis_type}: SINGLE or CLUSTER (a Sentinel setup is not supported)"
-            ));
-        }
         Ok(Settings {
             host: text("HOST", "0.0.0.0"),
             port: number("PORT", get("PORT"), 8080)?,
@@ -289,11 +277,7 @@ impl Settings {
             runtime_watch_root: flag("RUNTIME_WATCH_ROOT", true)?,
             runtime_ignore_dotfiles: flag("RUNTIME_IGNOREDOTFILES", false)?,
             merge_domain_config: flag("MERGE_DOMAIN_CONFIG", false)?,
-            redis_socket_type: text("REDIS_SOCKET_TYPE", "unix").to_ascii_lowercase(),
-            redis_type,
-            redis_url: text("REDIS_URL", "/var/run/nutcracker/ratelimit.sock"),
-            redis_auth: text("REDIS_AUTH", ""),
-            redis_tls: flag("REDIS_TLS", false)?,
+            redis: StoreSettings::from_lookup(&get)?,
             cache_key_prefix: text("CACHE_KEY_PREFIX", ""),
             shadow_mode: flag("SHADOW_MODE", false)?,
             quota_mode: flag("QUOTA_MODE", false)?,
@@ -376,91 +360,6 @@ impl Settings {
             .join(&self.runtime_subdirectory)
             .join(&self.runtime_appdirectory)
     }
-
-    /// The store's URLs for the redis crate: `REDIS_URL` as the peer reads it (`host:port` for
-    /// tcp, a path for unix, a comma-separated list for a Cluster), or `redis://` URLs as they are.
-    pub fn redis_urls(&self) -> Result<Vec<String>, String> {
-        if self.redis_tls {
-            return Err(
-                "REDIS_TLS=true: this build connects without TLS (put a TLS proxy such as \
-                        stunnel next to it, or build the redis crate with a TLS feature)"
-                    .into(),
-            );
-        }
-        // REDIS_AUTH is `password` or `user:password`; both parts go into the URL
-        // percent-encoded, so a password with `@ / # ? + = %` reaches AUTH as written.
-        let (user, pass) = match self.redis_auth.split_once(':') {
-            Some((user, pass)) => (encode(user), encode(pass)),
-            None => (String::new(), encode(&self.redis_auth)),
-        };
-        let auth = if self.redis_auth.is_empty() {
-            String::new()
-        } else {
-            format!("{user}:{pass}@")
-        };
-        self.redis_url
-            .split(',')
-            .map(str::trim)
-            .filter(|u| !u.is_empty())
-            .map(|u| {
-                if u.contains("://") {
-                    Ok(u.to_string())
-                } else if self.redis_socket_type == "unix" {
-                    let mut url = format!("redis+unix://{u}");
-                    if !self.redis_auth.is_empty() {
-                        // No `user=` without a user: an empty one would be sent to AUTH.
-                        url += &format!("?pass={pass}");
-                        if !user.is_empty() {
-                            url += &format!("&user={user}");
-                        }
-                    }
-                    Ok(url)
-                } else if self.redis_socket_type == "tcp" {
-                    Ok(format!("redis://{auth}{u}/"))
-                } else {
-                    Err(format!(
-                        "REDIS_SOCKET_TYPE={}: tcp or unix",
-                        self.redis_socket_type
-                    ))
-                }
-            })
-            .collect()
-    }
-}
-
-/// Every byte but the URL's unreserved characters as `%XX`: the redis crate decodes it back,
-/// in the authority and in the query (where a bare `+` would become a space).
-fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(b));
-        } else {
-            out += &format!("%{b:02X}");
-        }
-    }
-    out
-}
-
-/// `REDIS_URL` fit for a log line: the user and password of every URL in it (before its last
-/// `@`, and a `pass=` in its query) shown as `***`.
-pub fn redacted_url(urls: &str) -> String {
-    urls.split(',')
-        .map(|u| {
-            let mut u = u.to_string();
-            if let (Some(start), Some(at)) = (u.find("://"), u.rfind('@')) {
-                if at > start + 3 {
-                    u.replace_range(start + 3..at, "***");
-                }
-            }
-            if let Some(p) = u.find("pass=") {
-                let end = u[p..].find('&').map_or(u.len(), |e| p + e);
-                u.replace_range(p + 5..end, "***");
-            }
-            u
-        })
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 /// EXTRA_TAGS: `k1:v1,k2:v2`.
@@ -497,27 +396,12 @@ mod tests {
             s.config_dir(),
             PathBuf::from("/srv/runtime_data/current/config")
         );
-        assert_eq!(
-            s.redis_urls().unwrap(),
-            ["redis+unix:///var/run/nutcracker/ratelimit.sock"]
-        );
         let s = with(&[
-            ("REDIS_SOCKET_TYPE", "tcp"),
-            ("REDIS_URL", "10.0.0.1:6379,10.0.0.2:6379"),
-            ("REDIS_AUTH", "secret"),
             ("RUNTIME_ROOT", "/data"),
             ("RUNTIME_SUBDIRECTORY", "ratelimit"),
         ])
         .unwrap();
-        assert_eq!(
-            s.redis_urls().unwrap(),
-            [
-                "redis://:secret@10.0.0.1:6379/",
-                "redis://:secret@10.0.0.2:6379/"
-            ]
-        );
         assert_eq!(s.config_dir(), PathBuf::from("/data/ratelimit/config"));
-        assert!(with(&[("REDIS_TYPE", "SENTINEL")]).is_err());
         assert_eq!(
             with(&[]).unwrap().load_library,
             ratelimit_client::LoadLibrary::No
@@ -531,10 +415,14 @@ mod tests {
         assert!(with(&[("REDIS_LOAD_LIBRARY", "yes")])
             .err()
             .is_some_and(|e| e.contains("REDIS_LOAD_LIBRARY")));
-        assert!(with(&[("REDIS_TLS", "true")])
-            .unwrap()
-            .redis_urls()
-            .is_err());
+        // What this server once refused for lack of a feature, it takes now.
+        assert!(with(&[("REDIS_TYPE", "SENTINEL"), ("REDIS_URL", "m,h:26379")]).is_ok());
+        assert!(with(&[
+            ("REDIS_TLS", "true"),
+            ("REDIS_SOCKET_TYPE", "tcp"),
+            ("REDIS_URL", "h:6379")
+        ])
+        .is_ok());
         assert_eq!(
             Settings::ignored(|k| (k == "REDIS_POOL_SIZE").then(|| "10".to_string())).len(),
             1
@@ -566,26 +454,21 @@ mod tests {
     }
 
     #[test]
-    fn credentials_are_encoded_and_never_shown() {
+    fn credentials_are_handed_over_as_written_and_never_shown() {
+        // REDIS_AUTH reaches AUTH as written: no URL is built from it, so nothing to encode.
         let s = with(&[
             ("REDIS_SOCKET_TYPE", "tcp"),
             ("REDIS_URL", "h:1"),
             ("REDIS_AUTH", "al ice:p@ss/w#1?+=%"),
         ])
         .unwrap();
+        assert_eq!(s.redis.main.auth.user.as_deref(), Some("al ice"));
         assert_eq!(
-            s.redis_urls().unwrap(),
-            ["redis://al%20ice:p%40ss%2Fw%231%3F%2B%3D%25@h:1/"]
+            s.redis.main.auth.password.as_ref().map(|p| p.expose()),
+            Some("p@ss/w#1?+=%")
         );
-        let s = with(&[("REDIS_URL", "/run/r.sock"), ("REDIS_AUTH", "a+b=")]).unwrap();
-        assert_eq!(
-            s.redis_urls().unwrap(),
-            ["redis+unix:///run/r.sock?pass=a%2Bb%3D"]
-        );
-        assert_eq!(
-            redacted_url("redis://u:p@ss@h:1/,redis+unix:///s?pass=x&db=1,h:2"),
-            "redis://***@h:1/,redis+unix:///s?pass=***&db=1,h:2"
-        );
+        assert!(!format!("{s:?}").contains("p@ss"));
+        assert!(!s.redis.main.to_string().contains("p@ss"));
         assert!(with(&[("RLS_DENIAL_CACHE_MAX", "10")]).is_err());
         assert!(with(&[("RLS_MAX_DESCRIPTORS", "33")]).is_err());
     }

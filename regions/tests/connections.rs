@@ -1,0 +1,102 @@
+//! The controller on production connections (testkit's real servers): a region over mutual TLS
+//! as an ACL user under docs/operating.md's minimal rule, its password from an environment
+//! variable; a region behind a sentinel; a wrong password or CA stops the start naming the cause
+//! and never the password.
+
+use std::process::Command;
+
+use testkit::{ClientCerts, Options, Pki, Sentinel, Server, Tls};
+
+const BIN: &str = env!("CARGO_BIN_EXE_redis-ratelimit-regions");
+const PASSWORD: &str = "regions-S3cret-pw";
+
+fn secure(pki: &Pki, clients: ClientCerts) -> Options {
+    Options {
+        module: Some((testkit::module_path().unwrap(), vec![])),
+        tls: Some(Tls {
+            clients,
+            ..Tls::new(pki)
+        }),
+        acl: Some(
+            [
+                "user default off".to_string(),
+                "user admin on >adminpass ~* &* +@all".to_string(),
+                testkit::minimal_regions_acl("regions", PASSWORD, "cli:*"),
+            ]
+            .join("\n"),
+        ),
+        admin: Some(("admin".into(), "adminpass".into())),
+        ..Options::default()
+    }
+}
+
+/// One period with `region` (the TOML lines after `name`): (success, stdout, stderr).
+fn once(region: &str, password: &str) -> (bool, String, String) {
+    let dir = testkit::scratch_dir("regions").unwrap();
+    let config = dir.join("regions.toml");
+    let text = format!(
+        "[[regions]]\nname = \"a\"\n{region}\n[[keys]]\nkeys = [\"cli:{{1..3}}\"]\n\
+         algorithm = \"FIXEDWINDOW\"\nlimit = 100\nwindow_ms = 1000\n"
+    );
+    std::fs::write(&config, text).unwrap();
+    let out = Command::new(BIN)
+        .arg("--config")
+        .arg(&config)
+        .arg("--once")
+        .env("REGION_A_PASSWORD", password)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_region_over_mutual_tls_as_an_acl_user_and_the_refusals() {
+    let pki = Pki::create(&testkit::scratch_dir("pki").unwrap()).unwrap();
+    let server = Server::start(secure(&pki, ClientCerts::Required)).unwrap();
+    let region = |ca: &std::path::Path| {
+        format!(
+            "url = \"rediss://127.0.0.1:{}/\"\nuser = \"regions\"\npassword_env = \"REGION_A_PASSWORD\"\n\
+             tls_ca = \"{}\"\ntls_cert = \"{}\"\ntls_key = \"{}\"",
+            server.port,
+            ca.display(),
+            pki.client.cert.display(),
+            pki.client.key.display()
+        )
+    };
+    let (ok, out, err) = once(&region(&pki.ca), PASSWORD);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("shares_written=3"), "{out}");
+
+    let (ok, out, err) = once(&region(&pki.ca), "wrong-pw");
+    assert!(!ok);
+    assert!(err.contains("wrong user name or password"), "{err}");
+    assert!(!format!("{out}{err}").contains("wrong-pw"));
+
+    let (ok, _, err) = once(&region(&pki.other_ca), PASSWORD);
+    assert!(!ok);
+    assert!(err.contains("not signed by a trusted CA"), "{err}");
+    assert!(!err.contains(PASSWORD));
+}
+
+#[test]
+fn a_region_behind_a_sentinel() {
+    let pki = Pki::create(&testkit::scratch_dir("pki").unwrap()).unwrap();
+    let options = secure(&pki, ClientCerts::Optional);
+    let master = Server::start(options.clone()).unwrap();
+    // The sentinel's password is the store's here: one variable for both.
+    let sentinel = Sentinel::start(&master, "mymaster", Some(PASSWORD)).unwrap();
+    let region = format!(
+        "url = \"rediss+sentinel://regions@127.0.0.1:{}/mymaster\"\npassword_env = \"REGION_A_PASSWORD\"\n\
+         tls_ca = \"{}\"\nsentinel_password_env = \"REGION_A_PASSWORD\"",
+        sentinel.port,
+        pki.ca.display()
+    );
+    let (ok, out, err) = once(&region, PASSWORD);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("shares_written=3"), "{out}");
+    assert!(master.cli(&["EXISTS", "cli:1"]).unwrap().contains('1'));
+}
