@@ -91,6 +91,11 @@ impl Shedder {
         }
     }
 
+    /// The limit algorithm's own figures (no-load latency, gradient, probing).
+    pub fn observed(&self) -> crate::limit::Observed {
+        self.inner.lock().algorithm().observed()
+    }
+
     /// Admits the request now, after a short wait in the queue, or sheds it with a reason.
     pub async fn acquire(&self, ticket: &Ticket) -> Result<Permit, Rejection> {
         let (tx, mut rx) = oneshot::channel();
