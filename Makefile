@@ -6,9 +6,11 @@
 # make bench-regions — the budget controller on three regions: utilization, over-issue, convergence,
 #                      CPU at 100,000 keys; writes docs/regions.svg (docs/regions.md)
 # make bench-rls — the Envoy Rate Limit Service against a raw RL.ALL, and frozen (docs/envoy.md)
+# make bench-shed — the load shedder against none and tower's static limits under Poisson load
+#                   (~2 minutes); prints docs/performance.md's table and writes docs/shed.svg
 # make test-servers — the integration tests against each server built from ../shared/servers
 #                     (SERVERS="redis-7.2.6 ..." picks some; TESTS="--test NAME" some tests)
-.PHONY: deps build release run test lint bench bench-client bench-regions bench-rls test-servers
+.PHONY: deps build release run test lint bench bench-client bench-regions bench-rls bench-shed test-servers
 
 deps:
 	@scripts/install-deps
@@ -43,6 +45,9 @@ bench-regions: release
 
 bench-rls: release
 	cargo run --release -p redis-ratelimit-rls --example rls_bench $(ARGS)
+
+bench-shed:
+	cargo run --release -p redis-ratelimit-shed --example bench_shed
 
 # Builds each server source once (cached in ~/.cache/redis-ratelimit/servers) and runs the
 # integration tests with it first on PATH; see scripts/test-servers.
