@@ -365,6 +365,9 @@ async fn rejection_cost() -> (f64, f64) {
     (core, layer)
 }
 
+/// A plot's title, its top value and what it shows of a row.
+type Panel = (&'static str, f64, Box<dyn Fn(&Row) -> Option<f64>>);
+
 fn svg(rows: &[Row], systems: &[String]) -> String {
     let colors = ["#d62728", "#7f7f7f", "#ff7f0e", "#1f77b4", "#2ca02c"];
     let (w, h, pad) = (360.0, 240.0, 45.0);
@@ -372,7 +375,7 @@ fn svg(rows: &[Row], systems: &[String]) -> String {
     let mut s = String::from(
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="760" height="300" font-family="sans-serif" font-size="11">"#,
     );
-    let panels: [(&str, f64, Box<dyn Fn(&Row) -> Option<f64>>); 2] = [
+    let panels: [Panel; 2] = [
         (
             "goodput (fraction of C)",
             1.2,
