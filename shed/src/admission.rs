@@ -1,8 +1,8 @@
 //! The admission core, synchronous and clock-free (the caller passes `now`): counts requests in
 //! flight, asks the limit algorithm for the limit, and when the service is full decides who
-//! waits, who is shed, and who goes next. The order, best first: higher tier; within a tier, a
-//! tenant within its fair share before one over it; then the tenant furthest below its share;
-//! then the one that waited longest.
+//! waits, who is shed, and who goes next. The order, best first: a tenant within its fair share
+//! before one over it (a flood costs the others nothing, whatever tiers it claims); then the
+//! higher tier; then the tenant furthest below its share; then the one that waited longest.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -88,8 +88,8 @@ pub enum Completion {
 /// The order key: larger goes first, smaller is shed first.
 #[derive(Clone, Copy, Debug, PartialEq, PartialOrd)]
 struct Precedence {
-    tier: u8,
     within_share: bool,
+    tier: u8,
     room: f64,
 }
 
@@ -138,8 +138,8 @@ impl<W: Waiter> Admission<W> {
     fn precedence(&self, tier: Tier, tenant: &str, extra: usize) -> Precedence {
         let used = self.tenants.share_used(tenant, extra, self.limit());
         Precedence {
-            tier: tier.rank(),
             within_share: used <= 1.0,
+            tier: tier.rank(),
             room: -used,
         }
     }

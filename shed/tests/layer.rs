@@ -111,7 +111,13 @@ async fn tiers_are_shed_lowest_first_and_served_highest_first() {
     );
     // A lower tier arriving now is shed itself; the queue holds default and critical.
     let c = client();
-    let late = get(&c, addr, "/", &[("x-id", "late"), ("x-priority", "batch")]).await;
+    let late = get(
+        &c,
+        addr,
+        "/",
+        &[("x-id", "late"), ("x-priority", "batch"), ("x-tenant", "t")],
+    )
+    .await;
     assert_eq!(late.status, 503);
     work.release(4);
     for h in running.into_iter().chain([critical, default]) {

@@ -163,6 +163,26 @@ fn a_flooding_tenant_is_shed_before_a_tenant_within_its_share() {
 }
 
 #[test]
+fn a_tenant_over_its_share_is_shed_before_another_within_it_whatever_the_tiers() {
+    let mut a = core(4, None);
+    let mut out = Vec::new();
+    for _ in 0..4 {
+        grant(arrive(
+            &mut a,
+            &mut out,
+            ticket(Tier::Critical, "flood"),
+            "run",
+        ));
+    }
+    for _ in 0..4 {
+        arrive(&mut a, &mut out, ticket(Tier::Critical, "flood"), "f");
+    }
+    // A batch request of a tenant within its share takes a critical one's place.
+    arrive(&mut a, &mut out, ticket(Tier::Batch, "polite"), "p");
+    assert_eq!(names(&out), [("f", Some(Reason::OverShare))]);
+}
+
+#[test]
 fn weights_give_a_tenant_a_larger_share() {
     let settings = QueueSettings {
         weights: HashMap::from([("gold".to_string(), 3)]),
