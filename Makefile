@@ -14,9 +14,11 @@
 #              regions controller, systemd units; docs/operating.md "The package")
 # make test-dist — builds the package from the debug build and checks it: contents, control,
 #                  conffiles; the module and both services run from an extracted root
+# make bench-shed — the load shedder against none and tower's static limits under Poisson load
+#                   (~2 minutes); prints docs/performance.md's table and writes docs/shed.svg
 # make test-servers — the integration tests against each server built from ../shared/servers
 #                     (SERVERS="redis-7.2.6 ..." picks some; TESTS="--test NAME" some tests)
-.PHONY: deps build release run test lint bench bench-functions bench-client bench-regions bench-rls bench-login test-servers dist test-dist
+.PHONY: deps build release run test lint bench bench-functions bench-client bench-regions bench-rls bench-login test-servers dist test-dist bench-shed
 
 deps:
 	@scripts/install-deps
@@ -58,6 +60,9 @@ bench-rls: release
 
 bench-login: release
 	cargo run --release -p redis-ratelimit-client --example login_bench -- $(ARGS)
+
+bench-shed:
+	cargo run --release -p redis-ratelimit-shed --example bench_shed
 
 # Builds each server source once (cached in ~/.cache/redis-ratelimit/servers) and runs the
 # integration tests with it first on PATH; see scripts/test-servers.

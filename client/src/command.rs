@@ -128,6 +128,9 @@ pub enum Class {
     Contract,
     /// Quotas: fail open, count locally, charge the store when it answers again.
     Billing,
+    /// What the service can take: never sent to the store; admitted here, and the load shedder
+    /// in front of the service (the `redis-ratelimit-shed` layer or sidecar) decides.
+    Capacity,
 }
 
 impl Class {
@@ -136,6 +139,7 @@ impl Class {
             Class::Security => "security",
             Class::Contract => "contract",
             Class::Billing => "billing",
+            Class::Capacity => "capacity",
         }
     }
 }
@@ -168,6 +172,19 @@ pub struct Decision {
 }
 
 impl Decision {
+    /// A capacity-class limit's decision: admitted without the store, for the shedder to decide.
+    pub fn to_shedder(policy: &Policy, cost: u64) -> Decision {
+        Decision {
+            allowed: true,
+            granted: cost,
+            limit: policy.capacity(),
+            remaining: policy.capacity(),
+            retry_after_ms: None,
+            reset_after_ms: 0,
+            source: Source::Fallback(Class::Capacity),
+        }
+    }
+
     /// The five integers exactly as the server replies them.
     pub fn reply(&self) -> [i64; 5] {
         let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);

@@ -100,6 +100,8 @@ impl Fallback {
         }
         let now = shared.config.clock.now_ns();
         let bucket = match limit.class {
+            // Never sent to the store, so never here; admitted, as everywhere.
+            Class::Capacity => return Decision::to_shedder(policy, cost),
             Class::Billing => {
                 let last = self.last(limit, key, now);
                 return ledger.fail_open(key, policy, cost, commit, source, last);

@@ -138,6 +138,9 @@ impl Limiter {
     /// One request of cost `cost`. A denial is `Ok`; `Err` only for what no fallback may hide
     /// (the store rejected the limit's arguments, the key holds another type).
     pub async fn check_cost(&self, limit: &Limit, key: &str, cost: u64) -> Result<Decision, Error> {
+        if limit.class == Class::Capacity {
+            return Ok(Decision::to_shedder(&limit.policy, cost));
+        }
         let started = Instant::now();
         let key = limit.store_key(key);
         let policy = limit.store_policy();
@@ -177,6 +180,29 @@ impl Limiter {
     /// Keys are used as given (no lease, no split) and must share a hash slot on a Cluster.
     /// When the store does not decide, each limit's fallback decides and all must admit.
     pub async fn check_all(&self, checks: &[(&Limit, &str, u64)]) -> Result<AllDecision, Error> {
+        // Capacity-class limits never reach the store: the others decide, and they are spliced
+        // back in place, admitted.
+        if checks.iter().any(|(l, _, _)| l.class == Class::Capacity) {
+            let stored: Vec<_> = checks
+                .iter()
+                .filter(|(l, _, _)| l.class != Class::Capacity)
+                .copied()
+                .collect();
+            let decided = match stored.is_empty() {
+                true => Vec::new(),
+                false => Box::pin(self.check_all(&stored)).await?.limiters,
+            };
+            let mut decided = decided.into_iter();
+            let limiters: Vec<Decision> = checks
+                .iter()
+                .filter_map(|(l, _, c)| match l.class {
+                    Class::Capacity => Some(Decision::to_shedder(&l.policy, *c)),
+                    _ => decided.next(),
+                })
+                .collect();
+            let admit = limiters.iter().all(|d| d.allowed);
+            return Ok(combine(&limiters, admit));
+        }
         let started = Instant::now();
         let args: Vec<(&str, Policy, u64)> =
             checks.iter().map(|(l, k, c)| (*k, l.policy, *c)).collect();

@@ -93,7 +93,8 @@ impl ConcurrencyLimit {
                     guard: None,
                 }
             }
-            Class::Contract => {
+            // Capacity is a local decision anyway (the shedder's class): a local count here too.
+            Class::Contract | Class::Capacity => {
                 let gateways = u64::from(shared.config.gateways.unwrap_or(1).max(1));
                 let share = (self.limit / gateways).max(1);
                 let mut counts = lock(&self.local);

@@ -1,0 +1,287 @@
+//! The admission core on a fixed limit and explicit times: who is admitted, queued, shed, and
+//! in which order.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::*;
+use crate::limit::FixedLimit;
+
+const MS: Duration = Duration::from_millis(1);
+
+#[derive(Clone, Debug)]
+struct W(&'static str, Arc<AtomicBool>);
+
+impl W {
+    fn new(name: &'static str) -> W {
+        W(name, Arc::new(AtomicBool::new(false)))
+    }
+}
+
+impl Waiter for W {
+    fn is_closed(&self) -> bool {
+        self.1.load(Ordering::SeqCst)
+    }
+}
+
+fn core(limit: usize, max_queue: Option<usize>) -> Admission<W> {
+    let settings = QueueSettings {
+        max_queue,
+        ..QueueSettings::default()
+    };
+    Admission::new(Box::new(FixedLimit(limit)), settings)
+}
+
+fn ticket(tier: Tier, tenant: &str) -> Ticket {
+    Ticket {
+        tier,
+        tenant: tenant.to_string(),
+    }
+}
+
+/// Arrives and returns the grant if admitted at once.
+fn arrive(
+    a: &mut Admission<W>,
+    out: &mut Vec<Settled<W>>,
+    t: Ticket,
+    name: &'static str,
+) -> Arrival {
+    a.arrive(Duration::ZERO, &t, W::new(name), out)
+}
+
+fn names(out: &[Settled<W>]) -> Vec<(&'static str, Option<Reason>)> {
+    out.iter()
+        .map(|s| (s.waiter.0, s.outcome.as_ref().err().map(|r| r.reason)))
+        .collect()
+}
+
+fn grant(a: Arrival) -> Grant {
+    match a {
+        Arrival::Admitted(g) => g,
+        _ => panic!("not admitted"),
+    }
+}
+
+#[test]
+fn admits_to_the_limit_queues_then_sheds_at_once() {
+    let mut a = core(2, Some(1));
+    let mut out = Vec::new();
+    let g1 = grant(arrive(&mut a, &mut out, ticket(Tier::Default, "t"), "1"));
+    let _g2 = grant(arrive(&mut a, &mut out, ticket(Tier::Default, "t"), "2"));
+    assert!(matches!(
+        arrive(&mut a, &mut out, ticket(Tier::Default, "t"), "3"),
+        Arrival::Queued
+    ));
+    let Arrival::Rejected(r) = arrive(&mut a, &mut out, ticket(Tier::Default, "t"), "4") else {
+        panic!("not shed");
+    };
+    assert_eq!(r.reason, Reason::Overloaded);
+    assert_eq!(r.retry_after, Duration::from_secs(1));
+    a.complete(5 * MS, &g1, Completion::Answered, &mut out);
+    assert_eq!(names(&out), [("3", None)]);
+    assert_eq!((a.in_flight(), a.queued()), (2, 0));
+}
+
+#[test]
+fn the_lowest_tier_is_shed_first_and_critical_last() {
+    let mut a = core(1, Some(2));
+    let mut out = Vec::new();
+    let g = grant(arrive(
+        &mut a,
+        &mut out,
+        ticket(Tier::Batch, "t"),
+        "running",
+    ));
+    for (tier, name) in [(Tier::Batch, "batch"), (Tier::Sheddable, "sheddable")] {
+        assert!(matches!(
+            arrive(&mut a, &mut out, ticket(tier, "t"), name),
+            Arrival::Queued
+        ));
+    }
+    // Each higher arrival takes the place of the lowest queued one.
+    arrive(&mut a, &mut out, ticket(Tier::Default, "t"), "default");
+    arrive(&mut a, &mut out, ticket(Tier::Critical, "t"), "critical");
+    assert_eq!(
+        names(&out),
+        [
+            ("batch", Some(Reason::Overloaded)),
+            ("sheddable", Some(Reason::Overloaded))
+        ]
+    );
+    // A lower arrival is shed itself.
+    assert!(matches!(
+        arrive(&mut a, &mut out, ticket(Tier::Sheddable, "t"), "late"),
+        Arrival::Rejected(_)
+    ));
+    // Critical is shed only by critical: when it alone fills the queue.
+    arrive(&mut a, &mut out, ticket(Tier::Critical, "t"), "critical2");
+    out.clear();
+    assert!(matches!(
+        arrive(&mut a, &mut out, ticket(Tier::Critical, "t"), "critical3"),
+        Arrival::Rejected(_)
+    ));
+    // The place that frees goes to the critical request that waited longest.
+    a.complete(MS, &g, Completion::Answered, &mut out);
+    assert_eq!(names(&out), [("critical", None)]);
+}
+
+#[test]
+fn a_flooding_tenant_is_shed_before_a_tenant_within_its_share() {
+    let mut a = core(4, None);
+    let mut out = Vec::new();
+    let mut running = Vec::new();
+    for _ in 0..4 {
+        running.push(grant(arrive(
+            &mut a,
+            &mut out,
+            ticket(Tier::Default, "flood"),
+            "f",
+        )));
+    }
+    for _ in 0..4 {
+        assert!(matches!(
+            arrive(&mut a, &mut out, ticket(Tier::Default, "flood"), "f"),
+            Arrival::Queued
+        ));
+    }
+    // The queue is full of the flooder's requests: a polite tenant takes one's place.
+    arrive(&mut a, &mut out, ticket(Tier::Default, "polite"), "p");
+    assert_eq!(names(&out), [("f", Some(Reason::OverShare))]);
+    // And goes first when a place frees, though it came last.
+    out.clear();
+    let g = running.pop().unwrap();
+    a.complete(MS, &g, Completion::Answered, &mut out);
+    assert_eq!(names(&out), [("p", None)]);
+    // The flooder arriving on a full queue is shed itself, with the reason.
+    assert!(matches!(
+        arrive(&mut a, &mut out, ticket(Tier::Default, "flood"), "f"),
+        Arrival::Queued
+    ));
+    let Arrival::Rejected(r) = arrive(&mut a, &mut out, ticket(Tier::Default, "flood"), "f") else {
+        panic!("not shed");
+    };
+    assert_eq!(r.reason, Reason::OverShare);
+}
+
+#[test]
+fn a_tenant_over_its_share_is_shed_before_another_within_it_whatever_the_tiers() {
+    let mut a = core(4, None);
+    let mut out = Vec::new();
+    for _ in 0..4 {
+        grant(arrive(
+            &mut a,
+            &mut out,
+            ticket(Tier::Critical, "flood"),
+            "run",
+        ));
+    }
+    for _ in 0..4 {
+        arrive(&mut a, &mut out, ticket(Tier::Critical, "flood"), "f");
+    }
+    // A batch request of a tenant within its share takes a critical one's place.
+    arrive(&mut a, &mut out, ticket(Tier::Batch, "polite"), "p");
+    assert_eq!(names(&out), [("f", Some(Reason::OverShare))]);
+}
+
+#[test]
+fn weights_give_a_tenant_a_larger_share() {
+    let settings = QueueSettings {
+        weights: HashMap::from([("gold".to_string(), 3)]),
+        ..QueueSettings::default()
+    };
+    let mut a: Admission<W> = Admission::new(Box::new(FixedLimit(4)), settings);
+    let mut out = Vec::new();
+    for t in ["gold", "gold", "gold", "tin"] {
+        grant(arrive(&mut a, &mut out, ticket(Tier::Default, t), "run"));
+    }
+    // gold has 3 of its 3; tin 1 of its 1: a gold and a tin arrival are both within share,
+    // the gold one is better placed (3 + 1 of 3 vs 1 + 1 of 1 is equal; the older goes first).
+    arrive(&mut a, &mut out, ticket(Tier::Default, "gold"), "gold");
+    arrive(&mut a, &mut out, ticket(Tier::Default, "tin"), "tin");
+    assert!(a.precedence(Tier::Default, "gold", 0) > a.precedence(Tier::Default, "tin", 0));
+}
+
+#[test]
+fn a_queue_that_stands_is_cut_to_the_target() {
+    let mut a = core(1, None);
+    let mut out = Vec::new();
+    let mut g = grant(arrive(&mut a, &mut out, ticket(Tier::Default, "t"), "run"));
+    assert_eq!(a.allowed_wait(), 100 * MS);
+    // Each request waits 20 ms (> target 5 ms) for 100 ms: the queue stands.
+    let mut now = Duration::ZERO;
+    for _ in 0..6 {
+        a.arrive(now, &ticket(Tier::Default, "t"), W::new("q"), &mut out);
+        now += 20 * MS;
+        out.clear();
+        a.complete(now, &g, Completion::Answered, &mut out);
+        g = match out.pop().map(|s| s.outcome) {
+            Some(Ok(g)) => g,
+            _ => panic!("not admitted"),
+        };
+    }
+    assert_eq!(a.allowed_wait(), 5 * MS);
+    // A request now waits at most 5 ms.
+    a.arrive(now, &ticket(Tier::Default, "t"), W::new("late"), &mut out);
+    out.clear();
+    a.expire(now + 6 * MS, &mut out);
+    assert_eq!(names(&out), [("late", Some(Reason::QueueTimeout))]);
+    // Short waits again: the queue is no longer standing.
+    a.arrive(
+        now + 6 * MS,
+        &ticket(Tier::Default, "t"),
+        W::new("quick"),
+        &mut out,
+    );
+    out.clear();
+    a.complete(now + 7 * MS, &g, Completion::Answered, &mut out);
+    assert_eq!(a.allowed_wait(), 100 * MS);
+}
+
+#[test]
+fn a_cancelled_waiter_leaves_no_count() {
+    let mut a = core(1, None);
+    let mut out = Vec::new();
+    let g = grant(arrive(&mut a, &mut out, ticket(Tier::Default, "a"), "run"));
+    let w = W::new("gone");
+    a.arrive(
+        Duration::ZERO,
+        &ticket(Tier::Default, "b"),
+        w.clone(),
+        &mut out,
+    );
+    assert_eq!((a.queued(), a.active_tenants()), (1, 2));
+    w.1.store(true, Ordering::SeqCst);
+    a.complete(MS, &g, Completion::Cancelled, &mut out);
+    assert!(out.is_empty());
+    assert_eq!((a.in_flight(), a.queued(), a.active_tenants()), (0, 0, 0));
+}
+
+#[test]
+fn a_cardinality_attack_is_held_to_bounded_memory() {
+    let settings = QueueSettings {
+        max_tenants: 20,
+        ..QueueSettings::default()
+    };
+    let mut a: Admission<W> = Admission::new(Box::new(FixedLimit(100)), settings);
+    let mut out = Vec::new();
+    let mut grants = Vec::new();
+    for i in 0..2_000 {
+        let t = Ticket {
+            tier: Tier::Default,
+            tenant: format!("key-{i}"),
+        };
+        if let Arrival::Admitted(g) = a.arrive(Duration::ZERO, &t, W::new("x"), &mut out) {
+            grants.push(g);
+        }
+    }
+    // 20 tenants counted apart, the other 1,980 keys in the one overflow entry.
+    assert_eq!(a.active_tenants(), 21);
+    assert_eq!((a.in_flight(), a.queued()), (100, 100));
+    // Completing every request lets the queue in, and completing those empties the table.
+    while !grants.is_empty() {
+        for g in grants.drain(..) {
+            a.complete(MS, &g, Completion::Cancelled, &mut out);
+        }
+        grants.extend(out.drain(..).filter_map(|s| s.outcome.ok()));
+    }
+    assert_eq!((a.in_flight(), a.active_tenants()), (0, 0));
+}

@@ -1,0 +1,250 @@
+//! The gradient limit: the concurrency limit follows the ratio of the service's no-load latency
+//! to its latency now, measured per window of samples (docs/shedding.md says why this one).
+//!
+//! Per window: `gradient = min_rtt · (1 + tolerance) / mean_rtt`, clamped to 0.5 ..= 2, and
+//! `limit ← limit · gradient + √limit`, half-smoothed. With a service of W workers the limit
+//! settles a little above W, where the queue in front of the workers adds about `tolerance` plus
+//! the √limit headroom to the latency. The no-load latency (`min_rtt`) is the smallest window
+//! mean seen since it was last measured; it is measured again (a *probe*: one window at
+//! `min_limit` in flight) every `probe_interval`, and at once when windows keep showing even
+//! their fastest request far above it, which is what a service that slowed down looks like.
+
+use std::time::Duration;
+
+use crate::limit::{Bounds, LimitAlgorithm, Observed, Sample};
+
+/// The gradient never cuts the limit by more than half in one window, nor more than doubles it.
+const MIN_GRADIENT: f64 = 0.5;
+const MAX_GRADIENT: f64 = 2.0;
+/// The share of a window's new limit taken at once; the rest stays (damps oscillation).
+const SMOOTHING: f64 = 0.5;
+/// A window with an overloaded answer (503, 504, timeout) multiplies the limit by this.
+const DROP_BACKOFF: f64 = 0.9;
+/// A probe that cannot get `window_samples` answers at `min_limit` in this many windows gives
+/// up (the in-flight requests are too long to drain) and keeps the old no-load latency.
+const PROBE_GIVE_UP_WINDOWS: u32 = 20;
+
+/// The algorithm's settings; the defaults need no tuning for services from ~1 ms to seconds.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GradientSettings {
+    /// A window lasts at least this long (default 100 ms) …
+    pub window: Duration,
+    /// … and holds at least this many samples (default 10).
+    pub window_samples: u32,
+    /// The latency above the no-load one the service may show before the limit shrinks, as a
+    /// fraction (default 0.1).
+    pub tolerance: f64,
+    /// How often the no-load latency is measured again at `min_limit` (default 10 s).
+    pub probe_interval: Duration,
+    /// Measure at once when this many windows in a row (default 10) had even their fastest
+    /// request above `stale_ratio` × the no-load latency (default 1.8).
+    pub stale_windows: u32,
+    pub stale_ratio: f64,
+}
+
+impl Default for GradientSettings {
+    fn default() -> GradientSettings {
+        GradientSettings {
+            window: Duration::from_millis(100),
+            window_samples: 10,
+            tolerance: 0.1,
+            probe_interval: Duration::from_secs(10),
+            stale_windows: 10,
+            stale_ratio: 1.8,
+        }
+    }
+}
+
+/// The samples of the window being filled.
+#[derive(Clone, Copy, Debug, Default)]
+struct Window {
+    start: Option<Duration>,
+    count: u32,
+    sum_nanos: u128,
+    min: Option<Duration>,
+    max_in_flight: usize,
+    dropped: u32,
+}
+
+impl Window {
+    fn add(&mut self, s: &Sample) {
+        self.start.get_or_insert(s.at);
+        self.count += 1;
+        self.sum_nanos += s.rtt.as_nanos();
+        self.min = Some(self.min.map_or(s.rtt, |m| m.min(s.rtt)));
+        self.max_in_flight = self.max_in_flight.max(s.in_flight);
+        self.dropped += u32::from(s.dropped);
+    }
+
+    fn mean(&self) -> Duration {
+        let nanos = self.sum_nanos / u128::from(self.count.max(1));
+        Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+    }
+}
+
+/// A measurement of the no-load latency in progress.
+#[derive(Clone, Copy, Debug)]
+struct Probe {
+    saved_limit: f64,
+    /// The first sample's time (unknown when the algorithm starts with a probe).
+    started: Option<Duration>,
+    samples: Window,
+}
+
+/// The gradient limit algorithm (pure: its clock is the samples' `at`).
+#[derive(Clone, Debug)]
+pub struct Gradient {
+    bounds: Bounds,
+    settings: GradientSettings,
+    limit: f64,
+    min_rtt: Option<Duration>,
+    window: Window,
+    gradient: f64,
+    probe: Option<Probe>,
+    last_probe: Option<Duration>,
+    stale: u32,
+}
+
+impl Gradient {
+    /// Refuses bounds or settings that cannot hold (by name).
+    pub fn new(bounds: Bounds, settings: GradientSettings) -> Result<Gradient, String> {
+        bounds.validate()?;
+        if settings.window_samples == 0 {
+            return Err("window_samples must be at least 1".into());
+        }
+        if !(settings.tolerance >= 0.0 && settings.tolerance.is_finite()) {
+            return Err("tolerance must be a finite fraction ≥ 0".into());
+        }
+        if !(settings.stale_ratio > 1.0 && settings.stale_ratio.is_finite()) {
+            return Err("stale_ratio must be a finite ratio above 1".into());
+        }
+        if settings.probe_interval.is_zero() {
+            return Err("probe_interval must be above zero".into());
+        }
+        // Start safe: measure the no-load latency at `min_limit` before trusting any other.
+        let mut gradient = Gradient {
+            bounds,
+            settings,
+            limit: bounds.initial_limit as f64,
+            min_rtt: None,
+            window: Window::default(),
+            gradient: 1.0,
+            probe: None,
+            last_probe: None,
+            stale: 0,
+        };
+        gradient.start_probe(None);
+        Ok(gradient)
+    }
+
+    fn clamp(&self, limit: f64) -> f64 {
+        limit.clamp(self.bounds.min_limit as f64, self.bounds.max_limit as f64)
+    }
+
+    fn start_probe(&mut self, now: Option<Duration>) {
+        self.probe = Some(Probe {
+            saved_limit: self.limit,
+            started: now,
+            samples: Window::default(),
+        });
+        self.stale = 0;
+    }
+
+    /// A sample while probing: only requests admitted at `min_limit` or below count.
+    fn probe_sample(&mut self, mut probe: Probe, s: &Sample) {
+        let give_up = self.settings.window * PROBE_GIVE_UP_WINDOWS;
+        let started = *probe.started.get_or_insert(s.at);
+        if s.in_flight <= self.bounds.min_limit {
+            probe.samples.add(s);
+        }
+        if probe.samples.count >= self.settings.window_samples {
+            self.min_rtt = Some(probe.samples.mean());
+        } else if s.at.saturating_sub(started) < give_up {
+            self.probe = Some(probe);
+            return;
+        }
+        self.probe = None;
+        self.limit = probe.saved_limit;
+        self.last_probe = Some(s.at);
+        self.window = Window::default();
+    }
+
+    fn close_window(&mut self, now: Duration) {
+        let w = std::mem::take(&mut self.window);
+        let mean = w.mean();
+        let min_rtt = match self.min_rtt {
+            // At `min_limit` or below nothing queues: the window's mean is the no-load latency,
+            // higher or lower than the last one (this tracks a slowdown at light load for free).
+            Some(m) if w.max_in_flight > self.bounds.min_limit => m.min(mean),
+            _ => mean,
+        };
+        self.min_rtt = Some(min_rtt);
+        let last_probe = *self.last_probe.get_or_insert(now);
+
+        let fastest = w.min.unwrap_or(mean).as_secs_f64();
+        if fastest > self.settings.stale_ratio * min_rtt.as_secs_f64() {
+            self.stale += 1;
+        } else {
+            self.stale = 0;
+        }
+
+        let mean_s = mean.as_secs_f64().max(1e-9);
+        let mut gradient = (min_rtt.as_secs_f64() * (1.0 + self.settings.tolerance) / mean_s)
+            .clamp(MIN_GRADIENT, MAX_GRADIENT);
+        if let Some(target) = self.bounds.latency_target {
+            if mean > target {
+                gradient = gradient.min((target.as_secs_f64() / mean_s).max(MIN_GRADIENT));
+            }
+        }
+        self.gradient = gradient;
+        // A service that was never asked for the whole limit says nothing about a larger one.
+        let app_limited = (w.max_in_flight as f64) * 2.0 < self.limit;
+        if w.dropped > 0 {
+            self.limit = self.clamp(self.limit * DROP_BACKOFF);
+        } else if !(gradient >= 1.0 && app_limited) {
+            let proposed = self.limit * gradient + self.limit.sqrt();
+            self.limit = self.clamp(self.limit * (1.0 - SMOOTHING) + proposed * SMOOTHING);
+        }
+
+        let due = now.saturating_sub(last_probe) >= self.settings.probe_interval;
+        if due || self.stale >= self.settings.stale_windows {
+            self.start_probe(Some(now));
+        }
+    }
+}
+
+impl LimitAlgorithm for Gradient {
+    fn on_sample(&mut self, s: Sample) {
+        if let Some(probe) = self.probe.take() {
+            self.probe_sample(probe, &s);
+            return;
+        }
+        self.window.add(&s);
+        let elapsed = self
+            .window
+            .start
+            .map_or(Duration::ZERO, |start| s.at.saturating_sub(start));
+        if self.window.count >= self.settings.window_samples && elapsed >= self.settings.window {
+            self.close_window(s.at);
+        }
+    }
+
+    fn limit(&self) -> usize {
+        if self.probe.is_some() {
+            return self.bounds.min_limit;
+        }
+        // `limit` is kept within the bounds, so the conversion cannot overflow.
+        self.clamp(self.limit).round() as usize
+    }
+
+    fn observed(&self) -> Observed {
+        Observed {
+            min_rtt: self.min_rtt,
+            gradient: self.gradient,
+            probing: self.probe.is_some(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
