@@ -67,7 +67,8 @@ impl Sentinel {
             let _ = std::fs::remove_file(dir.join("sentinel.log"));
             let args = vec![path(&file), "--sentinel".to_string()];
             // `redis-server --sentinel` is what the `redis-sentinel` command runs.
-            match spawn_ready("redis-server", &args, &dir) {
+            let program = crate::server::server_program(master.options.tls.is_some());
+            match spawn_ready(&program, &args, &dir) {
                 Ok(child) => {
                     return Ok(Sentinel {
                         port,

@@ -157,7 +157,8 @@ impl Server {
         }
         args.extend(self.options.extra.iter().cloned());
         let _ = std::fs::remove_file(self.dir.join("redis.log"));
-        self.child = Some(spawn_ready("redis-server", &args, &self.dir)?);
+        let program = server_program(self.options.tls.is_some());
+        self.child = Some(spawn_ready(&program, &args, &self.dir)?);
         Ok(())
     }
 
@@ -222,6 +223,22 @@ pub(crate) fn path(p: &Path) -> String {
 
 /// Starts `program args` in `dir` and waits until its log (`dir/redis.log`, or `sentinel.log`)
 /// says it accepts connections; its exit or the timeout is an error carrying the log.
+/// The `redis-server` to run: the first on PATH, except for a TLS server, which runs Debian's
+/// (`/usr/bin/redis-server`, built with TLS) when it is there: the matrix's servers
+/// (`make test-servers`) are built offline without TLS, and what a TLS test checks is our
+/// client's side, not the server's. `RL_TLS_REDIS_SERVER` names another.
+pub(crate) fn server_program(tls: bool) -> String {
+    if tls {
+        if let Ok(program) = std::env::var("RL_TLS_REDIS_SERVER") {
+            return program;
+        }
+        if Path::new("/usr/bin/redis-server").exists() {
+            return "/usr/bin/redis-server".into();
+        }
+    }
+    "redis-server".into()
+}
+
 pub(crate) fn spawn_ready(program: &str, args: &[String], dir: &Path) -> Result<Child, String> {
     let mut child = Command::new(program)
         .args(args)
@@ -281,7 +298,9 @@ pub(crate) fn cli(
     if let Some((name, pass)) = user {
         args.extend(["--user".into(), name.clone(), "--pass".into(), pass.clone()]);
     }
-    let out = Command::new("redis-cli")
+    // A TLS server's redis-cli is the one beside its redis-server (see `server_program`).
+    let program = server_program(pki.is_some()).replace("redis-server", "redis-cli");
+    let out = Command::new(program)
         .args(&args)
         .arg("--no-auth-warning")
         .args(command)
