@@ -203,6 +203,30 @@ impl Server {
         }
     }
 
+    /// Stops the process without closing its connections (`SIGSTOP`), as a host that drops off
+    /// the network would: its clients see no reset, only silence. [`Server::resume`] undoes it.
+    pub fn pause(&self) -> Result<(), String> {
+        self.signal("-STOP")
+    }
+
+    /// Lets a paused process run again (`SIGCONT`).
+    pub fn resume(&self) -> Result<(), String> {
+        self.signal("-CONT")
+    }
+
+    fn signal(&self, which: &str) -> Result<(), String> {
+        let pid = self.pid().ok_or("the server is not running")?;
+        let status = Command::new("kill")
+            .args([which, &pid.to_string()])
+            .status()
+            .map_err(|e| format!("kill: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("kill {which} {pid}: {status}"))
+        }
+    }
+
     /// Starts it again on the same port with the same options (after `kill`).
     pub fn restart(&mut self) -> Result<(), String> {
         self.kill();
