@@ -304,8 +304,26 @@ async fn per_second_rules_go_to_the_second_store() {
     running.stop().await;
 }
 
+/// How the master is broken under load.
+#[derive(Clone, Copy, Debug)]
+enum Break {
+    /// Killed: its connections close.
+    Kill,
+    /// Paused: silent, its connections open; only the sentinel's `+switch-master` says so.
+    Pause,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_failover_is_followed_under_load() {
+    follows_the_failover(Break::Kill).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_master_is_left_for_the_one_the_sentinel_announces() {
+    follows_the_failover(Break::Pause).await;
+}
+
+async fn follows_the_failover(how: Break) {
     let pki = pki();
     let options = module(Options {
         tls: Some(Tls::new(&pki)),
@@ -350,7 +368,10 @@ async fn a_sentinel_failover_is_followed_under_load() {
             .overall_code,
         OK
     );
-    master.kill();
+    match how {
+        Break::Kill => master.kill(),
+        Break::Pause => master.pause().unwrap(),
+    }
     let killed = Instant::now();
     let mut answers: BTreeMap<String, u64> = BTreeMap::new();
     let mut hung = 0;
@@ -371,7 +392,9 @@ async fn a_sentinel_failover_is_followed_under_load() {
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    eprintln!("answers during the switch: {answers:?}; the new master decides after {back:?}");
+    eprintln!(
+        "{how:?}: answers during the switch: {answers:?}; the new master decides after {back:?}"
+    );
     if back.is_none() {
         eprintln!(
             "sentinel: {:?}; replica: {:?}; stats {:?}",
@@ -384,5 +407,8 @@ async fn a_sentinel_failover_is_followed_under_load() {
     assert_eq!(hung, 0);
     // The contract class (the default) falls back to its local bucket: every request answered.
     assert_eq!(answers.keys().collect::<Vec<_>>(), ["code 1"]);
+    if let Break::Pause = how {
+        master.resume().unwrap();
+    }
     running.stop().await;
 }
