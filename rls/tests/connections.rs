@@ -167,6 +167,55 @@ async fn decides_over_mutual_tls_as_an_acl_user_under_the_minimal_rule() {
     running.stop().await;
 }
 
+/// The Functions backend (a server without the module, the library loaded by an admin) under
+/// exactly docs/operating.md's rule: the start's access check and the decisions pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decides_on_the_functions_backend_under_its_minimal_rule() {
+    let redis = Server::start(Options {
+        acl: Some(
+            [
+                "user default off".to_string(),
+                "user admin on >adminpass ~* &* +@all".to_string(),
+                testkit::minimal_functions_acl("gw", PASSWORD, "rls:*"),
+            ]
+            .join("\n"),
+        ),
+        admin: Some(("admin".into(), "adminpass".into())),
+        ..Options::default()
+    })
+    .unwrap();
+    ratelimit_client::Store::connect_with(
+        &format!("redis://admin:adminpass@127.0.0.1:{}/", redis.port),
+        ratelimit_client::LoadLibrary::Missing,
+    )
+    .await
+    .unwrap();
+    let root = config_root();
+    let running = start(&vars(
+        &root,
+        &[
+            ("REDIS_URL", format!("127.0.0.1:{}", redis.port)),
+            ("REDIS_AUTH", format!("gw:{PASSWORD}")),
+        ],
+    ))
+    .await
+    .unwrap();
+    let mut grpc = client(&running).await;
+    for _ in 0..3 {
+        let r = grpc
+            .should_rate_limit(simple("shop", &[&[("minute", "a")], &[("second", "b")]]))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.overall_code, OK);
+    }
+    assert!(redis
+        .cli(&["INFO", "commandstats"])
+        .unwrap()
+        .contains("cmdstat_fcall"));
+    running.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_refusal_stops_the_start_naming_its_cause() {
     let pki = pki();
