@@ -365,6 +365,64 @@ async fn a_silent_master_is_left_when_the_sentinel_announces_the_new_one() {
     limiter.shutdown().await;
 }
 
+/// A manual failover (`SENTINEL FAILOVER`): the old master stays up and is demoted; the client
+/// moves to the promoted replica (announced, or told by `READONLY`), every check decided.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_failover_moves_the_client_to_the_promoted_replica() {
+    let r = replicated();
+    let (limiter, limits) = loaded(&r).await;
+    let old = r.master.port;
+    let give_up = Instant::now() + Duration::from_secs(60);
+    // NOGOODSLAVE until the sentinel has fresh news of the replica (its INFO every few seconds).
+    loop {
+        let said = r
+            .sentinel
+            .cli(&["SENTINEL", "FAILOVER", "mymaster"])
+            .unwrap();
+        if said.contains("OK") {
+            break;
+        }
+        assert!(Instant::now() < give_up, "{said}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Under load until the sentinel names the replica (the old master decides meanwhile).
+    while r.sentinel.master_port().ok() != Some(r.replica.port) {
+        assert!(
+            Instant::now() < give_up,
+            "no failover: {}",
+            r.sentinel.log()
+        );
+        for limit in &limits {
+            limiter
+                .check(limit, &format!("rl:{}", limit.name()))
+                .await
+                .unwrap();
+        }
+    }
+    through_the_switch(&r, &limiter, &limits, old).await;
+    // The promoted replica decides calls sent to it (`RL.GCRA`; what a master replicates to
+    // it is `RL.SETSTATE`), every check decided meanwhile.
+    while !r
+        .replica
+        .cli(&["INFO", "commandstats"])
+        .unwrap()
+        .to_ascii_lowercase()
+        .contains("cmdstat_rl.gcra")
+    {
+        assert!(
+            Instant::now() < give_up,
+            "the client stayed on the old master"
+        );
+        for limit in &limits {
+            limiter
+                .check(limit, &format!("rl:{}", limit.name()))
+                .await
+                .unwrap();
+        }
+    }
+    limiter.shutdown().await;
+}
+
 /// The rules the tests run under are the ones docs/operating.md gives, word for word.
 #[test]
 fn the_documented_minimal_acl_rules_are_the_tested_ones() {
