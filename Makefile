@@ -4,10 +4,11 @@
 # make bench — performance against INCR and Lua limiters (see README)
 # make bench-functions — the Functions library (FCALL, and EVALSHA as the scripts backend) against
 #                        go-redis/redis_rate's allowN script, on a server without the module (docs/functions.md)
-# make bench-client — the gateway client's added latency: healthy, leased, stalled, in flight at a freeze, OOM, the billing journal, a token gateway (docs/client.md); then TLS against plaintext side by side
+# make bench-client — the gateway client's added latency: healthy, leased, stalled, in flight at a freeze, OOM, the billing journal, a token gateway (docs/client.md); then TLS against plaintext side by side (ARGS="--url URL": a store of yours)
 # make bench-regions — the budget controller on three regions: utilization, over-issue, convergence,
 #                      CPU at 100,000 keys; writes docs/regions.svg (docs/regions.md)
-# make bench-rls — the Envoy Rate Limit Service against a raw RL.ALL, and frozen (docs/envoy.md)
+# make bench-rls — the Envoy Rate Limit Service against a raw RL.ALL, over TLS beside plaintext, and
+#                  frozen (docs/envoy.md); ARGS="--url rediss://user:pass@host:port/?ca=ca.pem" against a store of yours
 # make bench-login — the login guard under stuffing, spraying, a targeted lockout and a slow brute
 #                    force beside legitimate users, on the debug clock (docs/login.md; ARGS="--scale 10")
 # make dist  — a .deb and a tarball for x86_64 Linux in target/dist (module, Functions library, RLS,
@@ -50,7 +51,7 @@ bench-functions: deps
 
 bench-client: release
 	cargo run --release -p redis-ratelimit-client --example bench
-	cargo run --release -p redis-ratelimit-client --example tls_bench
+	cargo run --release -p redis-ratelimit-client --example tls_bench -- $(ARGS)
 
 bench-regions: release
 	RL_MODULE=$(CURDIR)/target/release/libredis_ratelimit.so cargo test --release -p redis-ratelimit-regions --test bench -- --ignored --nocapture

@@ -13,10 +13,14 @@
 //! call at once (the same bounds hold; which gateway wins the last token varies run to run).
 //! Runs are bounded: one pass over a trace of `--seconds` simulated seconds per row.
 //!
-//! Usage: `fleet --port P [--gateways 8] [--limit 1000] [--window-ms 1000] [--burst L]
+//! Usage: `fleet (--port P | --url URL) [--gateways 8] [--limit 1000] [--window-ms 1000] [--burst L]
 //!   [--rate 800] [--spike 2500 (0: none)] [--seconds 8] [--lifetime-ms 1000]
 //!   [--batches 1,3,10,20] [--refund both|yes|no] [--strict no|yes] [--concurrent no|yes]
 //!   [--seed 1]`
+//!
+//! `--url` takes any of the client's URL forms (`rediss://user:password@host:port/?ca=/ca.pem`,
+//! docs/operating.md "Connections"): every connection is the client's `Store`, so TLS and ACL
+//! users work as in a gateway; `--port P` is `redis://127.0.0.1:P/`.
 //!
 //! `--strict yes` makes the leasing gateways lease from a bucket of BURST B − N·k (N gateways,
 //! batch k): at most N·k tokens sit in caches, so the fleet keeps the B + L·t/W promise exactly.
@@ -24,7 +28,25 @@
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::thread;
 
-use redis::{Commands, Connection};
+use ratelimit_client::Store;
+use redis::FromRedisValue;
+
+/// One gateway's (or the driver's) connection: the client's `Store` on a runtime of its own, so
+/// each gateway thread makes its calls in turn, as the synchronous simulation expects.
+struct Connection {
+    rt: tokio::runtime::Runtime,
+    store: Store,
+}
+
+impl Connection {
+    fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> Result<T, String> {
+        let v = self
+            .rt
+            .block_on(self.store.query(cmd))
+            .map_err(|e| e.to_string())?;
+        T::from_redis_value(&v).map_err(|e| e.to_string())
+    }
+}
 
 /// The simulated epoch (2096): keys' absolute expiries derive from the module clock and so lie
 /// beyond the server's real clock; Redis never expires them mid-run.
@@ -32,7 +54,7 @@ const T0_MS: u64 = 4_000_000_000_000;
 
 #[derive(Clone)]
 struct Opts {
-    port: u16,
+    url: String,
     gateways: usize,
     limit: u64,
     window_ms: u64,
@@ -51,7 +73,7 @@ struct Opts {
 impl Opts {
     fn parse() -> Opts {
         let mut o = Opts {
-            port: 0,
+            url: String::new(),
             gateways: 8,
             limit: 1000,
             window_ms: 1000,
@@ -73,7 +95,11 @@ impl Opts {
             };
             let num = || value.parse::<u64>().unwrap_or_else(|_| usage(name));
             match name.as_str() {
-                "--port" => o.port = u16::try_from(num()).unwrap_or_else(|_| usage(name)),
+                "--port" => {
+                    let port = u16::try_from(num()).unwrap_or_else(|_| usage(name));
+                    o.url = format!("redis://127.0.0.1:{port}/");
+                }
+                "--url" => o.url = value.clone(),
                 "--gateways" => o.gateways = num() as usize,
                 "--limit" => o.limit = num(),
                 "--window-ms" => o.window_ms = num(),
@@ -106,14 +132,14 @@ impl Opts {
             o.burst = o.limit;
         }
         // Bounded runs: at most an hour of simulated time and a sane fleet.
-        if o.port == 0
+        if o.url.is_empty()
             || !(1..=64).contains(&o.gateways)
             || !(2..=3600).contains(&o.seconds)
             || o.rate > 1e6
             || o.spike > 1e6
             || o.batches.contains(&0)
         {
-            usage("need --port; 1..=64 gateways; 2..=3600 seconds; rates <= 10^6/s; batches >= 1");
+            usage("need --port or --url; 1..=64 gateways; 2..=3600 seconds; rates <= 10^6/s; batches >= 1");
         }
         o
     }
@@ -253,7 +279,7 @@ impl Gateway {
         self.calls += 1;
         let mut c = redis::cmd(command);
         c.arg(&self.key).arg(&self.policy[..]).arg(extra);
-        let v: Vec<i64> = c.query(&mut self.con).expect("store call");
+        let v: Vec<i64> = self.con.query(&c).expect("store call");
         v.try_into().expect("five integers")
     }
 
@@ -263,10 +289,9 @@ impl Gateway {
             self.stranded += self.cache;
             if let Mode::Lease { refund: true, .. } = self.mode {
                 self.calls += 1;
-                let r: Vec<i64> = redis::cmd("RL.REFUND")
-                    .arg(&self.key)
-                    .arg(self.cache)
-                    .query(&mut self.con)
+                let r: Vec<i64> = self
+                    .con
+                    .query(redis::cmd("RL.REFUND").arg(&self.key).arg(self.cache))
                     .expect("RL.REFUND");
                 self.given_back += r.first().map_or(0, |&n| u64::try_from(n).unwrap_or(0));
             }
@@ -309,28 +334,33 @@ struct Row {
 }
 
 fn connect(o: &Opts) -> Connection {
-    redis::Client::open(format!("redis://127.0.0.1:{}/", o.port))
-        .and_then(|c| c.get_connection())
-        .unwrap_or_else(|e| usage(&format!("cannot connect to 127.0.0.1:{}: {e}", o.port)))
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| usage(&format!("a runtime: {e}")));
+    let shown = ratelimit_client::ConnectionSettings::parse(&o.url)
+        .map(|s| s.redacted())
+        .unwrap_or_else(|e| usage(&e));
+    let store = rt
+        .block_on(Store::connect(&o.url))
+        .unwrap_or_else(|e| usage(&format!("cannot connect to {shown}: {e}")))
+        .with_deadline(std::time::Duration::from_secs(10));
+    Connection { rt, store }
 }
 
-fn set_clock(c: &mut Connection, ms: u64) {
-    let _: i64 = redis::cmd("RL.DEBUG")
-        .arg("CLOCK")
-        .arg("SET")
-        .arg(T0_MS + ms)
-        .query(c)
+fn set_clock(c: &Connection, ms: u64) {
+    let _: i64 = c
+        .query(
+            redis::cmd("RL.DEBUG")
+                .arg("CLOCK")
+                .arg("SET")
+                .arg(T0_MS + ms),
+        )
         .expect("RL.DEBUG CLOCK SET");
 }
 
-fn run_row(
-    o: &Opts,
-    control: &mut Connection,
-    trace: &[(u64, usize)],
-    mode: Mode,
-    key: &str,
-) -> Row {
-    let _: i64 = control.del(key).expect("DEL");
+fn run_row(o: &Opts, control: &Connection, trace: &[(u64, usize)], mode: Mode, key: &str) -> Row {
+    let _: i64 = control.query(redis::cmd("DEL").arg(key)).expect("DEL");
     let (report_tx, reports) = channel::<Report>();
     let mut jobs: Vec<Sender<Option<(u64, u64)>>> = Vec::new();
     let mut workers = Vec::new();
@@ -416,12 +446,14 @@ fn run_row(
         if rejected > 0 {
             // The clock still stands at `now`: whatever the bucket and the other gateways' caches
             // hold at this instant could have served these rejections.
-            let peek: Vec<i64> = redis::cmd("RL.TOKENBUCKET")
-                .arg(key)
-                .arg(&o.policy(mode)[..])
-                .arg("COST")
-                .arg(0)
-                .query(control)
+            let peek: Vec<i64> = control
+                .query(
+                    redis::cmd("RL.TOKENBUCKET")
+                        .arg(key)
+                        .arg(&o.policy(mode)[..])
+                        .arg("COST")
+                        .arg(0),
+                )
                 .expect("peek");
             let in_bucket = u64::try_from(peek[2]).unwrap_or(0);
             servable += rejected.min(in_bucket + cache.iter().sum::<u64>());
@@ -462,11 +494,8 @@ fn worst_closed_interval(per_ms: &[u64], len: usize) -> u64 {
 
 fn main() {
     let o = Opts::parse();
-    let mut control = connect(&o);
-    let debug: redis::RedisResult<i64> = redis::cmd("RL.DEBUG")
-        .arg("CLOCK")
-        .arg("GET")
-        .query(&mut control);
+    let control = connect(&o);
+    let debug: Result<i64, String> = control.query(redis::cmd("RL.DEBUG").arg("CLOCK").arg("GET"));
     if let Err(e) = debug {
         usage(&format!("the server needs the module loaded with DEBUG-CLOCK yes ({e}); scripts/fleet starts one"));
     }
@@ -516,7 +545,7 @@ fn main() {
         }
         for mode in modes {
             row_id += 1;
-            let r = run_row(&o, &mut control, &t, mode, &format!("fleet:{row_id}"));
+            let r = run_row(&o, &control, &t, mode, &format!("fleet:{row_id}"));
             let (how, refund) = match mode {
                 Mode::Direct => ("RL.TOKENBUCKET per request".to_string(), "-"),
                 Mode::Lease { batch, refund } => (
@@ -541,8 +570,5 @@ fn main() {
             );
         }
     }
-    let _: redis::RedisResult<i64> = redis::cmd("RL.DEBUG")
-        .arg("CLOCK")
-        .arg("REAL")
-        .query(&mut control);
+    let _: Result<i64, String> = control.query(redis::cmd("RL.DEBUG").arg("CLOCK").arg("REAL"));
 }

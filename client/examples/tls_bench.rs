@@ -4,18 +4,28 @@
 //! concurrency (requests/s on one multiplexed connection, p50/p99). Connections are long-lived:
 //! the handshake is paid once, the record layer on every call.
 //!
-//! `cargo run --release -p redis-ratelimit-client --example tls_bench [N] [CONCURRENCY]`
+//! `cargo run --release -p redis-ratelimit-client --example tls_bench [N] [CONCURRENCY]
+//! [--url URL]`: `--url` (`make bench-client ARGS="--url rediss://user:pass@host:port/?ca=…"`,
+//! any of the client's URL forms) measures that store alone, its password never printed.
 
 use std::time::{Duration, Instant};
 
-use ratelimit_client::{Policy, Store};
+use ratelimit_client::{ConnectionSettings, Policy, Store};
 use testkit::{Options, Pki, Server, Tls};
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut positional = Vec::new();
+    let mut external = None;
     let mut args = std::env::args().skip(1);
-    let n: usize = args.next().map_or(Ok(20_000), |a| a.parse())?;
-    let concurrency: usize = args.next().map_or(Ok(32), |a| a.parse())?;
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--url" => external = Some(args.next().ok_or("--url needs a URL")?),
+            _ => positional.push(a),
+        }
+    }
+    let n: usize = positional.first().map_or(Ok(20_000), |a| a.parse())?;
+    let concurrency: usize = positional.get(1).map_or(Ok(32), |a| a.parse())?;
     let module = std::env::var("RL_MODULE").unwrap_or_else(|_| {
         concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -23,18 +33,30 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         )
         .into()
     });
-    let pki = Pki::create(&testkit::scratch_dir("bench-pki")?)?;
-    let with_module = |tls: Option<Tls>| Options {
-        module: Some((module.clone().into(), vec![])),
-        tls,
-        ..Options::default()
+    // Our own plain and TLS servers (kept until the end), unless a store is named.
+    let mut servers = Vec::new();
+    let urls = match external {
+        Some(url) => vec![(ConnectionSettings::parse(&url)?.redacted(), url)],
+        None => {
+            let pki = Pki::create(&testkit::scratch_dir("bench-pki")?)?;
+            let with_module = |tls: Option<Tls>| Options {
+                module: Some((module.clone().into(), vec![])),
+                tls,
+                ..Options::default()
+            };
+            let plain = Server::start(with_module(None))?;
+            let tls = Server::start(with_module(Some(Tls::new(&pki))))?;
+            let urls = vec![
+                ("plaintext".to_string(), plain.url()),
+                (
+                    "TLS".to_string(),
+                    format!("{}?ca={}", tls.url(), pki.ca.display()),
+                ),
+            ];
+            servers.extend([plain, tls]);
+            urls
+        }
     };
-    let plain = Server::start(with_module(None))?;
-    let tls = Server::start(with_module(Some(Tls::new(&pki))))?;
-    let urls = [
-        ("plaintext", plain.url()),
-        ("TLS", format!("{}?ca={}", tls.url(), pki.ca.display())),
-    ];
     println!("{n} requests per case, 127.0.0.1, one multiplexed connection per store");
     let policy = Policy::gcra(1_000_000_000, 1000);
     for (name, url) in &urls {

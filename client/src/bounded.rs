@@ -159,6 +159,15 @@ pub(crate) struct Bounded<S> {
     scanner: Scanner,
 }
 
+impl<S> Bounded<S> {
+    pub(crate) fn new(inner: S) -> Bounded<S> {
+        Bounded {
+            inner,
+            scanner: Scanner::new(),
+        }
+    }
+}
+
 impl<S: AsyncRead + Unpin> AsyncRead for Bounded<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
@@ -242,11 +251,7 @@ async fn spawned<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let stream = Bounded {
-        inner: stream,
-        scanner: Scanner::new(),
-    };
-    let (conn, driver) = MultiplexedConnection::new(info, stream).await?;
+    let (conn, driver) = MultiplexedConnection::new(info, Bounded::new(stream)).await?;
     tokio::spawn(driver);
     Ok(conn)
 }

@@ -48,6 +48,7 @@ mod sentinel;
 mod slot;
 mod slot_layer;
 pub mod store;
+mod switch_master;
 mod sync;
 pub mod tls;
 

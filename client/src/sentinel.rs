@@ -53,7 +53,8 @@ impl SentinelRoute {
         )))
     }
 
-    async fn ask(&self, sentinel: &Dial, timeout: Duration) -> redis::RedisResult<Addr> {
+    /// The master's address as `sentinel` names it now.
+    pub(crate) async fn ask(&self, sentinel: &Dial, timeout: Duration) -> redis::RedisResult<Addr> {
         let mut conn = BoundedConnection::open(sentinel, timeout).await?;
         let mut cmd = redis::cmd("SENTINEL");
         cmd.arg("get-master-addr-by-name").arg(&self.master);

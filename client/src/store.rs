@@ -130,7 +130,7 @@ impl Store {
                 let conn = Reconnecting::open(Route::Direct(dial), CONNECT_TIMEOUT)
                     .await
                     .map_err(refused)?;
-                Conn::Standalone(Arc::new(conn))
+                Conn::Standalone(conn)
             }
             Target::Sentinel { master, sentinels } => {
                 let route = SentinelRoute {
@@ -146,7 +146,7 @@ impl Store {
                 let conn = Reconnecting::open(Route::Sentinel(route), CONNECT_TIMEOUT)
                     .await
                     .map_err(refused)?;
-                Conn::Standalone(Arc::new(conn))
+                Conn::Standalone(conn)
             }
             Target::Cluster(nodes) => {
                 if let Some(t) = &settings.tls {

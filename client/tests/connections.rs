@@ -255,9 +255,9 @@ impl Replicated {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_master_a_sentinel_names_is_followed_through_a_failover_under_load() {
-    let mut r = replicated();
+/// A limiter over the sentinels' master with a limit of each class that falls back, each of
+/// which the store decides before the test breaks the master.
+async fn loaded(r: &Replicated) -> (Limiter, [Limit; 3]) {
     let store = Store::connect(&r.url()).await.unwrap();
     decides(&store).await;
     let config = Config {
@@ -288,11 +288,15 @@ async fn the_master_a_sentinel_names_is_followed_through_a_failover_under_load()
         }
         assert!(by_store, "{}", limit.name());
     }
+    (limiter, limits)
+}
 
-    let old = r.master.port;
-    r.master.kill();
-    let killed = Instant::now();
-    // Counted per class and source until every class is decided by the store again.
+/// Checks each limit in turn from the moment the master broke until every class is decided by
+/// the store again, counting per class and source; asserts that every check was decided (by
+/// the store or its class's fallback), none long past its deadline, and the promoted replica
+/// decides now. Prints the counts and the gap.
+async fn through_the_switch(r: &Replicated, limiter: &Limiter, limits: &[Limit], old: u16) {
+    let broken = Instant::now();
     let mut counts: BTreeMap<(&str, String), u64> = BTreeMap::new();
     let mut hung = 0;
     let mut back: Option<Duration> = None;
@@ -300,7 +304,7 @@ async fn the_master_a_sentinel_names_is_followed_through_a_failover_under_load()
     let give_up = Instant::now() + Duration::from_secs(90);
     while back.is_none() && Instant::now() < give_up {
         let mut all_store = true;
-        for limit in &limits {
+        for limit in limits {
             let started = Instant::now();
             let result = limiter.check(limit, &format!("rl:{}", limit.name())).await;
             // Far beyond the 100 ms deadline: a call that took this long waited on something
@@ -319,7 +323,7 @@ async fn the_master_a_sentinel_names_is_followed_through_a_failover_under_load()
             *counts.entry((limit.name(), source)).or_default() += 1;
         }
         if all_store {
-            back = Some(killed.elapsed());
+            back = Some(broken.elapsed());
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
@@ -335,6 +339,87 @@ async fn the_master_a_sentinel_names_is_followed_through_a_failover_under_load()
     assert!(r.replica.cli(&["EXISTS", "rl:api"]).unwrap().contains('1'));
     // Every check during the switch was decided: by the store or by its class's fallback.
     assert!(errors.is_empty(), "{errors:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_master_a_sentinel_names_is_followed_through_a_failover_under_load() {
+    let mut r = replicated();
+    let (limiter, limits) = loaded(&r).await;
+    let old = r.master.port;
+    r.master.kill();
+    through_the_switch(&r, &limiter, &limits, old).await;
+    limiter.shutdown().await;
+}
+
+/// A master that stops answering without closing its connections (paused: a host cut off the
+/// network) sends no reset and no `READONLY`: only the sentinel's `+switch-master` tells the
+/// client to move, and it moves while the old master is still silent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_master_is_left_when_the_sentinel_announces_the_new_one() {
+    let r = replicated();
+    let (limiter, limits) = loaded(&r).await;
+    let old = r.master.port;
+    r.master.pause().unwrap();
+    through_the_switch(&r, &limiter, &limits, old).await;
+    r.master.resume().unwrap();
+    limiter.shutdown().await;
+}
+
+/// A manual failover (`SENTINEL FAILOVER`): the old master stays up and is demoted; the client
+/// moves to the promoted replica (announced, or told by `READONLY`), every check decided.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_failover_moves_the_client_to_the_promoted_replica() {
+    let r = replicated();
+    let (limiter, limits) = loaded(&r).await;
+    let old = r.master.port;
+    let give_up = Instant::now() + Duration::from_secs(60);
+    // NOGOODSLAVE until the sentinel has fresh news of the replica (its INFO every few seconds).
+    loop {
+        let said = r
+            .sentinel
+            .cli(&["SENTINEL", "FAILOVER", "mymaster"])
+            .unwrap();
+        if said.contains("OK") {
+            break;
+        }
+        assert!(Instant::now() < give_up, "{said}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Under load until the sentinel names the replica (the old master decides meanwhile).
+    while r.sentinel.master_port().ok() != Some(r.replica.port) {
+        assert!(
+            Instant::now() < give_up,
+            "no failover: {}",
+            r.sentinel.log()
+        );
+        for limit in &limits {
+            limiter
+                .check(limit, &format!("rl:{}", limit.name()))
+                .await
+                .unwrap();
+        }
+    }
+    through_the_switch(&r, &limiter, &limits, old).await;
+    // The promoted replica decides calls sent to it (`RL.GCRA`; what a master replicates to
+    // it is `RL.SETSTATE`), every check decided meanwhile.
+    while !r
+        .replica
+        .cli(&["INFO", "commandstats"])
+        .unwrap()
+        .to_ascii_lowercase()
+        .contains("cmdstat_rl.gcra")
+    {
+        assert!(
+            Instant::now() < give_up,
+            "the client stayed on the old master"
+        );
+        for limit in &limits {
+            limiter
+                .check(limit, &format!("rl:{}", limit.name()))
+                .await
+                .unwrap();
+        }
+    }
     limiter.shutdown().await;
 }
 
@@ -344,9 +429,52 @@ fn the_documented_minimal_acl_rules_are_the_tested_ones() {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operating.md"))
         .unwrap();
     let module = testkit::minimal_module_acl("gateway", "PASSWORD", "rls:*");
+    let functions = testkit::minimal_functions_acl("gateway", "PASSWORD", "rls:*");
     let regions = testkit::minimal_regions_acl("regions", "PASSWORD", "KEYS*");
-    assert!(doc.lines().any(|l| l == module), "{module}");
-    assert!(doc.lines().any(|l| l == regions), "{regions}");
+    for rule in [module, functions, regions] {
+        assert!(doc.lines().any(|l| l == rule), "{rule}");
+    }
+}
+
+/// The Functions backend under exactly docs/operating.md's rule: a server without the module,
+/// the library loaded by an admin; the user finds the library and decides through `FCALL`,
+/// every algorithm the client calls included, and its password shows nowhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_functions_backend_decides_under_the_minimal_rule() {
+    let acl = [
+        "user default off".to_string(),
+        "user admin on >adminpass ~* &* +@all".to_string(),
+        testkit::minimal_functions_acl("gw", PASSWORD, "rl:*"),
+    ]
+    .join("\n");
+    let server = Server::start(Options {
+        acl: Some(acl),
+        admin: Some(("admin".into(), "adminpass".into())),
+        ..Options::default()
+    })
+    .unwrap();
+    let admin = format!("redis://admin:adminpass@127.0.0.1:{}/", server.port);
+    Store::connect_with(&admin, ratelimit_client::LoadLibrary::Missing)
+        .await
+        .unwrap();
+    let store = Store::connect(&format!("redis://gw:{PASSWORD}@127.0.0.1:{}/", server.port))
+        .await
+        .unwrap();
+    assert_eq!(store.backend().name(), "functions");
+    decides(&store).await;
+    let store = store.with_deadline(Duration::from_secs(2));
+    for (key, policy) in [
+        ("rl:tb", Policy::token_bucket(10, 1000)),
+        ("rl:fw", Policy::fixed_window(10, 1000)),
+        ("rl:sl", Policy::sliding_log(10, 1000)),
+    ] {
+        assert!(store.decide(key, &policy, 1).await.unwrap().allowed);
+    }
+    // A key outside the pattern is refused by name, a configuration error, never a fallback.
+    match store.decide("other:fn", &Policy::gcra(10, 1000), 1).await {
+        Err(Error::Config(why)) => assert!(!why.contains(PASSWORD), "{why}"),
+        other => panic!("{other:?}"),
+    }
 }
 
 /// A Cluster of three TLS masters (`tls-cluster yes`): the client reaches every node over TLS

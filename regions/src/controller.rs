@@ -126,11 +126,18 @@ type Write = (usize, usize, usize, u64);
 impl Controller {
     pub fn new(config: Config) -> Result<Controller, String> {
         let timeout = Duration::from_millis(config.timeout_ms());
+        // A key of the config (or a pattern, which the user's key pattern also matches) for the
+        // start's access check.
+        let probe = config
+            .keys
+            .iter()
+            .find_map(|g| g.keys.first().or(g.patterns.first()))
+            .cloned();
         let links = config
             .regions
             .iter()
             .map(|r| {
-                Link::new(r.connection()?, r.cluster, timeout)
+                Link::new(r.connection()?, r.cluster, timeout, probe.as_deref())
                     .map_err(|e| format!("region '{}': {e}", r.name))
             })
             .collect::<Result<Vec<_>, _>>()?;

@@ -46,11 +46,13 @@ impl Link {
     /// the controller learns the others (`CLUSTER SLOTS`).
     ///
     /// The connection is opened now: a refusal no retry fixes (a wrong password, an untrusted
-    /// certificate) is an error; an unreachable store is not (it is counted unreachable).
+    /// certificate, a `probe` key on which the user may not run `RL.SHARE`) is an error; an
+    /// unreachable store is not (it is counted unreachable).
     pub fn new(
         settings: ConnectionSettings,
         cluster: bool,
         timeout: Duration,
+        probe: Option<&str>,
     ) -> Result<Link, String> {
         let mut store = if cluster {
             Store::Cluster(Box::new(Cluster::new(settings, timeout)?))
@@ -58,8 +60,8 @@ impl Link {
             Store::Standalone(Box::new(Server::new(settings, timeout)?))
         };
         match &mut store {
-            Store::Cluster(c) => c.check()?,
-            Store::Standalone(s) => s.check()?,
+            Store::Cluster(c) => c.check(probe)?,
+            Store::Standalone(s) => s.check(probe)?,
         }
         Ok(Link {
             store,

@@ -31,8 +31,8 @@ pub struct Cluster {
 
 impl Cluster {
     /// The configured node's connection, opened now (see `Server::check`).
-    pub fn check(&mut self) -> Result<(), String> {
-        self.seed.check()
+    pub fn check(&mut self, probe: Option<&str>) -> Result<(), String> {
+        self.seed.check(probe)
     }
 
     pub fn new(seed_info: ConnectionSettings, timeout: Duration) -> Result<Cluster, String> {

@@ -10,6 +10,10 @@ use std::time::Duration;
 use ratelimit_client::{ConnectionSettings, Error, Store};
 use redis::{FromRedisValue, Value};
 
+/// The algorithm of the start's access check: no limiter has this name, so `RL.SHARE` refuses
+/// it before it touches the key.
+const ACCESS_PROBE_ALGORITHM: &str = "ACCESS-CHECK";
+
 /// One server the controller talks to: a standalone store or one master of a cluster.
 pub struct Server {
     settings: ConnectionSettings,
@@ -34,10 +38,29 @@ impl Server {
 
     /// Opens the connection now: a refusal no retry fixes (a wrong password, an untrusted
     /// certificate, a file that cannot be read) is an error; an unreachable server is not (the
-    /// controller counts it unreachable and tries again next period).
-    pub fn check(&mut self) -> Result<(), String> {
-        match self.store() {
-            Err(Error::Config(why)) => Err(why),
+    /// controller counts it unreachable and tries again next period). With a `probe` key (one
+    /// of the config's), also checks that the user may run `RL.SHARE` on it, by a call the
+    /// module refuses before it writes anything (an algorithm of no name): Redis checks the
+    /// ACL before the command runs, so a `NOPERM` is the only answer that says no.
+    pub fn check(&mut self, probe: Option<&str>) -> Result<(), String> {
+        let store = match self.store() {
+            Err(Error::Config(why)) => return Err(why),
+            Err(_) => return Ok(()),
+            Ok(store) => store,
+        };
+        let Some(key) = probe else {
+            return Ok(());
+        };
+        let mut cmd = redis::cmd("RL.SHARE");
+        cmd.arg(ACCESS_PROBE_ALGORITHM)
+            .arg(&[1, 1, 1])
+            .arg(key)
+            .arg(&[0, 0]);
+        match self.runtime.block_on(store.query(&cmd)) {
+            Err(Error::Config(why)) => Err(format!(
+                "{}: RL.SHARE on '{key}': {why} (docs/operating.md, the minimal ACL rules)",
+                self.address()
+            )),
             _ => Ok(()),
         }
     }

@@ -22,6 +22,8 @@ fn secure(pki: &Pki, clients: ClientCerts) -> Options {
                 "user default off".to_string(),
                 "user admin on >adminpass ~* &* +@all".to_string(),
                 testkit::minimal_regions_acl("regions", PASSWORD, "cli:*"),
+                // The rule without RL.SHARE: a missing permission.
+                format!("user noshare on >{PASSWORD} ~cli:* resetchannels -@all +command|info +rl.demand +scan"),
             ]
             .join("\n"),
         ),
@@ -70,6 +72,7 @@ fn a_region_over_mutual_tls_as_an_acl_user_and_the_refusals() {
     let (ok, out, err) = once(&region(&pki.ca), PASSWORD);
     assert!(ok, "{out}{err}");
     assert!(out.contains("shares_written=3"), "{out}");
+    assert!(!format!("{out}{err}").contains(PASSWORD));
 
     let (ok, out, err) = once(&region(&pki.ca), "wrong-pw");
     assert!(!ok);
@@ -99,4 +102,35 @@ fn a_region_behind_a_sentinel() {
     assert!(ok, "{out}{err}");
     assert!(out.contains("shares_written=3"), "{out}");
     assert!(master.cli(&["EXISTS", "cli:1"]).unwrap().contains('1'));
+}
+
+/// The password from a file (its first line); a user missing `RL.SHARE` stops the start naming
+/// the permission, never the password (it was a cause in each period's report, the run going on).
+#[test]
+fn a_password_file_and_a_missing_permission() {
+    let pki = Pki::create(&testkit::scratch_dir("pki").unwrap()).unwrap();
+    let server = Server::start(secure(&pki, ClientCerts::Optional)).unwrap();
+    let dir = testkit::scratch_dir("regions-secret").unwrap();
+    let file = dir.join("password");
+    std::fs::write(&file, format!("{PASSWORD}\n")).unwrap();
+    let region = |user: &str| {
+        format!(
+            "url = \"rediss://127.0.0.1:{}/\"\nuser = \"{user}\"\npassword_file = \"{}\"\ntls_ca = \"{}\"",
+            server.port,
+            file.display(),
+            pki.ca.display()
+        )
+    };
+    let (ok, out, err) = once(&region("regions"), "unused");
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("shares_written=3"), "{out}");
+    assert!(!format!("{out}{err}").contains(PASSWORD));
+
+    // The start's access check wrote nothing under the key it named.
+    assert!(server.cli(&["EXISTS", "cli:{1..3}"]).unwrap().contains('0'));
+
+    let (ok, out, err) = once(&region("noshare"), "unused");
+    assert!(!ok, "{out}{err}");
+    assert!(err.to_ascii_lowercase().contains("rl.share"), "{err}");
+    assert!(!format!("{out}{err}").contains(PASSWORD));
 }

@@ -1,15 +1,19 @@
 //! ShouldRateLimit against a raw `RL.ALL` of the same keys: requests/s and p50/p99 at a fixed
-//! concurrency, with 1 and 3 descriptors, store commands per request (INFO commandstats), and the
-//! same while the store is frozen (SIGSTOP: the class's fallback answers within the deadline).
+//! concurrency, with 1 and 3 descriptors, store commands per request (INFO commandstats); the RLS
+//! over TLS beside the RLS in plaintext (side by side, and the ratio of their p99); and the same
+//! while the store is frozen (SIGSTOP: the class's fallback answers within the deadline).
 //!
 //! `make bench-rls` (or `cargo run --release -p redis-ratelimit-rls --example rls_bench --
-//! [REQUESTS] [CONCURRENCY]`) starts its own redis-server on 127.0.0.1 with
-//! `target/release/libredis_ratelimit.so` (`$RL_MODULE` overrides) and the RLS in this process.
+//! [REQUESTS] [CONCURRENCY]`) starts its own servers on 127.0.0.1 (testkit: one plain, one
+//! TLS-only with a harness CA) with `target/release/libredis_ratelimit.so` (`$RL_MODULE`
+//! overrides) and the RLS in this process. `--url URL` (`ARGS="--url rediss://user:pass@host:port/?ca=/ca.pem"`,
+//! any of the client's URL forms, docs/operating.md) measures against that store instead: the
+//! raw and RLS rows only, its password never printed.
 
-use std::net::TcpListener;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use ratelimit_client::{ConnectionSettings, Store};
 use ratelimit_rls::pb::envoy::extensions::common::ratelimit::v3::{
     rate_limit_descriptor::Entry, RateLimitDescriptor,
 };
@@ -17,6 +21,7 @@ use ratelimit_rls::pb::envoy::service::ratelimit::v3::rate_limit_service_client:
 use ratelimit_rls::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use ratelimit_rls::server;
 use ratelimit_rls::settings::Settings;
+use testkit::{Options, Pki, Server, Tls};
 
 const CONFIG: &str = "
 domain: bench
@@ -30,12 +35,6 @@ descriptors:
 ";
 
 type Bx = Box<dyn std::error::Error>;
-
-fn free_port() -> Result<u16, Bx> {
-    Ok((61_000..65_000)
-        .find(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok())
-        .ok_or("no free port")?)
-}
 
 fn request(task: usize, n: usize) -> RateLimitRequest {
     let keys = [("client", "c"), ("path", "p"), ("tenant", "t")];
@@ -73,25 +72,37 @@ fn raw_all(task: usize, n: usize) -> redis::Cmd {
     cmd
 }
 
-fn commands(conn: &mut redis::Connection) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(conn)
-        .unwrap_or_default();
-    info.lines()
-        .filter(|l| l.to_ascii_lowercase().starts_with("cmdstat_rl."))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
+/// The `rl.*` calls in the store's commandstats (`None` when the user may not run `INFO`).
+async fn commands(store: &Store) -> Option<u64> {
+    let mut cmd = redis::cmd("INFO");
+    cmd.arg("commandstats");
+    let info: String = match store.query(&cmd).await.ok()? {
+        redis::Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
+        redis::Value::VerbatimString { text, .. } => text,
+        _ => return None,
+    };
+    Some(
+        info.lines()
+            .filter(|l| l.to_ascii_lowercase().starts_with("cmdstat_rl."))
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum(),
+    )
 }
 
-fn report(case: &str, mut samples: Vec<Duration>, wall: Duration, store_cmds: Option<f64>) {
+/// Prints one row; returns its p99.
+fn report(
+    case: &str,
+    mut samples: Vec<Duration>,
+    wall: Duration,
+    store_cmds: Option<f64>,
+) -> Duration {
     samples.sort();
     let n = samples.len().max(1);
     let at = |q: f64| samples[((n as f64 * q) as usize).min(n - 1)];
@@ -102,6 +113,7 @@ fn report(case: &str, mut samples: Vec<Duration>, wall: Duration, store_cmds: Op
         at(0.50).as_secs_f64() * 1e6,
         at(0.99).as_secs_f64() * 1e6,
     );
+    at(0.99)
 }
 
 async fn run_rls(
@@ -133,7 +145,7 @@ async fn run_rls(
 }
 
 async fn run_raw(
-    conn: &redis::aio::MultiplexedConnection,
+    store: &Store,
     n: usize,
     per_task: usize,
     concurrency: usize,
@@ -141,14 +153,13 @@ async fn run_raw(
     let started = Instant::now();
     let mut tasks = Vec::new();
     for t in 0..concurrency {
-        let mut conn = conn.clone();
+        let store = store.clone();
         tasks.push(tokio::spawn(async move {
             let mut out = Vec::with_capacity(per_task);
             let cmd = raw_all(t, n);
             for _ in 0..per_task {
                 let s = Instant::now();
-                let r: redis::RedisResult<redis::Value> = cmd.query_async(&mut conn).await;
-                if r.is_ok() {
+                if store.query(&cmd).await.is_ok() {
                     out.push(s.elapsed());
                 }
             }
@@ -162,11 +173,57 @@ async fn run_raw(
     Ok((samples, started.elapsed()))
 }
 
+/// The RLS's settings: this bench's config and `REDIS_URL`, plus `more` (TLS); `RLS_DEADLINE_MS`
+/// and the other `RLS_` variables pass through from the environment.
+fn rls_settings(root: &str, url: &str, more: &[(&str, String)]) -> Result<Settings, String> {
+    let vars = [
+        ("HOST", "127.0.0.1"),
+        ("PORT", "0"),
+        ("GRPC_HOST", "127.0.0.1"),
+        ("GRPC_PORT", "0"),
+        ("RUNTIME_ROOT", root),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", url),
+        ("DEBUG_HOST", "127.0.0.1"),
+        ("DEBUG_PORT", "0"),
+        ("USE_STATSD", "false"),
+        // The atomic mode (one RL.ALL per request), compared with a raw RL.ALL below.
+        ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
+    ];
+    Settings::from_lookup(|k| {
+        more.iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.clone())
+            .or_else(|| {
+                vars.iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| v.to_string())
+            })
+            .or_else(|| std::env::var(k).ok().filter(|_| k.starts_with("RLS_")))
+    })
+}
+
+/// A store connection for the raw rows and commandstats, with a deadline no bench call meets.
+async fn store(url: &str) -> Result<Store, Bx> {
+    Ok(Store::connect(url)
+        .await?
+        .with_deadline(Duration::from_secs(5)))
+}
+
 #[tokio::main]
 async fn main() -> Result<(), Bx> {
+    let mut positional = Vec::new();
+    let mut external = None;
     let mut args = std::env::args().skip(1);
-    let requests: usize = args.next().map_or(Ok(20_000), |a| a.parse())?;
-    let concurrency: usize = args.next().map_or(Ok(16), |a| a.parse())?;
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--url" => external = Some(args.next().ok_or("--url needs a URL")?),
+            _ => positional.push(a),
+        }
+    }
+    let requests: usize = positional.first().map_or(Ok(20_000), |a| a.parse())?;
+    let concurrency: usize = positional.get(1).map_or(Ok(16), |a| a.parse())?;
     let per_task = (requests / concurrency).max(1);
     let module = std::env::var("RL_MODULE").unwrap_or_else(|_| {
         concat!(
@@ -175,86 +232,84 @@ async fn main() -> Result<(), Bx> {
         )
         .into()
     });
-    let port = free_port()?;
-    let dir = std::env::temp_dir().join(format!("rl-rls-bench-{}", std::process::id()));
+    let dir = testkit::scratch_dir("rls-bench")?;
     std::fs::create_dir_all(dir.join("ratelimit/config"))?;
     std::fs::write(dir.join("ratelimit/config/bench.yaml"), CONFIG)?;
-    let mut redis_server = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-        ])
-        .args(["--appendonly", "no", "--dir", &dir.display().to_string()])
-        .args(["--loadmodule", &module])
-        .stdout(Stdio::null())
-        .spawn()?;
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?;
-    let mut sync = loop {
-        if let Ok(mut c) = client.get_connection() {
-            if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                break c;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let conn = client.get_multiplexed_async_connection().await?;
     let root = dir.display().to_string();
-    let url = format!("127.0.0.1:{port}");
-    let vars = [
-        ("HOST", "127.0.0.1"),
-        ("PORT", "0"),
-        ("GRPC_HOST", "127.0.0.1"),
-        ("GRPC_PORT", "0"),
-        ("RUNTIME_ROOT", root.as_str()),
-        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
-        ("REDIS_SOCKET_TYPE", "tcp"),
-        ("REDIS_URL", url.as_str()),
-        ("DEBUG_HOST", "127.0.0.1"),
-        ("DEBUG_PORT", "0"),
-        ("USE_STATSD", "false"),
-        // The atomic mode (one RL.ALL per request), compared with a raw RL.ALL below.
-        ("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "true"),
-    ];
-    // RLS_DEADLINE_MS and the other RLS_ variables pass through from the environment.
-    let settings = Settings::from_lookup(|k| {
-        vars.iter()
-            .find(|(n, _)| *n == k)
-            .map(|(_, v)| v.to_string())
-            .or_else(|| std::env::var(k).ok().filter(|_| k.starts_with("RLS_")))
-    })?;
+    let with_module = |tls: Option<Tls>| Options {
+        module: Some((module.clone().into(), vec![])),
+        tls,
+        ..Options::default()
+    };
+    // Our own plain and TLS servers, unless a store is named.
+    let (plain, secure) = match &external {
+        Some(_) => (None, None),
+        None => {
+            let pki = Pki::create(&testkit::scratch_dir("rls-bench-pki")?)?;
+            let plain = Server::start(with_module(None))?;
+            let secure = Server::start(with_module(Some(Tls::new(&pki))))?;
+            (Some(plain), Some((secure, pki)))
+        }
+    };
+    let url = match (&external, &plain) {
+        (Some(url), _) => url.clone(),
+        (None, Some(p)) => p.url(),
+        (None, None) => return Err("no store".into()),
+    };
+    let shown = ConnectionSettings::parse(&url)?.redacted();
+    let raw = store(&url).await?;
+    let settings = rls_settings(&root, &url, &[])?;
     let deadline = settings.deadline;
     let running = server::start(settings).await?;
     let rls_url = format!("http://{}", running.grpc_addr);
     println!(
-        "{requests} requests, {concurrency} concurrent clients, 127.0.0.1, deadline {deadline:?}"
+        "{requests} requests, {concurrency} concurrent clients, {shown}, deadline {deadline:?}"
     );
     // Warm up both paths once.
-    let _ = run_raw(&conn, 3, 10, concurrency).await?;
+    let _ = run_raw(&raw, 3, 10, concurrency).await?;
     let _ = run_rls(&rls_url, 3, 10, concurrency).await?;
     for n in [1usize, 3] {
-        let before = commands(&mut sync);
-        let (s, wall) = run_raw(&conn, n, per_task, concurrency).await?;
-        let per = (commands(&mut sync) - before) as f64 / s.len().max(1) as f64;
-        report(&format!("raw RL.ALL, {n} key(s)"), s, wall, Some(per));
-        let before = commands(&mut sync);
+        let before = commands(&raw).await;
+        let (s, wall) = run_raw(&raw, n, per_task, concurrency).await?;
+        let per = per_request(before, commands(&raw).await, s.len());
+        report(&format!("raw RL.ALL, {n} key(s)"), s, wall, per);
+        let before = commands(&raw).await;
         let fallbacks = running.service.limiter().stats().fallbacks;
         let (s, wall) = run_rls(&rls_url, n, per_task, concurrency).await?;
-        let per = (commands(&mut sync) - before) as f64 / s.len().max(1) as f64;
+        let per = per_request(before, commands(&raw).await, s.len());
         let fell_back = running.service.limiter().stats().fallbacks - fallbacks;
         println!("(fallback decisions, the store missed the deadline: {fell_back})");
-        report(
-            &format!("ShouldRateLimit, {n} descriptor(s)"),
-            s,
-            wall,
-            Some(per),
+        report(&format!("ShouldRateLimit, {n} descriptor(s)"), s, wall, per);
+    }
+    let (Some(plain), Some((secure, pki))) = (plain, secure) else {
+        running.stop().await;
+        return Ok(());
+    };
+    // TLS beside plaintext: a second RLS on the TLS server, the same requests, in turns.
+    let tls_settings = rls_settings(
+        &root,
+        &format!("127.0.0.1:{}", secure.port),
+        &[
+            ("REDIS_TLS", "true".into()),
+            ("REDIS_TLS_CACERT", pki.ca.display().to_string()),
+        ],
+    )?;
+    let tls_running = server::start(tls_settings).await?;
+    let tls_url = format!("http://{}", tls_running.grpc_addr);
+    let _ = run_rls(&tls_url, 3, 10, concurrency).await?;
+    for n in [1usize, 3] {
+        let (s, wall) = run_rls(&rls_url, n, per_task, concurrency).await?;
+        let plain_p99 = report(&format!("ShouldRateLimit, {n}, plaintext"), s, wall, None);
+        let (s, wall) = run_rls(&tls_url, n, per_task, concurrency).await?;
+        let tls_p99 = report(&format!("ShouldRateLimit, {n}, TLS"), s, wall, None);
+        println!(
+            "(TLS/plaintext p99: {:.2}x)",
+            tls_p99.as_secs_f64() / plain_p99.as_secs_f64().max(1e-9)
         );
     }
+    tls_running.stop().await;
     // Frozen: the limiter's deadline, then the circuit, answer for the store.
-    let pid = redis_server.id().to_string();
+    let pid = plain.pid().ok_or("the server is not running")?.to_string();
     Command::new("kill").args(["-STOP", &pid]).status()?;
     for n in [1usize, 3] {
         let (s, wall) = run_rls(&rls_url, n, per_task.min(2_000), concurrency).await?;
@@ -268,8 +323,12 @@ async fn main() -> Result<(), Bx> {
     Command::new("kill").args(["-CONT", &pid]).status()?;
     let stopped = running.stop().await;
     println!("shutdown: {stopped:?}");
-    redis_server.kill()?;
-    let _ = redis_server.wait();
+    drop(plain);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// Store commands per request between two commandstats readings.
+fn per_request(before: Option<u64>, after: Option<u64>, requests: usize) -> Option<f64> {
+    Some(after?.saturating_sub(before?) as f64 / requests.max(1) as f64)
 }

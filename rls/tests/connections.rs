@@ -167,6 +167,55 @@ async fn decides_over_mutual_tls_as_an_acl_user_under_the_minimal_rule() {
     running.stop().await;
 }
 
+/// The Functions backend (a server without the module, the library loaded by an admin) under
+/// exactly docs/operating.md's rule: the start's access check and the decisions pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decides_on_the_functions_backend_under_its_minimal_rule() {
+    let redis = Server::start(Options {
+        acl: Some(
+            [
+                "user default off".to_string(),
+                "user admin on >adminpass ~* &* +@all".to_string(),
+                testkit::minimal_functions_acl("gw", PASSWORD, "rls:*"),
+            ]
+            .join("\n"),
+        ),
+        admin: Some(("admin".into(), "adminpass".into())),
+        ..Options::default()
+    })
+    .unwrap();
+    ratelimit_client::Store::connect_with(
+        &format!("redis://admin:adminpass@127.0.0.1:{}/", redis.port),
+        ratelimit_client::LoadLibrary::Missing,
+    )
+    .await
+    .unwrap();
+    let root = config_root();
+    let running = start(&vars(
+        &root,
+        &[
+            ("REDIS_URL", format!("127.0.0.1:{}", redis.port)),
+            ("REDIS_AUTH", format!("gw:{PASSWORD}")),
+        ],
+    ))
+    .await
+    .unwrap();
+    let mut grpc = client(&running).await;
+    for _ in 0..3 {
+        let r = grpc
+            .should_rate_limit(simple("shop", &[&[("minute", "a")], &[("second", "b")]]))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(r.overall_code, OK);
+    }
+    assert!(redis
+        .cli(&["INFO", "commandstats"])
+        .unwrap()
+        .contains("cmdstat_fcall"));
+    running.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_refusal_stops_the_start_naming_its_cause() {
     let pki = pki();
@@ -304,8 +353,26 @@ async fn per_second_rules_go_to_the_second_store() {
     running.stop().await;
 }
 
+/// How the master is broken under load.
+#[derive(Clone, Copy, Debug)]
+enum Break {
+    /// Killed: its connections close.
+    Kill,
+    /// Paused: silent, its connections open; only the sentinel's `+switch-master` says so.
+    Pause,
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_failover_is_followed_under_load() {
+    follows_the_failover(Break::Kill).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_master_is_left_for_the_one_the_sentinel_announces() {
+    follows_the_failover(Break::Pause).await;
+}
+
+async fn follows_the_failover(how: Break) {
     let pki = pki();
     let options = module(Options {
         tls: Some(Tls::new(&pki)),
@@ -350,7 +417,10 @@ async fn a_sentinel_failover_is_followed_under_load() {
             .overall_code,
         OK
     );
-    master.kill();
+    match how {
+        Break::Kill => master.kill(),
+        Break::Pause => master.pause().unwrap(),
+    }
     let killed = Instant::now();
     let mut answers: BTreeMap<String, u64> = BTreeMap::new();
     let mut hung = 0;
@@ -371,7 +441,9 @@ async fn a_sentinel_failover_is_followed_under_load() {
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
-    eprintln!("answers during the switch: {answers:?}; the new master decides after {back:?}");
+    eprintln!(
+        "{how:?}: answers during the switch: {answers:?}; the new master decides after {back:?}"
+    );
     if back.is_none() {
         eprintln!(
             "sentinel: {:?}; replica: {:?}; stats {:?}",
@@ -384,5 +456,8 @@ async fn a_sentinel_failover_is_followed_under_load() {
     assert_eq!(hung, 0);
     // The contract class (the default) falls back to its local bucket: every request answered.
     assert_eq!(answers.keys().collect::<Vec<_>>(), ["code 1"]);
+    if let Break::Pause = how {
+        master.resume().unwrap();
+    }
     running.stop().await;
 }

@@ -12,7 +12,8 @@ pub mod server;
 pub use certs::{Pair, Pki, ServerCert};
 pub use place::{free_port, scratch_dir};
 pub use rules::{
-    minimal_module_acl, minimal_regions_acl, module_path, MODULE_COMMANDS, REGIONS_COMMANDS,
+    minimal_functions_acl, minimal_module_acl, minimal_regions_acl, module_path,
+    FUNCTIONS_COMMANDS, MODULE_COMMANDS, REGIONS_COMMANDS,
 };
 pub use sentinel::Sentinel;
 pub use server::{ClientCerts, Options, Server, Tls};

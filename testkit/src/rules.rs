@@ -32,6 +32,18 @@ pub const MODULE_COMMANDS: &str = "+command|info +rl.gcra +rl.tokenbucket +rl.sl
 +rl.slidingcounter +rl.fixedwindow +rl.lease +rl.refund +rl.charge +rl.settle +rl.all +rl.shape \
 +rl.peek";
 
+/// The rule of docs/operating.md for the Functions backend (a server without the module, the
+/// library loaded): detecting it (`FUNCTION LIST`), calling it (`FCALL`, `FCALL_RO`), and the
+/// commands its functions run, which Redis checks against the caller's ACL.
+pub fn minimal_functions_acl(name: &str, password: &str, pattern: &str) -> String {
+    format!("user {name} on >{password} ~{pattern} resetchannels -@all {FUNCTIONS_COMMANDS}")
+}
+
+/// The commands of the minimal rule for the Functions backend (docs/operating.md).
+pub const FUNCTIONS_COMMANDS: &str = "+command|info +function|list +fcall +fcall_ro +time +get \
++set +del +type +pexpireat +llen +lrange +lset +ltrim +rpush +zadd +zcard +zcount +zrange \
++zrangebyscore +zrem +zremrangebyscore +zscore";
+
 /// The regions controller's minimal rule (docs/operating.md): `RL.DEMAND`, `RL.SHARE`, `SCAN`
 /// for key patterns, `CLUSTER SLOTS` for a Cluster region.
 pub fn minimal_regions_acl(name: &str, password: &str, pattern: &str) -> String {

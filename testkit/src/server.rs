@@ -110,12 +110,32 @@ impl Server {
                 child: None,
             };
             match server.spawn() {
+                Ok(()) if options.replica_of.is_some() => {
+                    server.wait_synced()?;
+                    return Ok(server);
+                }
                 Ok(()) => return Ok(server),
                 Err(e) if e.contains("Address already in use") => last = e,
                 Err(e) => return Err(e),
             }
         }
         Err(last)
+    }
+
+    /// Waits (a condition, bounded by [`START_TIMEOUT`]) until a replica's first sync with its
+    /// master is done: a failover test must promote a replica that holds the master's data.
+    fn wait_synced(&self) -> Result<(), String> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let info = self.cli(&["INFO", "replication"]).unwrap_or_default();
+            if info.contains("master_link_status:up") {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!("the replica did not sync: {info} {}", self.log()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     fn spawn(&mut self) -> Result<(), String> {
@@ -128,6 +148,9 @@ impl Server {
             "".into(),
             "--appendonly".into(),
             "no".into(),
+            // A replica's first sync at once, not after the default 5 s wait for more replicas.
+            "--repl-diskless-sync-delay".into(),
+            "0".into(),
             "--logfile".into(),
             "redis.log".into(),
         ];
@@ -200,6 +223,30 @@ impl Server {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+    }
+
+    /// Stops the process without closing its connections (`SIGSTOP`), as a host that drops off
+    /// the network would: its clients see no reset, only silence. [`Server::resume`] undoes it.
+    pub fn pause(&self) -> Result<(), String> {
+        self.signal("-STOP")
+    }
+
+    /// Lets a paused process run again (`SIGCONT`).
+    pub fn resume(&self) -> Result<(), String> {
+        self.signal("-CONT")
+    }
+
+    fn signal(&self, which: &str) -> Result<(), String> {
+        let pid = self.pid().ok_or("the server is not running")?;
+        let status = Command::new("kill")
+            .args([which, &pid.to_string()])
+            .status()
+            .map_err(|e| format!("kill: {e}"))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("kill {which} {pid}: {status}"))
         }
     }
 
