@@ -239,9 +239,9 @@ impl Service {
             let c = item.rule.concurrency?;
             let Some(holder) = item.usable_holder() else {
                 let nothing: Option<(bool, Result<Decision, Error>)> = None;
-                return Some(futures_util::future::Either::Left(async move {
-                    (i, nothing)
-                }));
+                return Some(futures_util::future::Either::Left(
+                    async move { (i, nothing) },
+                ));
             };
             let local = self.local_slots.release(&item.key, holder, c.ttl_ms, now);
             let release = SlotEntry {

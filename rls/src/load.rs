@@ -352,10 +352,17 @@ fn concurrency(rl: &Hash, at: &str, err: &Err<'_>) -> Result<Option<(u64, u64)>,
         return Ok(None);
     }
     let n = match rl.get(&Yaml::String("concurrency".into())) {
-        Some(Yaml::Integer(n)) => u64::try_from(*n).ok().filter(|n| (1..=MAX_HOLDERS).contains(n)),
+        Some(Yaml::Integer(n)) => u64::try_from(*n)
+            .ok()
+            .filter(|n| (1..=MAX_HOLDERS).contains(n)),
         _ => None,
     }
-    .ok_or_else(|| err(at, format!("concurrency must be an integer from 1 to {MAX_HOLDERS}")))?;
+    .ok_or_else(|| {
+        err(
+            at,
+            format!("concurrency must be an integer from 1 to {MAX_HOLDERS}"),
+        )
+    })?;
     for other in [
         "unit",
         "requests_per_unit",
@@ -387,12 +394,7 @@ fn concurrency(rl: &Hash, at: &str, err: &Err<'_>) -> Result<Option<(u64, u64)>,
                     format!("ttl '{t}' is not a duration from 1ms (a Go duration such as 30s)"),
                 )
             })?,
-        Some(_) => {
-            return Err(err(
-                at,
-                "ttl must be a duration such as 30s or 5m".into(),
-            ))
-        }
+        Some(_) => return Err(err(at, "ttl must be a duration such as 30s or 5m".into())),
     };
     Ok(Some((n, ttl_ms)))
 }
@@ -670,9 +672,18 @@ descriptors:
         );
         let at = "config/t.yaml: descriptors[0] (key 'k').rate_limit: ";
         let cases: &[(&str, String)] = &[
-            ("{concurrency: 0}", "concurrency must be an integer from 1 to 1000".into()),
-            ("{concurrency: 1001}", "concurrency must be an integer from 1 to 1000".into()),
-            ("{concurrency: two}", "concurrency must be an integer from 1 to 1000".into()),
+            (
+                "{concurrency: 0}",
+                "concurrency must be an integer from 1 to 1000".into(),
+            ),
+            (
+                "{concurrency: 1001}",
+                "concurrency must be an integer from 1 to 1000".into(),
+            ),
+            (
+                "{concurrency: two}",
+                "concurrency must be an integer from 1 to 1000".into(),
+            ),
             (
                 "{concurrency: 2, unit: second}",
                 "'unit' does not go with concurrency (a concurrency rule bounds the requests in \
@@ -685,7 +696,10 @@ descriptors:
                  flight, not the requests per unit)"
                     .into(),
             ),
-            ("{concurrency: 2, ttl: 30}", "ttl must be a duration such as 30s or 5m".into()),
+            (
+                "{concurrency: 2, ttl: 30}",
+                "ttl must be a duration such as 30s or 5m".into(),
+            ),
             (
                 "{concurrency: 2, ttl: 1us}",
                 "ttl '1us' is not a duration from 1ms (a Go duration such as 30s)".into(),

@@ -91,8 +91,12 @@ const OUR_RULE_STATS: [(&str, Field); 8] = [
     ("settle_journaled", |c| c.settle_journaled),
     ("settle_dropped", |c| c.settle_dropped),
     ("concurrency_released", |c| c.concurrency_released),
-    ("concurrency_release_missed", |c| c.concurrency_release_missed),
-    ("concurrency_release_dropped", |c| c.concurrency_release_dropped),
+    ("concurrency_release_missed", |c| {
+        c.concurrency_release_missed
+    }),
+    ("concurrency_release_dropped", |c| {
+        c.concurrency_release_dropped
+    }),
     ("concurrency_no_holder", |c| c.concurrency_no_holder),
 ];
 

@@ -433,11 +433,7 @@ impl Service {
 
     /// The store decisions over `which` items: per-second rules and the others apart when a
     /// per-second store is set (each store's part is one call).
-    pub(crate) async fn decide(
-        &self,
-        items: &mut [Item],
-        which: &[usize],
-    ) -> Result<(), Refusal> {
+    pub(crate) async fn decide(&self, items: &mut [Item], which: &[usize]) -> Result<(), Refusal> {
         if self.per_second.is_none() {
             return self.decide_on(&self.limiter, items, which).await;
         }

@@ -144,8 +144,14 @@ async fn a_rate_and_a_concurrency_rule_are_one_all_or_nothing_call() {
         r[2]
     };
     let (alls, singles) = (redis.calls("RL.ALL"), redis.calls("RL.CONCURRENCY"));
-    assert_eq!(ask(&mut rls, both("h1")).await, (OK, vec![(OK, 2), (OK, 1)]));
-    assert_eq!(ask(&mut rls, both("h2")).await, (OK, vec![(OK, 1), (OK, 0)]));
+    assert_eq!(
+        ask(&mut rls, both("h1")).await,
+        (OK, vec![(OK, 2), (OK, 1)])
+    );
+    assert_eq!(
+        ask(&mut rls, both("h2")).await,
+        (OK, vec![(OK, 1), (OK, 0)])
+    );
     // The slots are full: denied, and no token spent.
     assert_eq!(
         ask(&mut rls, both("h3")).await,
@@ -155,10 +161,19 @@ async fn a_rate_and_a_concurrency_rule_are_one_all_or_nothing_call() {
     assert_eq!(redis.calls("RL.ALL"), alls + 3);
     assert_eq!(redis.calls("RL.CONCURRENCY"), singles);
     // h1 is done; h3 takes its slot and the last token.
-    assert_eq!(ask(&mut rls, vec![done("tenant", "acme", "h1")]).await.0, OK);
-    assert_eq!(ask(&mut rls, both("h3")).await, (OK, vec![(OK, 0), (OK, 0)]));
+    assert_eq!(
+        ask(&mut rls, vec![done("tenant", "acme", "h1")]).await.0,
+        OK
+    );
+    assert_eq!(
+        ask(&mut rls, both("h3")).await,
+        (OK, vec![(OK, 0), (OK, 0)])
+    );
     // h2 is done; the rate is spent: denied, and no slot taken.
-    assert_eq!(ask(&mut rls, vec![done("tenant", "acme", "h2")]).await.0, OK);
+    assert_eq!(
+        ask(&mut rls, vec![done("tenant", "acme", "h2")]).await.0,
+        OK
+    );
     assert_eq!(free_slots(&redis, SLOTS_KEY, 2), 1);
     assert_eq!(
         ask(&mut rls, both("h4")).await,
@@ -166,7 +181,10 @@ async fn a_rate_and_a_concurrency_rule_are_one_all_or_nothing_call() {
     );
     assert_eq!(free_slots(&redis, SLOTS_KEY, 2), 1);
     // Envoy sends the report of a denied request too: it frees nothing (h4 held nothing).
-    assert_eq!(ask(&mut rls, vec![done("tenant", "acme", "h4")]).await.0, OK);
+    assert_eq!(
+        ask(&mut rls, vec![done("tenant", "acme", "h4")]).await.0,
+        OK
+    );
     assert_eq!(free_slots(&redis, SLOTS_KEY, 2), 1);
 }
 
@@ -201,7 +219,9 @@ async fn a_descriptor_without_its_holder_is_denied_never_unlimited() {
 
 /// Asks, and fails the test if no answer comes in 5 s (a request waiting on the dead store).
 async fn answered(rls: &mut Rls, descriptors: Vec<RateLimitDescriptor>) -> RateLimitResponse {
-    let ask = rls.client.should_rate_limit(request("jobs", descriptors, 0));
+    let ask = rls
+        .client
+        .should_rate_limit(request("jobs", descriptors, 0));
     tokio::time::timeout(Duration::from_secs(5), ask)
         .await
         .expect("answered while the store is down")
@@ -219,7 +239,10 @@ async fn a_frozen_store_leaves_each_class_to_decide_slots_here() {
     assert_eq!(answered(&mut rls, vec![t("a")]).await.overall_code, OK);
     assert_eq!(answered(&mut rls, vec![t("a")]).await.overall_code, OK);
     assert_eq!(answered(&mut rls, vec![t("b")]).await.overall_code, OK);
-    assert_eq!(answered(&mut rls, vec![t("c")]).await.overall_code, OVER_LIMIT);
+    assert_eq!(
+        answered(&mut rls, vec![t("c")]).await.overall_code,
+        OVER_LIMIT
+    );
     let report = answered(&mut rls, vec![done("tenant", "acme", "a")]).await;
     assert_eq!(report.overall_code, OK);
     assert_eq!(answered(&mut rls, vec![t("c")]).await.overall_code, OK);
@@ -228,7 +251,10 @@ async fn a_frozen_store_leaves_each_class_to_decide_slots_here() {
     assert_eq!(answered(&mut rls, both).await.overall_code, OVER_LIMIT);
     // Security: closed.
     let strict = take("strict", "acme", "e");
-    assert_eq!(answered(&mut rls, vec![strict]).await.overall_code, OVER_LIMIT);
+    assert_eq!(
+        answered(&mut rls, vec![strict]).await.overall_code,
+        OVER_LIMIT
+    );
     let m = rls.running().service.metrics.of("jobs.tenant");
     assert!(m.fallback >= 5, "{m:?}");
     assert_eq!(m.concurrency_released, 1, "{m:?}");
@@ -283,7 +309,10 @@ async fn the_functions_library_takes_and_gives_back_slots_in_steps() {
         (OK, vec![(OK, 0)])
     );
     // h1's stream is done: h3 gets its slot.
-    assert_eq!(ask(&mut rls, vec![done("tenant", "acme", "h1")]).await.0, OK);
+    assert_eq!(
+        ask(&mut rls, vec![done("tenant", "acme", "h1")]).await.0,
+        OK
+    );
     assert_eq!(ask(&mut rls, vec![t("h3")]).await, (OK, vec![(OK, 0)]));
     assert!(redis.calls("fcall") > 0);
 }
