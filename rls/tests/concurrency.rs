@@ -316,3 +316,26 @@ async fn the_functions_library_takes_and_gives_back_slots_in_steps() {
     assert_eq!(ask(&mut rls, vec![t("h3")]).await, (OK, vec![(OK, 0)]));
     assert!(redis.calls("fcall") > 0);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_user_without_rl_concurrency_is_refused_at_start_by_name() {
+    let redis = Redis::start();
+    let _: String = redis.cmd(
+        redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("gw")
+            .arg("on")
+            .arg(">secret-pw")
+            .arg("~rls:*")
+            .arg("+@all")
+            .arg("-rl.concurrency"),
+    );
+    let root = scratch("rls");
+    write_config(&root, "config.yaml", JOBS);
+    let s = settings(&root, &redis, &[("REDIS_AUTH", "gw:secret-pw")]);
+    let clock = std::sync::Arc::new(ratelimit_client::ManualClock::new(1_000_000_000));
+    let refused = ratelimit_rls::server::start_with_clock(s, clock).await;
+    let why = refused.err().expect("refused at start");
+    assert!(why.contains("CONCURRENCY refused"), "{why}");
+    assert!(!why.contains("secret-pw"), "{why}");
+}
