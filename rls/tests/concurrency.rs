@@ -125,6 +125,11 @@ async fn a_lost_stream_done_report_holds_its_slot_ttl_and_no_longer() {
     assert_eq!(ask(&mut rls, vec![t("r4")]).await.0, OVER_LIMIT);
     rls.advance(&redis, 1);
     assert_eq!(ask(&mut rls, vec![t("r4")]).await.0, OK);
+    // A report marked by `is_negative_hits` instead of the `rls_settle` entry frees r3's slot.
+    let mut report = t("r3");
+    report.is_negative_hits = true;
+    assert_eq!(ask(&mut rls, vec![report]).await, (OK, vec![(OK, 1)]));
+    assert_eq!(ask(&mut rls, vec![t("r5")]).await, (OK, vec![(OK, 0)]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
