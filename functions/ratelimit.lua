@@ -2675,8 +2675,12 @@ redis.register_function({ function_name = 'rl_peek', callback = guarded(peek), f
 
 local concurrency = { max_holders = 1000, max_id = 1024 }
 
--- The latest expiry after `now` (`now` when none is live), and the k-th earliest live expiry.
-function concurrency.latest(key, now)
+-- The latest expiry after `now` (`now` when none is live: no call), and the k-th earliest live
+-- expiry.
+function concurrency.latest(key, now, live)
+  if live == 0 then
+    return now
+  end
   local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
   local at = tonumber(last[2] or 0)
   return at > now and at or now
@@ -2688,14 +2692,15 @@ function concurrency.kth(key, now, k)
 end
 
 -- The answer with `live` holders live: `allowed`, and when not admitted the time until an
--- ACQUIRE by a new id would be (0: now).
-function concurrency.answer(key, n, now, live, allowed, admitted)
+-- ACQUIRE by a new id would be (0: now). `latest`: the latest expiry when the caller knows it.
+function concurrency.answer(key, n, now, live, allowed, admitted, latest)
   local retry = nil
   if not admitted then
     retry = live < n and 0 or concurrency.kth(key, now, live - n + 1) - now
   end
   local remaining = n - live
-  return { allowed, n, remaining > 0 and remaining or 0, retry or -1, concurrency.latest(key, now) - now }
+  latest = latest or concurrency.latest(key, now, live)
+  return { allowed, n, remaining > 0 and remaining or 0, retry or -1, latest - now }
 end
 
 function concurrency.call(keys, args)
@@ -2732,21 +2737,39 @@ function concurrency.call(keys, args)
   end
   local now = now_ms()
   local live = count > 0 and redis.call('ZCOUNT', key, '(' .. num(now), '+inf') or 0
-  local score = (id and count > 0) and tonumber(redis.call('ZSCORE', key, id) or 0) or 0
-  local holds = score > now
-  local take = (op == 'ACQUIRE' and (holds or live < n)) or (op == 'RENEW' and holds)
-  if take or (op == 'RELEASE' and holds) then
-    if count > live then
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now))
-    end
-    if take then
-      redis.call('ZADD', key, num(now + ttl), id)
-      live = holds and live or live + 1
-    else
-      redis.call('ZREM', key, id)
+  local changed, latest = false, nil
+  if count == live and ((op == 'ACQUIRE' and live < n) or op == 'RELEASE') then
+    -- Nothing expired is stored, so a stored id is a live holder: ZADD (1 added, 0 renewed)
+    -- and ZREM (1 removed) tell whether it held a slot, without a ZSCORE first.
+    if op == 'ACQUIRE' then
+      live = live + redis.call('ZADD', key, num(now + ttl), id)
+      changed = true
+      latest = live == 1 and now + ttl or nil
+    elseif live > 0 and redis.call('ZREM', key, id) == 1 then
       live = live - 1
+      changed = true
     end
-    local answer = concurrency.answer(key, n, now, live, 1, true)
+  else
+    local score = (id and count > 0) and tonumber(redis.call('ZSCORE', key, id) or 0) or 0
+    local holds = score > now
+    local take = (op == 'ACQUIRE' and (holds or live < n)) or (op == 'RENEW' and holds)
+    if take or (op == 'RELEASE' and holds) then
+      if count > live then
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', num(now))
+      end
+      if take then
+        redis.call('ZADD', key, num(now + ttl), id)
+        live = holds and live or live + 1
+        latest = live == 1 and now + ttl or nil
+      else
+        redis.call('ZREM', key, id)
+        live = live - 1
+      end
+      changed = true
+    end
+  end
+  if changed then
+    local answer = concurrency.answer(key, n, now, live, 1, true, latest)
     if live > 0 then
       redis.call('PEXPIREAT', key, num(now + math.max(answer[5], MIN_TTL_MS)))
     end

@@ -67,7 +67,7 @@ pub use limiter::{Limiter, ShutdownReport, Stats};
 pub use reservation::{Reservation, Settlement, DEFAULT_GRACE};
 pub use secret::Secret;
 pub use slot::{ConcurrencyLimit, Slot, SlotGuard};
-pub use store::{SlotOp, Store};
+pub use store::{AllEntry, SlotEntry, SlotOp, Store};
 
 /// docs/client.md, whose Rust snippets are compiled as doctests.
 #[cfg(doctest)]

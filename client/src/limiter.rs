@@ -17,7 +17,7 @@ use crate::ledger::Ledger;
 use crate::limit::Limit;
 use crate::observe::{self, LogRecord};
 use crate::reservation::{Dropped, Reservation};
-use crate::store::Store;
+use crate::store::{AllEntry, SlotEntry, Store};
 
 /// Counters a test or an operator can read without a metrics exporter.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -242,6 +242,61 @@ impl Limiter {
             self.observe(first, &all.combined, started.elapsed(), latency, status);
         }
         Ok(all)
+    }
+
+    /// One atomic `RL.ALL` over rate checks and concurrency slots (module backend), under the
+    /// circuit and the request deadline: the decisions of `checks`, then those of `slots`, in
+    /// order. No fallback here: when the store does not decide the error says so
+    /// ([`Error::store_down`]) and the caller decides by class, the rate checks through
+    /// [`Limiter::fall_back_all`]. Keys as given, in one hash slot on a Cluster; a
+    /// capacity-class check is refused (it never goes to the store).
+    pub async fn check_all_slots(
+        &self,
+        checks: &[(&Limit, &str, u64)],
+        slots: &[(&str, SlotEntry<'_>)],
+    ) -> Result<AllDecision, Error> {
+        if checks.iter().any(|(l, _, _)| l.class == Class::Capacity) {
+            return Err(Error::Config(
+                "a capacity-class limit is not decided beside concurrency slots".into(),
+            ));
+        }
+        let mut entries: Vec<(&str, AllEntry<'_>)> = checks
+            .iter()
+            .map(|(l, k, c)| (*k, AllEntry::Rate(l.policy, *c)))
+            .collect();
+        entries.extend(slots.iter().map(|(k, s)| (*k, AllEntry::Slot(*s))));
+        let shared = &self.inner.shared;
+        let all = shared
+            .call(&mut None, Mode::Request, shared.store.all_entries(&entries))
+            .await?;
+        let now = shared.config.clock.now_ns();
+        for ((l, k, _), d) in checks.iter().zip(&all.limiters) {
+            if l.class != Class::Contract {
+                self.inner.fallback.seen(l, k, d, now);
+            }
+        }
+        Ok(all)
+    }
+
+    /// One `RL.CONCURRENCY` call (`FCALL rl_concurrency` on the library) under the circuit
+    /// and the request deadline, without a guard: the caller releases. No fallback here.
+    pub async fn slot_call(&self, key: &str, slot: SlotEntry<'_>) -> Result<Decision, Error> {
+        let shared = &self.inner.shared;
+        let call = shared
+            .store
+            .concurrency(key, slot.limit, slot.ttl_ms, slot.op);
+        shared.call(&mut None, Mode::Request, call).await
+    }
+
+    /// Each check's class decides without the store (as [`Limiter::check_all`] does when the
+    /// store does not answer); `commit` false decides on a copy, so that a caller admits only
+    /// when every limit (its own slots too) admits, then commits. A commit counts as a
+    /// fallback each.
+    pub fn fall_back_all(&self, checks: &[(&Limit, &str, u64)], commit: bool) -> Vec<Decision> {
+        checks
+            .iter()
+            .map(|(l, k, c)| self.fall_back(l, k, &l.policy, *c, commit))
+            .collect()
     }
 
     /// The class's decision without the store. `commit` false decides on a copy (RL.ALL's

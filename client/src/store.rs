@@ -35,6 +35,34 @@ pub enum SlotOp<'a> {
     Peek,
 }
 
+/// A concurrency limiter inside `RL.ALL`: N, TTL (ms) and what to do (`ACQUIRE id` or `PEEK`;
+/// the server refuses RENEW and RELEASE there).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlotEntry<'a> {
+    pub limit: u64,
+    pub ttl_ms: u64,
+    pub op: SlotOp<'a>,
+}
+
+/// One limiter of an `RL.ALL` call: a rate check (its policy and cost) or a concurrency slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllEntry<'a> {
+    Rate(Policy, u64),
+    Slot(SlotEntry<'a>),
+}
+
+impl SlotOp<'_> {
+    /// The words after `N TTL`.
+    fn args(self, cmd: &mut Cmd) {
+        match self {
+            SlotOp::Acquire(id) => cmd.arg("ACQUIRE").arg(id),
+            SlotOp::Renew(id) => cmd.arg("RENEW").arg(id),
+            SlotOp::Release(id) => cmd.arg("RELEASE").arg(id),
+            SlotOp::Peek => cmd.arg("PEEK"),
+        };
+    }
+}
+
 /// The default deadline of one store call: a few milliseconds, so that a slow store costs a
 /// request at most this much before its class's fallback decides.
 pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(5);
@@ -404,27 +432,44 @@ impl Store {
     ) -> Result<Decision, Error> {
         let mut cmd = self.backend.command("CONCURRENCY", &[key]);
         cmd.arg(limit).arg(ttl_ms);
-        match op {
-            SlotOp::Acquire(id) => cmd.arg("ACQUIRE").arg(id),
-            SlotOp::Renew(id) => cmd.arg("RENEW").arg(id),
-            SlotOp::Release(id) => cmd.arg("RELEASE").arg(id),
-            SlotOp::Peek => cmd.arg("PEEK"),
-        };
+        op.args(&mut cmd);
         Decision::from_value(&self.query(&cmd).await?)
     }
 
     /// `RL.ALL numkeys key … limiter …`: one atomic decision over several limiters (all keys in
     /// one hash slot on a Cluster).
     pub async fn all(&self, limiters: &[(&str, Policy, u64)]) -> Result<AllDecision, Error> {
-        let keys: Vec<&str> = limiters.iter().map(|(k, _, _)| *k).collect();
+        let entries: Vec<(&str, AllEntry<'_>)> = limiters
+            .iter()
+            .map(|(k, p, c)| (*k, AllEntry::Rate(*p, *c)))
+            .collect();
+        self.all_entries(&entries).await
+    }
+
+    /// `RL.ALL` over rate checks and concurrency slots (`CONCURRENCY N TTL ACQUIRE id | PEEK`):
+    /// a request denied by any takes nothing from the others. The module's alone: the Functions
+    /// library's `rl_all` takes no concurrency keys.
+    pub async fn all_entries(
+        &self,
+        entries: &[(&str, AllEntry<'_>)],
+    ) -> Result<AllDecision, Error> {
+        let keys: Vec<&str> = entries.iter().map(|(k, _)| *k).collect();
         let mut cmd = self.backend.command("ALL", &keys);
-        for (_, policy, cost) in limiters {
-            cmd.arg(policy.algorithm.name());
-            policy.args(&mut cmd);
-            cmd.arg("COST").arg(*cost);
+        for (_, entry) in entries {
+            match entry {
+                AllEntry::Rate(policy, cost) => {
+                    cmd.arg(policy.algorithm.name());
+                    policy.args(&mut cmd);
+                    cmd.arg("COST").arg(*cost);
+                }
+                AllEntry::Slot(slot) => {
+                    cmd.arg("CONCURRENCY").arg(slot.limit).arg(slot.ttl_ms);
+                    slot.op.args(&mut cmd);
+                }
+            }
         }
         match self.query(&cmd).await? {
-            Value::Array(items) if items.len() == limiters.len() + 1 => {
+            Value::Array(items) if items.len() == entries.len() + 1 => {
                 let mut decisions = items.iter().map(Decision::from_value);
                 let combined = decisions
                     .next()

@@ -49,10 +49,10 @@ impl Service {
             let current = PbLimit {
                 name: rule.name.clone(),
                 requests_per_unit: rule.requests_per_unit,
-                unit: rule.unit.proto(),
+                unit: rule.unit_proto(),
             };
             let counts = self.count(item);
-            let class = rule.limit.as_ref().map_or("", |l| l.class().name());
+            let class = rule.class_name();
             self.metrics.rule(&item.stats_key, class, &counts);
             for i in &item.indexes {
                 if let Some(q) = quota.get_mut(*i) {
@@ -197,7 +197,7 @@ impl Service {
             }
         } else if o.admitted {
             c.within_limit = h;
-            let capacity = item.rule.policy().map_or(0, |p| p.capacity());
+            let capacity = item.rule.capacity();
             let near = (capacity as f64 * self.settings().near_limit_ratio).floor() as u64;
             let used = capacity.saturating_sub(o.remaining);
             if used > near {

@@ -99,13 +99,71 @@ pub struct Rule {
     /// `rate_limit.settle` (ours): a hit on this rule is charged after the fact (into debt, never
     /// denied) instead of decided; a hits_addend of 0 still checks. See `settle.rs`.
     pub settle: bool,
-    /// The client limit deciding it (policy, class, lease). `None` when unlimited.
+    /// The client limit deciding it (policy, class, lease). `None` when unlimited, and for a
+    /// concurrency rule.
     pub limit: Option<Limit>,
+    /// `rate_limit.concurrency` (ours): a concurrency rule instead of a rate (`concurrency.rs`).
+    pub concurrency: Option<Concurrency>,
 }
+
+/// A concurrency rule: at most `limit` requests in flight per key, each holding its slot from
+/// its request until Envoy's stream-done report releases it, and never longer than `ttl_ms`
+/// after its request (the bound on what a lost report holds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Concurrency {
+    /// N, 1 to the module's `MAX_HOLDERS` (1,000).
+    pub limit: u64,
+    /// `ttl`: how long a slot is held at most (the request path takes it; nothing renews it).
+    pub ttl_ms: u64,
+    /// What decides while the store does not answer.
+    pub class: Class,
+}
+
+/// `ttl` when a concurrency rule does not say: longer than Envoy's default route timeout (15 s)
+/// and most streams, so a request in flight keeps its slot; a lost stream-done report then
+/// holds a slot at most this long.
+pub const DEFAULT_SLOT_TTL_MS: u64 = 300_000;
+
+/// The descriptor entry key whose value names a concurrency rule's holder (Envoy's
+/// `request_headers` action on `x-request-id`): left out of matching and of the store key, as
+/// [`SETTLE_KEY`] is.
+pub const HOLDER_KEY: &str = "rls_holder";
 
 impl Rule {
     pub fn policy(&self) -> Option<&Policy> {
         self.limit.as_ref().map(Limit::policy)
+    }
+
+    /// Whether requests are decided on it: a rate's policy or a concurrency rule.
+    pub fn is_limited(&self) -> bool {
+        self.limit.is_some() || self.concurrency.is_some()
+    }
+
+    /// The class deciding without the store ("" when unlimited): the metrics' `class` label.
+    pub fn class_name(&self) -> &'static str {
+        match (&self.limit, &self.concurrency) {
+            (Some(l), _) => l.class().name(),
+            (None, Some(c)) => c.class.name(),
+            (None, None) => "",
+        }
+    }
+
+    /// What a descriptor can take at most: the rate's capacity, a concurrency rule's N.
+    pub fn capacity(&self) -> u64 {
+        match (self.policy(), &self.concurrency) {
+            (Some(p), _) => p.capacity(),
+            (None, Some(c)) => c.limit,
+            (None, None) => 0,
+        }
+    }
+
+    /// The `unit` of the response's `current_limit`: none (UNKNOWN) for a concurrency rule,
+    /// which bounds requests at once, not per unit of time.
+    pub fn unit_proto(&self) -> i32 {
+        match self.concurrency {
+            Some(_) => 0,
+            None => self.unit.proto(),
+        }
     }
 
     /// The rule of a descriptor's own `limit` override (a fixed window, contract class).
@@ -124,6 +182,7 @@ impl Rule {
             detailed_metric: false,
             metadata: None,
             settle: false,
+            concurrency: None,
         }
     }
 }
@@ -223,6 +282,15 @@ impl Config {
             out.push(ratelimit_client::Algorithm::Gcra);
         }
         out
+    }
+
+    /// Whether any rule is a concurrency rule (the store's ACL user must run RL.CONCURRENCY).
+    pub fn has_concurrency(&self) -> bool {
+        fn walk(node: &Node) -> bool {
+            node.rule.as_ref().is_some_and(|r| r.concurrency.is_some())
+                || node.children.values().any(walk)
+        }
+        self.domains.values().any(walk)
     }
 
     /// The rule for one request descriptor's entries, matched as the peer matches: at each level

@@ -28,7 +28,7 @@ fn rules(node: &Node, out: &mut Vec<String>) {
     for child in node.children.values() {
         if let Some(r) = &child.rule {
             let mut line = String::new();
-            let unit = if r.unlimited {
+            let unit = if r.unlimited || r.concurrency.is_some() {
                 "UNKNOWN".to_string()
             } else {
                 format!("{:?}", r.unit).to_ascii_uppercase()
@@ -43,6 +43,9 @@ fn rules(node: &Node, out: &mut Vec<String>) {
             }
             if let Some(p) = r.policy() {
                 let _ = write!(line, ", algorithm: {}", p.algorithm.name());
+            }
+            if let Some(c) = r.concurrency {
+                let _ = write!(line, ", concurrency: {}, ttl_ms: {}", c.limit, c.ttl_ms);
             }
             out.push(line);
         }

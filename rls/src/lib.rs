@@ -3,6 +3,7 @@
 //! redis-ratelimit module through the client crate. docs/envoy.md is the guide.
 
 pub mod answer;
+pub mod concurrency;
 pub mod config;
 pub mod debug;
 pub mod denials;
@@ -15,6 +16,7 @@ pub mod http;
 pub mod json;
 pub mod listen;
 pub mod load;
+pub mod local_slots;
 pub mod logging;
 pub mod metadata;
 pub mod metrics;

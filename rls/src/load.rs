@@ -7,11 +7,13 @@
 use std::sync::Arc;
 
 use ratelimit_client::{Algorithm, Class};
-use ratelimit_core::algo::listed;
+use ratelimit_core::algo::concurrency::MAX_HOLDERS;
+use ratelimit_core::algo::{listed, MAX_WINDOW_MS};
 use yaml_rust2::yaml::Hash;
 use yaml_rust2::{Yaml, YamlLoader};
 
-use crate::config::{Config, Node, Options, Rule, Unit};
+use crate::config::{Concurrency, Config, Node, Options, Rule, Unit, DEFAULT_SLOT_TTL_MS};
+use crate::go_duration;
 use crate::metadata;
 use crate::wildcard::Wildcard;
 use crate::yaml_limits::{self, YamlLimits};
@@ -39,6 +41,8 @@ const FIELDS: &[&str] = &[
     "class",
     "lease",
     "settle",
+    "concurrency",
+    "ttl",
 ];
 
 /// Why a set of files was refused; the text names the file and the entry.
@@ -271,6 +275,7 @@ fn rule(
     at: &str,
     err: &Err<'_>,
 ) -> Result<Rule, ConfigError> {
+    let slots = concurrency(rl, at, err)?;
     let unlimited = flag(rl, "unlimited", at, err)?;
     let unit_text = text(rl, "unit").unwrap_or_default();
     let unit = Unit::parse(&unit_text);
@@ -280,11 +285,12 @@ fn rule(
             "should not specify rate limit unit when unlimited".into(),
         ));
     }
-    if !unlimited && unit.is_none() {
+    if !unlimited && unit.is_none() && slots.is_none() {
         return Err(err(at, format!("invalid rate limit unit '{unit_text}'")));
     }
     let requests_per_unit = match rl.get(&Yaml::String("requests_per_unit".into())) {
-        None | Some(Yaml::Null) => 0,
+        // A concurrency rule's N, as its statuses show it.
+        None | Some(Yaml::Null) => slots.map_or(0, |(n, _)| n as u32),
         Some(Yaml::Integer(n)) => u32::try_from(*n).map_err(|_| {
             err(
                 at,
@@ -312,8 +318,15 @@ fn rule(
     let settle = flag(rl, "settle", at, err)?;
     let unit = unit.unwrap_or(Unit::Second);
     let stats_key = full.to_string();
+    let concurrency = slots.map(|(limit, ttl_ms)| Concurrency {
+        limit,
+        ttl_ms,
+        class: options.class,
+    });
+    let rated = !unlimited && concurrency.is_none();
     Ok(Rule {
-        limit: (!unlimited).then(|| options.limit(&stats_key, requests_per_unit, unit)),
+        limit: rated.then(|| options.limit(&stats_key, requests_per_unit, unit)),
+        concurrency,
         stats_key,
         name,
         replaces,
@@ -326,6 +339,64 @@ fn rule(
         metadata,
         settle,
     })
+}
+
+/// `concurrency: N` and its `ttl` (a Go duration, [`DEFAULT_SLOT_TTL_MS`] unset): N and the
+/// TTL in ms. What bounds a rate has no meaning on it and is refused by name.
+fn concurrency(rl: &Hash, at: &str, err: &Err<'_>) -> Result<Option<(u64, u64)>, ConfigError> {
+    let has = |name: &str| !matches!(rl.get(&Yaml::String(name.into())), None | Some(Yaml::Null));
+    if !has("concurrency") {
+        if has("ttl") {
+            return Err(err(at, "ttl is for concurrency rules only".into()));
+        }
+        return Ok(None);
+    }
+    let n = match rl.get(&Yaml::String("concurrency".into())) {
+        Some(Yaml::Integer(n)) => u64::try_from(*n)
+            .ok()
+            .filter(|n| (1..=MAX_HOLDERS).contains(n)),
+        _ => None,
+    }
+    .ok_or_else(|| {
+        err(
+            at,
+            format!("concurrency must be an integer from 1 to {MAX_HOLDERS}"),
+        )
+    })?;
+    for other in [
+        "unit",
+        "requests_per_unit",
+        "unlimited",
+        "algorithm",
+        "burst",
+        "lease",
+        "settle",
+    ] {
+        if has(other) {
+            return Err(err(
+                at,
+                format!(
+                    "'{other}' does not go with concurrency (a concurrency rule bounds the \
+                     requests in flight, not the requests per unit)"
+                ),
+            ));
+        }
+    }
+    let ttl_ms = match rl.get(&Yaml::String("ttl".into())) {
+        None | Some(Yaml::Null) => DEFAULT_SLOT_TTL_MS,
+        Some(Yaml::String(t)) => go_duration::parse(t)
+            .ok()
+            .and_then(|d| u64::try_from(d.as_millis()).ok())
+            .filter(|ms| (1..=MAX_WINDOW_MS).contains(ms))
+            .ok_or_else(|| {
+                err(
+                    at,
+                    format!("ttl '{t}' is not a duration from 1ms (a Go duration such as 30s)"),
+                )
+            })?,
+        Some(_) => return Err(err(at, "ttl must be a duration such as 30s or 5m".into())),
+    };
+    Ok(Some((n, ttl_ms)))
 }
 
 /// `algorithm`, `burst`, `class`, `lease`: our extensions.
@@ -571,5 +642,76 @@ descriptors:
             "b.yaml: duplicate domain 'd' in config file"
         );
         assert!(load(&two, true, YamlLimits::default()).is_ok());
+    }
+
+    #[test]
+    fn concurrency_rules_load_and_refuse_what_does_not_go_with_them() {
+        let c = one("domain: d
+descriptors:
+  - key: tenant
+    rate_limit: {concurrency: 10, ttl: 90s, class: security, name: jobs}
+  - key: user
+    rate_limit: {concurrency: 1}
+")
+        .unwrap();
+        let rule = |k: &str| c.rule_for("d", &[(k, "x")]).unwrap().rule;
+        let jobs = rule("tenant");
+        assert_eq!(
+            jobs.concurrency,
+            Some(crate::config::Concurrency {
+                limit: 10,
+                ttl_ms: 90_000,
+                class: Class::Security
+            })
+        );
+        assert!(jobs.limit.is_none() && jobs.is_limited());
+        assert_eq!((jobs.requests_per_unit, jobs.unit_proto()), (10, 0));
+        assert_eq!(
+            rule("user").concurrency.map(|c| c.ttl_ms),
+            Some(crate::config::DEFAULT_SLOT_TTL_MS)
+        );
+        let at = "config/t.yaml: descriptors[0] (key 'k').rate_limit: ";
+        let cases: &[(&str, String)] = &[
+            (
+                "{concurrency: 0}",
+                "concurrency must be an integer from 1 to 1000".into(),
+            ),
+            (
+                "{concurrency: 1001}",
+                "concurrency must be an integer from 1 to 1000".into(),
+            ),
+            (
+                "{concurrency: two}",
+                "concurrency must be an integer from 1 to 1000".into(),
+            ),
+            (
+                "{concurrency: 2, unit: second}",
+                "'unit' does not go with concurrency (a concurrency rule bounds the requests in \
+                 flight, not the requests per unit)"
+                    .into(),
+            ),
+            (
+                "{concurrency: 2, settle: true}",
+                "'settle' does not go with concurrency (a concurrency rule bounds the requests in \
+                 flight, not the requests per unit)"
+                    .into(),
+            ),
+            (
+                "{concurrency: 2, ttl: 30}",
+                "ttl must be a duration such as 30s or 5m".into(),
+            ),
+            (
+                "{concurrency: 2, ttl: 1us}",
+                "ttl '1us' is not a duration from 1ms (a Go duration such as 30s)".into(),
+            ),
+            (
+                "{unit: second, requests_per_unit: 1, ttl: 5s}",
+                "ttl is for concurrency rules only".into(),
+            ),
+        ];
+        for (rl, want) in cases {
+            let text = format!("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {rl}\n");
+            assert_eq!(one(&text).unwrap_err().0, format!("{at}{want}"), "{rl}");
+        }
     }
 }

@@ -14,7 +14,9 @@
 //!
 //! Ours, under `rls_`: per rule `rls_rule_fallback_total{key, class}` (decided by the class's
 //! fallback because the store did not answer) and the tokens of post-response settles,
-//! `rls_rule_settle_{charged, given_back, journaled, dropped}_total{key}`; for the service
+//! `rls_rule_settle_{charged, given_back, journaled, dropped}_total{key}`, and the slots of
+//! concurrency rules, `rls_rule_concurrency_{released, release_missed, release_dropped,
+//! no_holder}_total{key}`; for the service
 //! `rls_<name>_total` (store calls, settle calls and errors, checks given back), and
 //! `rls_store_backend{backend="module"|"functions"|"scripts"} 1`: how the store is reached
 //! (docs/functions.md, backends).
@@ -37,6 +39,15 @@ pub struct RuleCounts {
     pub settle_given_back: u64,
     pub settle_journaled: u64,
     pub settle_dropped: u64,
+    /// Slots a stream-done report gave back.
+    pub concurrency_released: u64,
+    /// Stream-done reports whose holder held no slot (denied, lapsed at its TTL, released).
+    pub concurrency_release_missed: u64,
+    /// Stream-done reports the store did not take (down, or refused): the slot lapses at its TTL.
+    pub concurrency_release_dropped: u64,
+    /// Descriptors of a concurrency rule without a usable holder entry (denied on the request
+    /// path; nothing to release on a stream-done report).
+    pub concurrency_no_holder: u64,
 }
 
 impl RuleCounts {
@@ -52,6 +63,10 @@ impl RuleCounts {
         self.settle_given_back += o.settle_given_back;
         self.settle_journaled += o.settle_journaled;
         self.settle_dropped += o.settle_dropped;
+        self.concurrency_released += o.concurrency_released;
+        self.concurrency_release_missed += o.concurrency_release_missed;
+        self.concurrency_release_dropped += o.concurrency_release_dropped;
+        self.concurrency_no_holder += o.concurrency_no_holder;
     }
 }
 
@@ -70,11 +85,19 @@ pub const PEER_RULE_STATS: [(&str, Field); 6] = [
 ];
 
 /// Ours per rule.
-const OUR_RULE_STATS: [(&str, Field); 4] = [
+const OUR_RULE_STATS: [(&str, Field); 8] = [
     ("settle_charged", |c| c.settle_charged),
     ("settle_given_back", |c| c.settle_given_back),
     ("settle_journaled", |c| c.settle_journaled),
     ("settle_dropped", |c| c.settle_dropped),
+    ("concurrency_released", |c| c.concurrency_released),
+    ("concurrency_release_missed", |c| {
+        c.concurrency_release_missed
+    }),
+    ("concurrency_release_dropped", |c| {
+        c.concurrency_release_dropped
+    }),
+    ("concurrency_no_holder", |c| c.concurrency_no_holder),
 ];
 
 /// The peer's service counters: (our name, its statsd name under `ratelimit.service.`, its

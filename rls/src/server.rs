@@ -99,6 +99,22 @@ pub async fn connect_to(
             .await
             .map_err(|e| format!("the store {place}: {e}"))?;
     }
+    if config.is_some_and(Config::has_concurrency) {
+        // A PEEK writes nothing and creates no key.
+        let peek = ratelimit_client::SlotOp::Peek;
+        let checking = store
+            .clone()
+            .with_deadline(ratelimit_client::store::START_DEADLINE);
+        if let Err(ratelimit_client::Error::Config(why)) = checking
+            .concurrency(&format!("{key}CONCURRENCY"), 1, 1000, peek)
+            .await
+        {
+            return Err(format!(
+                "the store {place}: CONCURRENCY refused: {why} (docs/operating.md gives the \
+                 minimal ACL rule)"
+            ));
+        }
+    }
     log::warn!("store {place}: the {} backend", store.backend().name());
     Ok(store)
 }

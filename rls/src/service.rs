@@ -11,8 +11,9 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use ratelimit_client::{Algorithm, Clock, Decision, Error, Limiter, Source};
 
-use crate::config::{descriptor_key, Config, Matched, Rule, Unit, SETTLE_KEY};
+use crate::config::{descriptor_key, Config, Matched, Rule, Unit, HOLDER_KEY, SETTLE_KEY};
 use crate::denials::Denials;
+use crate::local_slots::LocalSlots;
 use crate::metrics::Metrics;
 use crate::settings::Settings;
 
@@ -26,7 +27,9 @@ pub struct Service {
     settings: Arc<Settings>,
     pub denials: Denials,
     pub metrics: Arc<Metrics>,
-    clock: Arc<dyn Clock>,
+    pub(crate) clock: Arc<dyn Clock>,
+    /// Concurrency slots taken here while the store does not answer (`local_slots.rs`).
+    pub(crate) local_slots: LocalSlots,
 }
 
 /// Why a request got no answer (Envoy then applies its `failure_mode_deny`).
@@ -60,6 +63,8 @@ pub(crate) struct Item {
     /// back).
     pub(crate) settle: bool,
     pub(crate) by: i64,
+    /// A concurrency rule's holder: the value of the descriptor's `rls_holder` entry.
+    pub(crate) holder: Option<String>,
     pub(crate) outcome: Option<Outcome>,
 }
 
@@ -97,7 +102,7 @@ impl Outcome {
         }
     }
 
-    fn local_denial(retry_ms: u64, local_cache: bool) -> Outcome {
+    pub(crate) fn local_denial(retry_ms: u64, local_cache: bool) -> Outcome {
         Outcome {
             admitted: false,
             remaining: 0,
@@ -126,6 +131,7 @@ impl Service {
             settings,
             metrics: Arc::new(Metrics::default()),
             clock,
+            local_slots: LocalSlots::default(),
         }
     }
 
@@ -211,11 +217,18 @@ impl Service {
             )));
         }
         let now = self.clock.now_ns();
-        let atomic = self.settings.stop_increment_when_overlimit;
+        // A slot taken by a request another rule denies would be held until the stream-done
+        // report: a request with a concurrency rule is always decided all or nothing.
+        let atomic = self.settings.stop_increment_when_overlimit
+            || items.iter().any(|i| i.rule.concurrency.is_some());
 
         // Answered here: a limit of 0 (the module refuses L 0; a check of it is not a denial),
         // a charge above the capacity, a key cached as denied.
         for item in items.iter_mut() {
+            if item.rule.concurrency.is_some() {
+                self.refuse_without_holder(item);
+                continue;
+            }
             let Some(policy) = item.rule.policy().copied() else {
                 continue;
             };
@@ -271,6 +284,7 @@ impl Service {
         }
         self.remember_denials(&items, now);
         self.settle(&mut settles).await;
+        self.release(&mut settles).await;
         items.append(&mut settles);
         Ok(self.respond(req, &items, &unlimited))
     }
@@ -285,10 +299,11 @@ impl Service {
         let mut matched: Vec<Item> = Vec::new();
         for (index, d) in req.descriptors.iter().enumerate() {
             let marked = d.entries.iter().any(|e| e.key == SETTLE_KEY);
+            let holder = d.entries.iter().find(|e| e.key == HOLDER_KEY);
             let entries: Vec<(&str, &str)> = d
                 .entries
                 .iter()
-                .filter(|e| e.key != SETTLE_KEY)
+                .filter(|e| e.key != SETTLE_KEY && e.key != HOLDER_KEY)
                 .map(|e| (e.key.as_str(), e.value.as_str()))
                 .collect();
             if entries.is_empty() {
@@ -319,8 +334,13 @@ impl Service {
             let settle = marked || d.is_negative_hits || (rule.settle && hits > 0);
             let size = i64::try_from(hits).unwrap_or(i64::MAX);
             let by = if d.is_negative_hits { -size } else { size };
-            let key = rule.policy().map_or(String::new(), |p| {
-                self.store_key(&req.domain, &entries, &shared, p.algorithm)
+            let kind = match (rule.policy(), rule.concurrency) {
+                (Some(p), _) => Some(p.algorithm.name()),
+                (None, Some(_)) => Some("CONCURRENCY"),
+                (None, None) => None,
+            };
+            let key = kind.map_or(String::new(), |kind| {
+                self.store_key(&req.domain, &entries, &shared, kind)
             });
             matched.push(Item {
                 indexes: vec![index],
@@ -335,6 +355,7 @@ impl Service {
                     || self.settings.quota_mode,
                 settle,
                 by,
+                holder: holder.map(|e| e.value.clone()),
                 rule,
                 outcome: None,
             });
@@ -354,7 +375,7 @@ impl Service {
             if !rule.name.is_empty() && replaced.contains(&rule.name) {
                 continue;
             }
-            if rule.policy().is_none() {
+            if !rule.is_limited() {
                 continue;
             }
             if let Some(same) = items
@@ -371,7 +392,8 @@ impl Service {
         (items, unlimited)
     }
 
-    /// `<prefix>rls:{<domain>}:<key>_<value>.<key>_<value>:<ALGORITHM>`: the domain is the hash
+    /// `<prefix>rls:{<domain>}:<key>_<value>.<key>_<value>:<ALGORITHM>` (`CONCURRENCY` for a
+    /// concurrency rule): the domain is the hash
     /// tag, so every descriptor of a request is on one Cluster slot (one `RL.ALL`); the
     /// algorithm is in the key so that changing a rule's algorithm starts a new key instead of
     /// meeting the old one's type. A `share_threshold` entry's value is its pattern: every
@@ -381,7 +403,7 @@ impl Service {
         domain: &str,
         entries: &[(&str, &str)],
         shared: &[Option<String>],
-        algorithm: Algorithm,
+        kind: &str,
     ) -> String {
         let mut key = format!("{}rls:{{{domain}}}:", self.settings.cache_key_prefix);
         for (i, (k, v)) in entries.iter().enumerate() {
@@ -396,7 +418,7 @@ impl Service {
             }
         }
         key.push(':');
-        key.push_str(algorithm.name());
+        key.push_str(kind);
         key
     }
 
@@ -404,21 +426,21 @@ impl Service {
     /// when that store is set (the peer's split), else the main store's.
     fn limiter_of(&self, rule: &Rule) -> &Limiter {
         match &self.per_second {
-            Some(l) if rule.unit == Unit::Second => l,
+            Some(l) if rule.unit == Unit::Second && rule.concurrency.is_none() => l,
             _ => &self.limiter,
         }
     }
 
     /// The store decisions over `which` items: per-second rules and the others apart when a
     /// per-second store is set (each store's part is one call).
-    async fn decide(&self, items: &mut [Item], which: &[usize]) -> Result<(), Refusal> {
+    pub(crate) async fn decide(&self, items: &mut [Item], which: &[usize]) -> Result<(), Refusal> {
         if self.per_second.is_none() {
             return self.decide_on(&self.limiter, items, which).await;
         }
         let (second, other): (Vec<usize>, Vec<usize>) = which.iter().partition(|i| {
             items
                 .get(**i)
-                .is_some_and(|it| it.rule.unit == Unit::Second)
+                .is_some_and(|it| it.rule.unit == Unit::Second && it.rule.concurrency.is_none())
         });
         if let Some(l) = &self.per_second {
             self.decide_on(l, items, &second).await?;
@@ -433,6 +455,9 @@ impl Service {
         items: &mut [Item],
         which: &[usize],
     ) -> Result<(), Refusal> {
+        if which.iter().any(|i| items[*i].rule.concurrency.is_some()) {
+            return self.decide_with_slots(limiter, items, which).await;
+        }
         let result = match which {
             [] => return Ok(()),
             [one] => {
@@ -497,7 +522,7 @@ impl Service {
         }
     }
 
-    fn store_error(&self, e: Error) -> Refusal {
+    pub(crate) fn store_error(&self, e: Error) -> Refusal {
         self.metrics
             .service("call_should_rate_limit_redis_error", 1);
         log::error!("store error: {e}");

@@ -180,6 +180,8 @@ impl Service {
         if !denied || charged.is_empty() {
             return;
         }
+        // The slots taken go back too (their stream-done report may never be sent).
+        self.give_back_slots(items, &charged).await;
         let limiters: Vec<(&str, Policy, i64)> = charged
             .iter()
             .filter_map(|i| {
@@ -189,6 +191,9 @@ impl Service {
                 policy.map(|p| (item.key.as_str(), p, back))
             })
             .collect();
+        if limiters.is_empty() {
+            return;
+        }
         let limiter = self.limiter();
         let store = limiter.store().clone().with_deadline(limiter.deadline());
         self.metrics.service("store_calls", 1);
@@ -209,7 +214,7 @@ impl Service {
     }
 
     fn count_settle(&self, item: &Item, counts: &RuleCounts) {
-        let class = item.rule.limit.as_ref().map_or("", |l| l.class().name());
+        let class = item.rule.class_name();
         self.metrics.rule(&item.stats_key, class, counts);
     }
 }
