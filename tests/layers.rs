@@ -227,7 +227,7 @@ fn the_checker_resolves_paths_to_files() {
     let client = arrows("client/src/lib.rs");
     assert!(client
         .iter()
-        .any(|a| a == "client/src/limiter.rs -> client/src/ledger.rs"));
+        .any(|a| a == "client/src/limiter.rs -> client/src/billing/ledger.rs"));
     let a = |from: &str, to: &str| sources::imports::Arrow {
         from: from.into(),
         to: to.into(),
