@@ -147,11 +147,7 @@ mod sources;
 
 /// Circles left for later, by the files in them, each with why: the test fails on any other
 /// circle, and on one of these once it is gone (so the list stays true).
-const LEFT_FOR_LATER: &[(&[&str], &str)] = &[(
-    &["tests/support/mod.rs", "tests/support/registry.rs"],
-    "the harness re-exports the registry's helpers, which start its Server; every suite takes \
-     them through `use support::*`, and the harness moves to a testkit crate (issue 38)",
-)];
+const LEFT_FOR_LATER: &[(&[&str], &str)] = &[];
 
 /// No two files of one crate name each other, directly or round a circle: in every crate of
 /// every package of the workspace (libraries, binaries, tests, examples), `super::` and
