@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 
+use crate::billing::ledger::Ledger;
 use crate::call::Shared;
 use crate::command::{Class, Decision, Policy, Source};
-use crate::ledger::Ledger;
 use crate::limit::Limit;
 use crate::local::LocalBucket;
 use crate::sync::lock;

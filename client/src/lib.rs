@@ -14,7 +14,7 @@
 //! # Ok(()) }
 //! ```
 
-mod book;
+mod billing;
 pub mod bounded;
 mod call;
 mod circuit;
@@ -29,10 +29,8 @@ mod error;
 mod fallback;
 pub mod http;
 mod install;
-mod journal;
 pub mod layer;
 mod lease;
-mod ledger;
 pub mod library;
 mod limit;
 mod limiter;
@@ -52,6 +50,7 @@ mod switch_master;
 mod sync;
 pub mod tls;
 
+pub use billing::ledger::CHARGE_TOKEN_TTL;
 pub use circuit::CircuitConfig;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use command::{
@@ -60,7 +59,6 @@ pub use command::{
 pub use config::{Config, DEFAULT_MAX_DEADLINE};
 pub use connection::{Addr, Auth, ConnectionSettings, Target, Tls};
 pub use error::{Error, UNAVAILABLE_CODES};
-pub use ledger::CHARGE_TOKEN_TTL;
 pub use library::{LoadLibrary, Version};
 pub use limit::{key_slot, sub_keys, Limit};
 pub use limiter::{Limiter, ShutdownReport, Stats};

@@ -7,13 +7,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::billing::ledger::Ledger;
 use crate::call::{Answered, Mode, Shared};
 use crate::command::{AllDecision, Class, Decision, Policy, Source};
 use crate::config::Config;
 use crate::error::Error;
 use crate::fallback::Fallback;
 use crate::lease::Leases;
-use crate::ledger::Ledger;
 use crate::limit::Limit;
 use crate::observe::{self, LogRecord};
 use crate::reservation::{Dropped, Reservation};

@@ -1,14 +1,17 @@
-//! The local bucket a class falls back on: a GCRA over the client's clock. `interval` is the
-//! emission interval (ns per token), `capacity` how many may pass at once after idle, `tat` the
-//! theoretical arrival time: the instant the bucket is full again.
+//! The local bucket a class falls back on: the core's GCRA (`ratelimit_core::algo::gcra`, the
+//! module's own) over the client's clock, under a policy scaled to this gateway's share. The
+//! client states no algorithm of its own.
+
+use ratelimit_core::algo::gcra::{self, Gcra};
+use ratelimit_core::algo::{self as core, ms_ceil};
 
 use crate::command::{Decision, Policy, Source};
 
 #[derive(Clone, Debug)]
 pub(crate) struct LocalBucket {
-    interval: u128,
-    capacity: u64,
-    tat: u128,
+    policy: core::Policy,
+    /// None: full (a fresh bucket).
+    state: Option<Gcra>,
 }
 
 impl LocalBucket {
@@ -17,79 +20,79 @@ impl LocalBucket {
     pub(crate) fn share_of(policy: &Policy, share: u64) -> LocalBucket {
         let share = share.max(1);
         let limit = (policy.limit / share).max(1);
-        LocalBucket {
-            interval: u128::from(policy.window_ms.max(1)) * 1_000_000 / u128::from(limit),
-            capacity: (policy.capacity() / share).max(1),
-            tat: 0,
-        }
-        .nonzero()
+        let capacity = (policy.capacity() / share).max(1);
+        LocalBucket::new(limit, policy.window_ms, capacity)
     }
 
     /// An explicit local limit: `limit` per `window_ms`, capacity `limit`.
     pub(crate) fn explicit(limit: u64, window_ms: u64) -> LocalBucket {
         let limit = limit.max(1);
+        LocalBucket::new(limit, window_ms, limit)
+    }
+
+    /// L per W ms with capacity B, each brought within the core's bounds (the store would
+    /// refuse a policy outside them; the fallback still needs a bucket).
+    fn new(limit: u64, window_ms: u64, capacity: u64) -> LocalBucket {
         LocalBucket {
-            interval: u128::from(window_ms.max(1)) * 1_000_000 / u128::from(limit),
-            capacity: limit,
-            tat: 0,
+            policy: core::Policy::nearest(limit, window_ms, capacity),
+            state: None,
         }
-        .nonzero()
     }
 
     /// The same bucket with `remaining` tokens at `at_ns` (none beyond its capacity), refilling
     /// at its rate from then: a fallback that starts from what the store last said.
     pub(crate) fn starting_at(mut self, remaining: u64, at_ns: u64) -> LocalBucket {
-        let missing = self.capacity.saturating_sub(remaining);
-        self.tat = u128::from(at_ns).saturating_add(u128::from(missing) * self.interval);
+        let missing = self.capacity().saturating_sub(remaining);
+        self.state = gcra::check(None, &self.policy, at_ns, missing).next;
         self
     }
 
     pub(crate) fn capacity(&self) -> u64 {
-        self.capacity
+        self.policy.capacity()
     }
 
-    fn nonzero(mut self) -> LocalBucket {
-        self.interval = self.interval.max(1);
-        self
-    }
-
-    /// Spends `cost` if it fits; the decision in the reply's terms.
+    /// Spends `cost` if it fits; the decision in the reply's terms. A cost above the capacity
+    /// never fits: denied, retrying when the bucket is full and `cost − capacity` more tokens
+    /// would have come.
     pub(crate) fn take(&mut self, now_ns: u64, cost: u64, source: Source) -> Decision {
-        let now = u128::from(now_ns);
-        let full = u128::from(self.capacity).saturating_mul(self.interval);
-        let tat = self.tat.max(now);
-        let new_tat = tat.saturating_add(u128::from(cost).saturating_mul(self.interval));
-        let ms_up = |ns: u128| u64::try_from(ns.div_ceil(1_000_000)).unwrap_or(u64::MAX);
-        let remaining = |tat: u128| {
-            u64::try_from((full.saturating_sub(tat - now)) / self.interval).unwrap_or(0)
-        };
-        if new_tat - now <= full {
-            self.tat = new_tat;
-            Decision {
-                allowed: true,
-                granted: 1,
-                limit: self.capacity,
-                remaining: remaining(new_tat),
-                retry_after_ms: None,
-                reset_after_ms: ms_up(new_tat - now),
-                source,
-            }
+        let policy = &self.policy;
+        let over = cost.saturating_sub(policy.capacity());
+        let outcome = gcra::check(
+            self.state.as_ref(),
+            policy,
+            now_ns,
+            cost.min(policy.capacity()),
+        );
+        let d = outcome.decision;
+        let allowed = d.allowed == 1 && over == 0;
+        if allowed {
+            self.state = outcome.next;
+        }
+        let retry_after_ns = if over > 0 {
+            let beyond = policy.ns_ceil(u128::from(over).saturating_mul(policy.units_per_token()));
+            Some(d.reset_after_ns.saturating_add(beyond))
         } else {
-            Decision {
-                allowed: false,
-                granted: 0,
-                limit: self.capacity,
-                remaining: remaining(tat),
-                retry_after_ms: Some(ms_up(new_tat - now - full)),
-                reset_after_ms: ms_up(tat - now),
-                source,
-            }
+            d.retry_after_ns
+        };
+        Decision {
+            allowed,
+            granted: u64::from(allowed),
+            limit: d.capacity,
+            remaining: d.remaining,
+            retry_after_ms: retry_after_ns.filter(|_| !allowed).map(ms_ceil),
+            reset_after_ms: ms_ceil(d.reset_after_ns),
+            source,
         }
     }
 
     /// True when the bucket is full at `now` (it can be forgotten).
     pub(crate) fn full_at(&self, now_ns: u64) -> bool {
-        self.tat <= u128::from(now_ns)
+        self.state.is_none_or(|s| {
+            gcra::check(Some(&s), &self.policy, now_ns, 0)
+                .decision
+                .reset_after_ns
+                == 0
+        })
     }
 }
 

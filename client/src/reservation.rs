@@ -12,11 +12,11 @@ use std::time::Duration;
 
 use redis::Value;
 
+use crate::billing::ledger::Ledger;
 use crate::call::{Mode, Shared};
 use crate::clock::ns;
 use crate::command::{AllDecision, Class, Decision, Policy, Source};
 use crate::error::Error;
-use crate::ledger::Ledger;
 use crate::limit::Limit;
 use crate::store::Store;
 use crate::sync::lock;

@@ -18,7 +18,7 @@
 //! admit, -1 if admitted; reset_after_ms = the largest), then one five-field array per limiter in argument
 //! order, describing it after the call (field 1: whether it would admit this request).
 
-use super::args::{parse_i64, parse_limiter, Amount, Options, Request};
+use super::args::{parse_i64, parse_limiter, Ask, Options, Request};
 use super::charge::{self, Creator, Given};
 use super::concurrency;
 use super::key::{accepts, at_key};
@@ -26,7 +26,7 @@ use super::plan::{self, Plan};
 use super::reply::{fields, Reply};
 use super::settle;
 use crate::algo::concurrency::{Concurrency, Op};
-use crate::algo::{Algorithm, Decision, Policy, MAX_LIMIT};
+use crate::algo::{Algorithm, Amount, Decision, Policy, MAX_LIMIT};
 use crate::clock;
 use crate::error::{echo, Error};
 use crate::host::call::Key;
@@ -85,19 +85,19 @@ impl Planned for concurrency::Plan {
     }
 }
 
-type Planner = fn(Option<&Limiter>, &Policy, u64, u64) -> Result<Box<dyn Planned>, Error>;
+type Planner = fn(Option<&Limiter>, &Policy, u64, Amount) -> Result<Box<dyn Planned>, Error>;
 
-/// What limiter `A` would do with a request of `cost` under `policy`, as a limiter command
+/// What limiter `A` would do with a request of `amount` under `policy`, as a limiter command
 /// decides it (the log bound checked first), with the decision for when another limiter
 /// denies.
 fn plan_for<A: Stored + 'static>(
     stored: Option<&Limiter>,
     policy: &Policy,
     now_ns: u64,
-    cost: u64,
+    amount: Amount,
 ) -> Result<Box<dyn Planned>, Error> {
     accepts::<A>(policy)?;
-    let planned = plan::plan::<A, _, _>(stored, policy, cost, now_ns, plan::checked(cost), true)?;
+    let planned = plan::plan::<A>(stored, policy, amount, now_ns, true)?;
     Ok(Box::new(planned))
 }
 
@@ -189,7 +189,7 @@ pub fn settle(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
 pub fn all(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     let parts = parse(&mut args, false)?;
     let now_ns = clock::now_ns();
-    let peek = parts.iter().all(|p| p.request.amount == 0);
+    let peek = parts.iter().all(|p| p.request.amount.peeks());
     let mut keys: Vec<Key<'_>> = parts
         .iter()
         .map(|p| ctx.open(p.request.key, !peek))
@@ -214,14 +214,14 @@ pub fn all(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
         parts
             .iter()
             .zip(&plans)
-            .all(|(part, plan)| part.request.amount == 0 || plan.decision().allowed == 1)
+            .all(|(part, plan)| part.request.amount.peeks() || plan.decision().allowed == 1)
     };
     let mut each = Vec::with_capacity(parts.len());
     for ((part, key), plan) in parts.iter().zip(keys.iter_mut()).zip(plans) {
         let decision = plan.commit(ctx, key, part.request.key, admitted, now_ns)?;
         each.push(decision);
     }
-    let costs: Vec<u64> = parts.iter().map(|p| p.request.amount).collect();
+    let costs: Vec<u64> = parts.iter().map(|p| p.request.amount.asked()).collect();
     Ok(Reply::Nested(
         fields(&combine(admitted, &each, &costs)),
         each.iter().map(fields).collect(),
@@ -275,8 +275,8 @@ pub fn key_positions(mut args: Args<'_>) -> std::ops::Range<usize> {
 fn slot<'a>(key: RString<'a>, args: &mut Args<'a>) -> Result<Part<'a>, Error> {
     let (policy, op) = concurrency::parse(args)?;
     let amount = match op {
-        Op::Acquire(_) => 1,
-        Op::Peek => 0,
+        Op::Acquire(_) => Amount::Cost(1),
+        Op::Peek => Amount::Peek,
         Op::Renew(_) | Op::Release(_) => {
             return Err(Error::Syntax(
                 "RL.ALL takes CONCURRENCY N TTL ACQUIRE id or PEEK; RENEW and RELEASE are RL.CONCURRENCY's"
@@ -347,7 +347,7 @@ fn parse<'a>(args: &mut Args<'a>, settling: bool) -> Result<Vec<Part<'a>>, Error
         args.next_bytes()?;
         let options = Options {
             burst,
-            amount: Amount::Cost,
+            ask: Ask::Cost,
         };
         let request = parse_limiter(key, args, options, is_algorithm)?;
         let settle = if settling {

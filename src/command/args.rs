@@ -1,7 +1,7 @@
 //! Reading a command's arguments. Every hostile argument is stopped here with an error that
 //! names it; what comes out are values that cannot hold nonsense.
 
-use crate::algo::{Policy, PolicyError, MAX_LIMIT, MAX_WINDOW_MS};
+use crate::algo::{Amount, Policy, PolicyError, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::error::{echo, Error};
 use crate::host::call::{Args, RString};
 
@@ -112,12 +112,15 @@ pub fn parse_i64(name: &'static str, bytes: &[u8], max: u64) -> Result<i64, Erro
 pub struct Options {
     pub burst: bool,
     /// `COST n` (cost 0 peeks) or, for leases, `WANT n` (required).
-    pub amount: Amount,
+    pub ask: Ask,
 }
 
+/// The option a limiter command's amount is given by.
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Amount {
+pub enum Ask {
+    /// `COST n` (default 1, 0 peeks): [`Amount::Cost`] or [`Amount::Peek`].
     Cost,
+    /// `WANT n` (required, at least 1): [`Amount::Lease`].
     Want,
 }
 
@@ -125,8 +128,8 @@ pub enum Amount {
 pub struct Request<'a> {
     pub key: RString<'a>,
     pub policy: Policy,
-    /// Tokens asked for: COST (default 1, 0 peeks) or WANT.
-    pub amount: u64,
+    /// What it asks: COST (default 1, 0 peeks) or WANT.
+    pub amount: Amount,
 }
 
 /// Parses `key L W` and the options. BURST defaults to L; for the window algorithms (no BURST
@@ -150,9 +153,9 @@ pub fn parse_limiter<'a>(
     let limit = args.next_u64("L", 1, MAX_LIMIT)?;
     let window_ms = args.next_u64("W", 1, MAX_WINDOW_MS)?;
     let (mut burst, mut amount) = (None, None);
-    let amount_name = match options.amount {
-        Amount::Cost => "COST",
-        Amount::Want => "WANT",
+    let amount_name = match options.ask {
+        Ask::Cost => "COST",
+        Ask::Want => "WANT",
     };
     while let Some(name) = args.peek_bytes().filter(|n| !stop(n)) {
         args.next_bytes()?;
@@ -162,7 +165,7 @@ pub fn parse_limiter<'a>(
             (
                 &mut amount,
                 amount_name,
-                u64::from(options.amount == Amount::Want),
+                u64::from(options.ask == Ask::Want),
             )
         } else {
             let known = if options.burst {
@@ -179,17 +182,17 @@ pub fn parse_limiter<'a>(
     }
     let capacity = burst.unwrap_or(limit);
     let policy = policy(limit, window_ms, capacity)?;
-    let amount = match (options.amount, amount) {
-        (_, Some(n)) => n,
-        (Amount::Cost, None) => 1,
-        (Amount::Want, None) => return Err(Error::Syntax("WANT n is required".into())),
+    let amount = match (options.ask, amount) {
+        (Ask::Want, Some(n)) => Amount::Lease(n),
+        (Ask::Want, None) => return Err(Error::Syntax("WANT n is required".into())),
+        (Ask::Cost, n) => {
+            let cost = n.unwrap_or(1);
+            if cost > capacity {
+                return Err(Error::CostExceedsCapacity { cost, capacity });
+            }
+            Amount::cost(cost)
+        }
     };
-    if options.amount == Amount::Cost && amount > capacity {
-        return Err(Error::CostExceedsCapacity {
-            cost: amount,
-            capacity,
-        });
-    }
     Ok(Request {
         key,
         policy,

@@ -15,7 +15,7 @@
 //! the state propagates it as an effect with its absolute expiry; one that changes nothing (the
 //! debt was already at its bound) writes and propagates nothing.
 
-use super::args::{parse_limiter, Amount, Options};
+use super::args::{parse_limiter, Ask, Options};
 use super::effect;
 use super::key::accepts;
 use super::reply::Reply;
@@ -131,7 +131,7 @@ fn parse_policy<'a>(key: RString<'a>, args: &mut Args<'a>) -> Result<Given, Erro
     };
     let options = Options {
         burst: creator.burst,
-        amount: Amount::Cost,
+        ask: Ask::Cost,
     };
     // A charge has no COST (its n is the cost): BURST is the policy's one option.
     let request = parse_limiter(key, args, options, |w| {

@@ -2,8 +2,9 @@
 //! `peek`, `inspect`, `setstate`, `debug`, `share`, `demand`) reads as STYLE.md's five steps:
 //! parse, load, decide, persist and propagate the effect, reply. Below this layer, `crate::host`
 //! makes every call into Redis's C API. Inside it, each using only those below it: `args`,
-//! `reply`, `effect` and `key` (a limiter key's checks), then `plan` (one request on one key:
-//! every limiter command and each limiter of `RL.ALL` plan and commit through it), then the
+//! `reply`, `effect` and `key` (a limiter key's checks), then `plan` (one request's `Amount` on
+//! one key: every limiter command and each limiter of `RL.ALL` plan and commit through it), then
+//! `decide` (one key's load → plan → commit, for the single-key limiter commands), then the
 //! handlers, then `table` (the command table), then `dispatch` (the router and registration).
 
 pub mod all;
@@ -11,6 +12,7 @@ pub mod args;
 pub mod charge;
 pub mod concurrency;
 pub mod debug;
+pub mod decide;
 pub mod demand;
 pub mod dispatch;
 pub mod effect;

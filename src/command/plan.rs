@@ -1,8 +1,10 @@
 //! One request on one limiter key, as every limiter command and `RL.ALL` decide it: [`plan`]
-//! decides on the key as it stands and writes nothing; [`commit`] writes what the plan says for
-//! the outcome of the call and ends in `effect::commit`. A limiter command commits its plan as
-//! its own decision says (what the decision spent is charged); `RL.ALL` plans every limiter
-//! first and charges them only when all admit.
+//! decides the request's `Amount` on the key as it stands and writes nothing; [`commit`] writes
+//! what the plan says for the outcome of the call and ends in `effect::commit`. A limiter
+//! command commits its plan as its own decision says (what the decision spent is charged, see
+//! `decide`); `RL.ALL` plans every limiter first and charges them only when all admit. This
+//! file calls nothing above it: its callers (`decide`, `all`) hand it the amount, never a
+//! closure.
 //!
 //! Which state a request starts from and what it stores is `algo::step`'s rule. What this file
 //! adds are the forms of a stored key the rule does not see, each written where it is rather
@@ -17,40 +19,13 @@ use std::borrow::Cow;
 use super::effect::{self, Commit};
 use super::key::{accepts, of};
 use crate::algo::step::{self, Held, Kept};
-use crate::algo::{Decision, Outcome, Policy};
+use crate::algo::{Amount, Decided, Decision, Outcome, Policy};
 use crate::error::Error;
 use crate::host::call::{Ctx, Key, RString};
 use crate::metrics;
 use crate::state::replay::{ChargedDelta, PlanRemembered};
 use crate::state::share::Share;
 use crate::state::{AlgoState, Limiter, Stored};
-
-/// How a command decides a request on a state (see `algo::step::Request`).
-pub struct Rule<D, S> {
-    /// Its decision on the state the request starts from, under the policy it is decided
-    /// under (the caller's, or scaled to a share), at now.
-    pub decide: D,
-    /// What a decision spent: charged to the other configurations, counted for a share.
-    pub spent: S,
-    /// `decide` is the algorithm's `check` with the request's amount as its cost, so the
-    /// in-place paths may stand in for it (a lease or the shaper decide otherwise).
-    pub checks: bool,
-}
-
-/// The rule of a request of `cost` decided by the algorithm's `check`: every limiter of
-/// `RL.ALL` and the limiter commands.
-#[allow(clippy::type_complexity)] // the closures' types have no names to alias
-pub fn checked<A: Stored>(
-    cost: u64,
-) -> Rule<impl FnOnce(Option<&A>, &Policy, u64) -> Outcome<A>, impl Fn(&Decision) -> u64 + Copy> {
-    Rule {
-        decide: move |state: Option<&A>, policy: &Policy, now_ns| {
-            A::check(state, policy, now_ns, cost)
-        },
-        spent: move |d: &Decision| admitted_cost(d, cost),
-        checks: true,
-    }
-}
 
 /// What one request would do to one key, before anything is written.
 pub struct Plan<A: Stored> {
@@ -67,6 +42,8 @@ pub struct Plan<A: Stored> {
     /// A key holding a region's share counts what it was asked, and what the decision spends
     /// when charged.
     count: Option<(u64, u64)>,
+    /// How long the admitted request waits before it proceeds (`RL.SHAPE`'s delay; else 0).
+    pub delay_ns: u64,
 }
 
 /// A write to the key, and how long the key must then live (ns from now, see
@@ -84,38 +61,32 @@ enum Write<A: Stored> {
     Value(Limiter, u64),
 }
 
-/// Decides a request of `amount` (0: a peek) under the caller's policy on the limiter the key
-/// holds, if any, by `rule`. `either`: the call may leave the key uncharged though it admits
-/// (`RL.ALL`), so the plan carries that decision too. The caller checked that `called` keeps
-/// within the log bound (`key::accepts`); a share's scaled policy is checked here.
+/// Decides a request of `amount` under the caller's policy on the limiter the key holds, if
+/// any. `either`: the call may leave the key uncharged though it admits (`RL.ALL`), so the plan
+/// carries that decision too. The caller checked that `called` keeps within the log bound
+/// (`key::accepts`); a share's scaled policy is checked here.
 #[inline(always)]
-pub fn plan<A: Stored, D, S>(
+pub fn plan<A: Stored>(
     stored: Option<&Limiter>,
     called: &Policy,
-    amount: u64,
+    amount: Amount,
     now_ns: u64,
-    rule: Rule<D, S>,
     either: bool,
-) -> Result<Plan<A>, Error>
-where
-    D: FnOnce(Option<&A>, &Policy, u64) -> Outcome<A>,
-    S: Fn(&Decision) -> u64 + Copy,
-{
-    let peek = amount == 0;
+) -> Result<Plan<A>, Error> {
     let Some(limiter) = stored else {
-        return Ok(by_rule(None, called, now_ns, rule, peek, either));
+        return Ok(by_rule(None, called, now_ns, amount, either));
     };
     let state = of::<A>(limiter)?;
     if let Some(shared) = limiter.shared() {
         let share = shared.share;
-        return shared_plan(limiter, state, share, called, amount, now_ns, rule, either);
+        return shared_plan(limiter, state, share, called, amount, now_ns, either);
     }
-    if !peek && limiter.policy == *called {
+    if !amount.peeks() && limiter.policy == *called {
         if limiter.others().is_empty() {
-            return Ok(in_place(state, called, amount, now_ns, rule, either, 0));
+            return Ok(in_place(state, called, amount, now_ns, either, 0));
         }
-        if rule.checks {
-            if let Some(plan) = remembered(limiter, state, amount, now_ns, either) {
+        if amount.checks() {
+            if let Some(plan) = remembered(limiter, state, amount.asked(), now_ns, either) {
                 return Ok(plan);
             }
         }
@@ -124,8 +95,7 @@ where
         Some((limiter, state)),
         called,
         now_ns,
-        rule,
-        peek,
+        amount,
         either,
     ))
 }
@@ -135,18 +105,14 @@ where
 /// sliding log), only what the request touches changes. `share_ns`: how long the share the key
 /// holds must live (0: none).
 #[inline(always)]
-fn in_place<A: Stored, D, S>(
+fn in_place<A: Stored>(
     state: &A,
     policy: &Policy,
-    amount: u64,
+    amount: Amount,
     now_ns: u64,
-    rule: Rule<D, S>,
     either: bool,
     share_ns: u64,
-) -> Plan<A>
-where
-    D: FnOnce(Option<&A>, &Policy, u64) -> Outcome<A>,
-{
+) -> Plan<A> {
     let keep = |d: &Decision| d.reset_after_ns.max(share_ns);
     let uncharged = |decision: Decision, charges: bool| {
         if either && charges {
@@ -155,24 +121,29 @@ where
             decision
         }
     };
-    if rule.checks {
-        if let Some((decision, change)) = state.decide_in_place(policy, now_ns, amount) {
+    if amount.checks() {
+        if let Some((decision, change)) = state.decide_in_place(policy, now_ns, amount.asked()) {
             return Plan {
                 decision,
                 uncharged: uncharged(decision, change.is_some()),
                 charged: change.map(|change| Write::Change(change, keep(&decision))),
                 carried: None,
                 count: None,
+                delay_ns: 0,
             };
         }
     }
-    let Outcome { decision, next } = (rule.decide)(Some(state), policy, now_ns);
+    let Decided {
+        outcome: Outcome { decision, next },
+        delay_ns,
+    } = A::decide(Some(state), policy, now_ns, amount);
     Plan {
         decision,
         uncharged: uncharged(decision, next.is_some()),
         charged: next.map(|next| Write::Next(next, keep(&decision))),
         carried: None,
         count: None,
+        delay_ns,
     }
 }
 
@@ -198,38 +169,27 @@ fn remembered<A: Stored>(
         charged: admitted.map(|(delta, keep_ns)| Write::Charged(delta, keep_ns)),
         carried: None,
         count: None,
+        delay_ns: 0,
     })
 }
 
 /// Everything else (a new key, a peek, a policy change, a key remembering others): the rule of
 /// `algo::step`, whose writes are new values.
 #[inline(never)]
-fn by_rule<A: Stored, D, S>(
+fn by_rule<A: Stored>(
     held: Option<(&Limiter, &A)>,
     policy: &Policy,
     now_ns: u64,
-    rule: Rule<D, S>,
-    peek: bool,
+    amount: Amount,
     either: bool,
-) -> Plan<A>
-where
-    D: FnOnce(Option<&A>, &Policy, u64) -> Outcome<A>,
-    S: Fn(&Decision) -> u64 + Copy,
-{
+) -> Plan<A> {
     let others = held.map(|(limiter, _)| limiter.others_of::<A>());
-    let decide = rule.decide;
-    let request = step::Request {
-        decide: |state: Option<&A>| decide(state, policy, now_ns),
-        spent: rule.spent,
-        peek,
-        either,
-    };
     let held = held.map(|(limiter, state)| Held {
         policy: &limiter.policy,
         state,
         others: others.as_deref().unwrap_or(&[]),
     });
-    let planned = step::plan(held, policy, now_ns, request);
+    let planned = step::plan(held, policy, now_ns, amount, either);
     let value = |kept: Kept<A>| {
         let keep_ns = kept.keep_ns;
         Write::Value(Limiter::kept(kept), keep_ns)
@@ -240,6 +200,7 @@ where
         charged: planned.charged.map(value),
         carried: planned.carried.map(value),
         count: None,
+        delay_ns: planned.delay_ns,
     }
 }
 
@@ -249,38 +210,31 @@ where
 /// configuration: a share never becomes a remembered one. A carried state is stored whatever
 /// the outcome (a lowered share that denies must still hold); a peek stores nothing. A cost
 /// above the share's capacity waits for the share to move (or to expire).
-#[allow(clippy::too_many_arguments)]
 #[inline(never)]
-fn shared_plan<A: Stored, D, S>(
+fn shared_plan<A: Stored>(
     limiter: &Limiter,
     state: &A,
     share: Share,
     called: &Policy,
-    amount: u64,
+    amount: Amount,
     now_ns: u64,
-    rule: Rule<D, S>,
     either: bool,
-) -> Result<Plan<A>, Error>
-where
-    D: FnOnce(Option<&A>, &Policy, u64) -> Outcome<A>,
-    S: Fn(&Decision) -> u64 + Copy,
-{
+) -> Result<Plan<A>, Error> {
     let to = share.policy_for(called, now_ns);
     if to != *called {
         // A share larger than the caller's L: the log bound holds for it too.
         accepts::<A>(&to)?;
     }
-    let spent = rule.spent;
     let counted = |plan: Plan<A>| Plan {
-        count: (amount > 0).then(|| (amount, spent(&plan.decision))),
+        count: (!amount.peeks()).then(|| (amount.asked(), amount.spent(&plan.decision))),
         ..plan
     };
     let share_ns = share.keep_ns(now_ns);
     let moved = limiter.policy != to;
-    let peek = amount == 0;
-    let above = rule.checks && amount > to.capacity();
+    let peek = amount.peeks();
+    let above = amount.checks() && amount.asked() > to.capacity();
     if !moved && !peek && !above {
-        let plan = in_place(state, &to, amount, now_ns, rule, either, share_ns);
+        let plan = in_place(state, &to, amount, now_ns, either, share_ns);
         return Ok(counted(plan));
     }
     let start: Cow<'_, A> = if moved {
@@ -289,18 +243,21 @@ where
         Cow::Borrowed(state)
     };
     let peeked = A::check(Some(&start), &to, now_ns, 0).decision;
-    let (decision, next) = if peek {
-        (peeked, None)
+    let (decision, next, delay_ns) = if peek {
+        (peeked, None, 0)
     } else if above {
         let denied = Decision {
             allowed: 0,
             retry_after_ns: Some(share_ns.max(1)),
             ..peeked
         };
-        (denied, None)
+        (denied, None, 0)
     } else {
-        let Outcome { decision, next } = (rule.decide)(Some(&start), &to, now_ns);
-        (decision, next)
+        let Decided {
+            outcome: Outcome { decision, next },
+            delay_ns,
+        } = A::decide(Some(&start), &to, now_ns, amount);
+        (decision, next, delay_ns)
     };
     let keep = |state: A, reset_after_ns: u64| {
         let mut kept = Limiter::new(to, AlgoState::shared(share, state.wrap()));
@@ -318,6 +275,7 @@ where
         charged,
         carried,
         count: None,
+        delay_ns,
     }))
 }
 
@@ -339,6 +297,7 @@ pub fn commit<A: Stored>(
         charged,
         carried,
         count,
+        delay_ns: _,
     } = plan;
     let (write, decision, charging) = match (charge, charged) {
         (true, Some(write)) => (Some(write), decision, true),
@@ -414,14 +373,4 @@ fn replace<A: Stored>(limiter: &mut Limiter, next: A) -> Result<(), Error> {
     *A::of_mut(&mut limiter.state).ok_or(Error::Internal)? = next;
     metrics::limiter_changed(before, limiter);
     Ok(())
-}
-
-/// What an admitted request of `cost` spent (nothing when denied): the `spent` of every rule
-/// whose `allowed` is 1 or 0.
-pub fn admitted_cost(decision: &Decision, cost: u64) -> u64 {
-    if decision.allowed == 0 {
-        0
-    } else {
-        cost
-    }
 }

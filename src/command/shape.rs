@@ -6,46 +6,26 @@
 //! The five keep their meaning so a gateway's reply handling works unchanged; the delay is new
 //! information, not a denial, so it is a sixth field.
 
-use std::cell::Cell;
-
 use super::args::Request;
-use super::limit::decide;
-use super::plan::{admitted_cost, Rule};
+use super::decide;
 use super::reply::{fields, Reply};
-use crate::algo::shape::{self, Shape};
-use crate::algo::{ms_ceil, Decision, Policy, MAX_LIMIT, MAX_WINDOW_MS};
+use crate::algo::shape::Shape;
+use crate::algo::{ms_ceil, Amount, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::error::{echo, Error};
 use crate::host::call::{Args, Ctx};
 
+/// Parse → `decide::one` (the request's `Amount::Shaped`, see `algo::shape::shaped`) → reply.
 pub fn shape(ctx: &Ctx, args: Args<'_>) -> Result<Reply, Error> {
-    let (request, undelayed) = parse(args)?;
-    let cost = request.amount;
-    let delay_ns = Cell::new(0);
-    let rule = Rule {
-        decide: |state: Option<&Shape>, policy: &Policy, now_ns| {
-            let configured = Shape::configured(state, undelayed);
-            let shaped = shape::check(Some(&configured), policy, now_ns, cost);
-            delay_ns.set(shaped.delay_ns);
-            let mut outcome = shaped.outcome;
-            // d belongs to the policy: a new one holds even when this request is denied (as a new
-            // L, W or queue does, see `algo::step`); a peek stores nothing.
-            if outcome.next.is_none() && cost > 0 && state.is_some_and(|s| s.undelayed != undelayed)
-            {
-                outcome.next = Some(configured);
-            }
-            outcome
-        },
-        spent: move |d: &Decision| admitted_cost(d, cost),
-        checks: false,
-    };
-    let decision = decide(ctx, &request, rule)?;
-    let mut reply = fields(&decision).to_vec();
-    reply.push(i64::try_from(ms_ceil(delay_ns.get())).unwrap_or(i64::MAX));
+    let request = parse(args)?;
+    let answer = decide::one::<Shape>(ctx, &request)?;
+    let mut reply = fields(&answer.decision).to_vec();
+    reply.push(i64::try_from(ms_ceil(answer.delay_ns)).unwrap_or(i64::MAX));
     Ok(Reply::Integers(reply))
 }
 
-/// `key L W [QUEUE q] [DELAY d | NODELAY] [COST n]`: the request (capacity q + 1) and d.
-fn parse(mut args: Args<'_>) -> Result<(Request<'_>, u64), Error> {
+/// `key L W [QUEUE q] [DELAY d | NODELAY] [COST n]`: the request (capacity q + 1), its amount
+/// the cost with d.
+fn parse(mut args: Args<'_>) -> Result<Request<'_>, Error> {
     if args.remaining() < 3 {
         return Err(Error::WrongArity);
     }
@@ -97,12 +77,9 @@ fn parse(mut args: Args<'_>) -> Result<(Request<'_>, u64), Error> {
     if cost > capacity {
         return Err(Error::CostExceedsCapacity { cost, capacity });
     }
-    Ok((
-        Request {
-            key,
-            policy,
-            amount: cost,
-        },
-        undelayed,
-    ))
+    Ok(Request {
+        key,
+        policy,
+        amount: Amount::Shaped { cost, undelayed },
+    })
 }

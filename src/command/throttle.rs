@@ -42,7 +42,7 @@ use super::effect;
 use super::key::{of, store};
 use super::reply::Reply;
 use crate::algo::gcra::{self, Gcra};
-use crate::algo::{Algorithm, Decision, Policy, MAX_LIMIT, MAX_WINDOW_MS};
+use crate::algo::{Algorithm, Amount, Decision, Policy, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::clock;
 use crate::error::Error;
 use crate::host::call::Held;
@@ -98,9 +98,9 @@ fn decide(
     policy: Policy,
     quantity: Quantity,
 ) -> Result<[i64; 5], Error> {
-    let amount = quantity.cost();
+    let amount = quantity.amount();
     let now_ns = clock::now_ns();
-    let mut key = ctx.open(name, amount > 0);
+    let mut key = ctx.open(name, !amount.peeks());
     // (the state to decide on, whether it was carried, whether from redis-cell's string)
     let (state, carried, string) = match key.held() {
         Held::Empty => (None, false, false),
@@ -135,10 +135,10 @@ fn decide(
             }
         }
     };
-    let outcome = Gcra::check(state.as_ref(), &policy, now_ns, amount);
+    let outcome = Gcra::decide(state.as_ref(), &policy, now_ns, amount).outcome;
     let over = over_capacity(state.as_ref(), &policy, now_ns);
     let store_state = match (amount, outcome.next) {
-        (0, _) => None,
+        (Amount::Peek, _) => None,
         (_, Some(next)) => Some(next),
         (_, None) => state.filter(|_| carried),
     };
@@ -234,11 +234,11 @@ pub enum Quantity {
 }
 
 impl Quantity {
-    /// The COST handed to the GCRA: a peek for what spends nothing.
-    pub fn cost(self) -> u64 {
+    /// The amount the GCRA decides: a peek for what spends nothing.
+    pub fn amount(self) -> Amount {
         match self {
-            Quantity::Spend(n) => n,
-            Quantity::Peek | Quantity::Never => 0,
+            Quantity::Spend(n) => Amount::Cost(n),
+            Quantity::Peek | Quantity::Never => Amount::Peek,
         }
     }
 }
@@ -282,7 +282,7 @@ pub fn secs_ceil(ns: u64) -> u64 {
 }
 
 /// redis-cell's reply, `[limited, limit, remaining, retry_after_s, reset_after_s]`, from the
-/// GCRA's decision on `quantity.cost()`. `over`: how far the debt runs past the capacity (see
+/// GCRA's decision on `quantity.amount()`. `over`: how far the debt runs past the capacity (see
 /// [`over_capacity`]), which makes even a peek limited, for that long, as in redis-cell.
 pub fn reply(quantity: Quantity, d: &Decision, over: Option<u64>) -> [i64; 5] {
     let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
@@ -373,7 +373,7 @@ mod tests {
             Quantity::Spend(16)
         );
         assert_eq!(ok("15", "30", "60", Some("17")).quantity, Quantity::Never);
-        assert_eq!(Quantity::Never.cost(), 0);
+        assert_eq!(Quantity::Never.amount(), Amount::Peek);
     }
 
     #[test]
@@ -405,7 +405,7 @@ mod tests {
         let mut state: Option<Gcra> = None;
         let mut call = |at: u64, q: &str| {
             let t = ok("4", "1", "1", Some(q));
-            let out = gcra::check(state.as_ref(), &p, T0 + at, t.quantity.cost());
+            let out = Gcra::decide(state.as_ref(), &p, T0 + at, t.quantity.amount()).outcome;
             if let (Quantity::Spend(_), Some(next)) = (t.quantity, out.next) {
                 state = Some(next);
             }

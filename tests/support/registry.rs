@@ -10,7 +10,9 @@
 
 use std::sync::OnceLock;
 
-use super::{Connection, Server};
+use redis::Connection;
+
+use super::server::Server;
 
 /// One algorithm of the registry.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,8 +1,9 @@
 //! One rate-limiting algorithm as the command layer and the stored format reach it: the
 //! [`Algorithm`] trait, and the `algorithm!` line each algorithm file implements it with.
 
+use super::amount::Amount;
 use super::bytes;
-use super::decision::{Decision, Outcome};
+use super::decision::{Decided, Decision, Outcome};
 use super::inspect::{inspection, Field};
 use super::policy::Policy;
 
@@ -26,6 +27,15 @@ pub trait Algorithm: Sized + Clone + PartialEq + std::fmt::Debug {
     /// Decides a request of `cost` at `now_ns`; `cost` 0 peeks (answered as cost 1 would be,
     /// nothing spent, `next` None). The caller guarantees `cost <= policy.capacity()`.
     fn check(state: Option<&Self>, policy: &Policy, now_ns: u64, cost: u64) -> Outcome<Self>;
+
+    /// Decides what `amount` asks (see [`Amount`]) at `now_ns`: every limiter command decides
+    /// through it. By default a peek or a cost is [`Algorithm::check`]; the token bucket adds
+    /// the lease and the shaper its queue. An amount an algorithm does not take (parsing builds
+    /// `Lease` only for the token bucket and `Shaped` only for the shaper) is decided as its cost.
+    #[inline(always)]
+    fn decide(state: Option<&Self>, policy: &Policy, now_ns: u64, amount: Amount) -> Decided<Self> {
+        Decided::now(Self::check(state, policy, now_ns, amount.asked()))
+    }
 
     /// This state carried over to a new policy: what was already spent stays spent.
     fn rescale(&self, from: &Policy, to: &Policy, now_ns: u64) -> Self;

@@ -24,3 +24,22 @@ pub struct Outcome<S> {
     pub decision: Decision,
     pub next: Option<S>,
 }
+
+/// What `Algorithm::decide` answers: the outcome, and how long an admitted request waits before
+/// it proceeds (the shaper's delay, `RL.SHAPE`'s sixth field; 0 for every other algorithm).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decided<S> {
+    pub outcome: Outcome<S>,
+    pub delay_ns: u64,
+}
+
+impl<S> Decided<S> {
+    /// An outcome that waits for nothing.
+    #[inline]
+    pub fn now(outcome: Outcome<S>) -> Decided<S> {
+        Decided {
+            outcome,
+            delay_ns: 0,
+        }
+    }
+}

@@ -8,13 +8,13 @@
 //! `algorithm` and `inspect`, and an algorithm file names those files, never this one.
 
 pub mod algorithm;
+pub mod amount;
 pub mod bytes;
 pub mod concurrency;
 pub mod decision;
 pub mod fixed_window;
 pub mod gcra;
 pub mod inspect;
-pub mod lease;
 pub mod listed;
 pub mod policy;
 pub mod settle;
@@ -25,7 +25,8 @@ pub mod step;
 pub mod token_bucket;
 
 pub use algorithm::Algorithm;
-pub use decision::{Decision, Outcome};
+pub use amount::Amount;
+pub use decision::{Decided, Decision, Outcome};
 pub use inspect::{inspection, millitokens, relative_ms, Field};
 pub use policy::{
     ms_ceil, ms_to_ns, rescale_units, Policy, PolicyError, MAX_LIMIT, MAX_REFILL_MS, MAX_WINDOW_MS,

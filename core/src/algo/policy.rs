@@ -94,6 +94,27 @@ impl Policy {
         })
     }
 
+    /// The policy nearest to L per W ms with capacity B that [`Policy::new`] accepts: L and W
+    /// each brought into its range, and B into `1..=` the most that refills within
+    /// [`MAX_REFILL_MS`] (at least L, since W ≤ `MAX_REFILL_MS`). For a caller that must decide
+    /// whatever it was configured with (the client's local fallback), where the store would
+    /// refuse the policy.
+    pub fn nearest(limit: u64, window_ms: u64, capacity: u64) -> Policy {
+        let limit = limit.clamp(1, MAX_LIMIT);
+        let window_ms = window_ms.clamp(1, MAX_WINDOW_MS);
+        let most = u128::from(MAX_REFILL_MS) * u128::from(limit) / u128::from(window_ms);
+        let most = u64::try_from(most).unwrap_or(MAX_LIMIT).min(MAX_LIMIT);
+        let capacity = capacity.clamp(1, most.max(1));
+        let ((limit_low, l), (window_ms_low, w), (capacity_low, b)) =
+            (split(limit), split(window_ms), split(capacity));
+        Policy {
+            limit_low,
+            window_ms_low,
+            capacity_low,
+            high: l | w << 8 | b << 16,
+        }
+    }
+
     pub fn limit(&self) -> u64 {
         join(self.limit_low, self.high, 0)
     }

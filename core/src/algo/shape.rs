@@ -41,8 +41,9 @@
 //! command layer compares the requested d with the stored one the way it compares policies.
 
 use super::algorithm::Algorithm;
+use super::amount::Amount;
 use super::bytes::{Invalid, Reader};
-use super::decision::Outcome;
+use super::decision::{Decided, Outcome};
 use super::gcra::{self, Gcra};
 use super::inspect::{inspection, millitokens, relative_ms, Field};
 use super::policy::{ms_ceil, Policy};
@@ -60,14 +61,6 @@ pub struct Shape {
     pub undelayed: u64,
 }
 
-/// A decision and the delay the admitted request must wait before it proceeds (0 when denied or
-/// when it may go now). A peek reports what a cost-1 request would wait.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Shaped {
-    pub outcome: Outcome<Shape>,
-    pub delay_ns: u64,
-}
-
 impl Shape {
     /// The state a request configured with `undelayed` decides on: the stored one (already
     /// carried to the request's policy) with its d replaced, or an idle key (tat 0 is debt 0).
@@ -79,9 +72,30 @@ impl Shape {
     }
 }
 
+/// `RL.SHAPE`'s request (`Amount::Shaped`): decided with the request's d in place of the stored
+/// one ([`Shape::configured`]). d belongs to the policy: a new one is stored even when the request
+/// is denied (as a new L, W or queue is, see `step`); a peek stores nothing.
+pub fn shaped(
+    state: Option<&Shape>,
+    policy: &Policy,
+    now_ns: u64,
+    cost: u64,
+    undelayed: u64,
+) -> Decided<Shape> {
+    let configured = Shape::configured(state, undelayed);
+    let mut shaped = check(Some(&configured), policy, now_ns, cost);
+    if shaped.outcome.next.is_none() && cost > 0 && state.is_some_and(|s| s.undelayed != undelayed)
+    {
+        shaped.outcome.next = Some(configured);
+    }
+    shaped
+}
+
 /// Decides a request of `cost` at `now_ns` with the d stored in `state` (0 when None); `cost` 0
-/// peeks. The caller guarantees `cost <= policy.capacity()` (the queue + 1).
-pub fn check(state: Option<&Shape>, policy: &Policy, now_ns: u64, cost: u64) -> Shaped {
+/// peeks. The caller guarantees `cost <= policy.capacity()` (the queue + 1). The delay is what
+/// the admitted request must wait before it proceeds (0 when denied or when it may go now); a
+/// peek reports what a cost-1 request would wait.
+pub fn check(state: Option<&Shape>, policy: &Policy, now_ns: u64, cost: u64) -> Decided<Shape> {
     let gcra_state = state.map(|s| Gcra { tat: s.tat });
     let Outcome { decision, next } = gcra::check(gcra_state.as_ref(), policy, now_ns, cost);
     let undelayed = state.map_or(0, |s| s.undelayed);
@@ -102,7 +116,7 @@ pub fn check(state: Option<&Shape>, policy: &Policy, now_ns: u64, cost: u64) -> 
     } else {
         0
     };
-    Shaped {
+    Decided {
         outcome: Outcome {
             decision,
             next: next.map(|g| Shape {
@@ -126,6 +140,15 @@ impl Algorithm for Shape {
     /// ([`Shape::configured`]) and reads the delay from [`check`].
     fn check(state: Option<&Self>, policy: &Policy, now_ns: u64, cost: u64) -> Outcome<Self> {
         check(state, policy, now_ns, cost).outcome
+    }
+
+    /// `RL.SHAPE`'s amount is [`shaped`]; any other decides with the stored d.
+    #[inline(always)]
+    fn decide(state: Option<&Self>, policy: &Policy, now_ns: u64, amount: Amount) -> Decided<Self> {
+        match amount {
+            Amount::Shaped { cost, undelayed } => shaped(state, policy, now_ns, cost, undelayed),
+            other => check(state, policy, now_ns, other.asked()),
+        }
     }
 
     fn rescale(&self, from: &Policy, to: &Policy, now_ns: u64) -> Self {

@@ -78,7 +78,8 @@
 use std::borrow::Cow;
 
 use super::algorithm::Algorithm;
-use super::decision::{Decision, Outcome};
+use super::amount::Amount;
+use super::decision::{Decided, Decision, Outcome};
 use super::policy::Policy;
 
 /// The most configurations a key remembers, the current one included (see the module comment:
@@ -339,18 +340,6 @@ fn overflowed<S: Algorithm>(
     (decision, kept, true)
 }
 
-/// How one request is decided: the algorithm's decision on the state the request starts from
-/// (its `check` with the request's cost, or a lease), what an outcome spent (charged to the
-/// other configurations: the cost when admitted, a lease's grant), whether it is a peek
-/// (amount 0: it stores nothing), and whether the caller may leave it uncharged though it
-/// admits (`RL.ALL`: another limiter of the call denied), which needs [`Plan::uncharged`].
-pub struct Request<D, P> {
-    pub decide: D,
-    pub spent: P,
-    pub peek: bool,
-    pub either: bool,
-}
-
 /// What a request would do to a stored limiter, before anything is written: its decision and
 /// what to store whether or not it is charged. A single-limiter command is charged whenever its
 /// decision spent something ([`Plan::alone`]); an all-or-nothing call (`RL.ALL`) only when every
@@ -360,13 +349,15 @@ pub struct Plan<S> {
     /// Its decision on the request (charged, when admitted).
     pub decision: Decision,
     /// The decision when it is not charged: as the key stands after the call. Only computed
-    /// for a request that may be left uncharged (`Request::either`); else `decision`.
+    /// for a request that may be left uncharged (`either`); else `decision`.
     pub uncharged: Decision,
     /// What to store when the request is charged (None: it spent nothing).
     pub charged: Option<Kept<S>>,
     /// What to store when it is not charged: a change of configuration holds whatever the
     /// outcome (None: nothing to store).
     pub carried: Option<Kept<S>>,
+    /// How long the admitted request waits before it proceeds (`Decided::delay_ns`).
+    pub delay_ns: u64,
 }
 
 impl<S> Plan<S> {
@@ -386,27 +377,29 @@ impl<S> Plan<S> {
     }
 }
 
-/// Decides one request under `policy` at `now_ns` (see [`Request`]), on what the key holds,
-/// if anything: the one rule of the module comment, for one limiter and for several.
+/// Decides one request of `amount` under `policy` at `now_ns` (the algorithm's
+/// `Algorithm::decide`), on what the key holds, if anything: the one rule of the module comment,
+/// for one limiter and for several. A peek stores nothing. `either`: the caller may leave the
+/// request uncharged though it admits (`RL.ALL`: another limiter of the call denied), which needs
+/// [`Plan::uncharged`].
 pub fn plan<S: Algorithm>(
     held: Option<Held<'_, S>>,
     policy: &Policy,
     now_ns: u64,
-    request: Request<impl FnOnce(Option<&S>) -> Outcome<S>, impl FnOnce(&Decision) -> u64>,
+    amount: Amount,
+    either: bool,
 ) -> Plan<S> {
-    let Request {
-        decide,
-        spent,
-        peek,
-        either,
-    } = request;
+    let peek = amount.peeks();
     let Start {
         state,
         others,
         switched,
         overflow,
     } = start(held, policy, now_ns);
-    let Outcome { decision, next } = decide(state.as_deref());
+    let Decided {
+        outcome: Outcome { decision, next },
+        delay_ns,
+    } = S::decide(state.as_deref(), policy, now_ns, amount);
     // Admitted but not charged (another limiter denied): the key as it stands, which admits.
     let peeked = || S::check(state.as_deref(), policy, now_ns, 0).decision;
     if let Some(current) = overflow {
@@ -416,9 +409,14 @@ pub fn plan<S: Algorithm>(
                 uncharged: decision,
                 charged: None,
                 carried: None,
+                delay_ns,
             };
         }
-        let n = if next.is_some() { spent(&decision) } else { 0 };
+        let n = if next.is_some() {
+            amount.spent(&decision)
+        } else {
+            0
+        };
         if !either || n == 0 {
             let (decision, kept, charging) = overflowed(decision, current, others, now_ns, n);
             let (charged, carried) = if charging {
@@ -431,6 +429,7 @@ pub fn plan<S: Algorithm>(
                 uncharged: decision,
                 charged,
                 carried,
+                delay_ns,
             };
         }
         let (decision, kept, charging) =
@@ -441,6 +440,7 @@ pub fn plan<S: Algorithm>(
                 uncharged: decision,
                 charged: None,
                 carried: Some(kept),
+                delay_ns,
             };
         }
         let uncharged = peeked();
@@ -450,6 +450,7 @@ pub fn plan<S: Algorithm>(
             uncharged,
             charged: Some(kept),
             carried: Some(carried),
+            delay_ns,
         };
     }
     let uncharged = match next {
@@ -467,7 +468,7 @@ pub fn plan<S: Algorithm>(
         _ => None,
     };
     let charged = next.map(|next| {
-        let others = charged(others, now_ns, spent(&decision));
+        let others = charged(others, now_ns, amount.spent(&decision));
         Kept::new(policy, next, others, decision.reset_after_ns, now_ns)
     });
     Plan {
@@ -475,26 +476,18 @@ pub fn plan<S: Algorithm>(
         uncharged,
         charged,
         carried,
+        delay_ns,
     }
 }
 
-/// [`plan`] for a request decided alone (see [`Plan::alone`]). `peek` is true for an amount
-/// of 0.
+/// [`plan`] for a request decided alone (see [`Plan::alone`]).
 pub fn step<S: Algorithm>(
     held: Option<Held<'_, S>>,
     policy: &Policy,
     now_ns: u64,
-    peek: bool,
-    decide: impl FnOnce(Option<&S>) -> Outcome<S>,
-    spent: impl FnOnce(&Decision) -> u64,
+    amount: Amount,
 ) -> Step<S> {
-    let request = Request {
-        decide,
-        spent,
-        peek,
-        either: false,
-    };
-    plan(held, policy, now_ns, request).alone()
+    plan(held, policy, now_ns, amount, false).alone()
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@ use super::{AlgoState, Limiter, MAX_TAG};
 use crate::algo::concurrency::{self, Op};
 use crate::algo::promises::{assert_covers_registry, registry_tags};
 use crate::algo::{
-    fixed_window, gcra, lease, ms_ceil, shape, sliding_counter, sliding_log, token_bucket,
-    Algorithm, Decision, Policy,
+    fixed_window, gcra, ms_ceil, shape, sliding_counter, sliding_log, token_bucket, Algorithm,
+    Decision, Policy,
 };
 use proptest::prelude::*;
 
@@ -215,7 +215,7 @@ proptest! {
                 for c in [0, 1, cost] {
                     reply(now, &token_bucket::check(Some(&s), &p, now, c).decision);
                 }
-                let leased = lease::lease(Some(&s), &p, now, n);
+                let leased = token_bucket::lease(Some(&s), &p, now, n);
                 reply(now, &leased.decision);
                 if let Some(next) = leased.next {
                     must_validate(p, AlgoState::TokenBucket(next));

@@ -56,14 +56,7 @@ impl<S: Algorithm> Key<S> {
             state,
             others,
         });
-        let out = step(
-            held,
-            p,
-            now_ns,
-            cost == 0,
-            |s| S::check(s, p, now_ns, cost),
-            |d| if d.allowed == 0 { 0 } else { cost },
-        );
+        let out = step(held, p, now_ns, Amount::cost(cost));
         if let Some(kept) = out.store {
             prop_assert!(kept.keep_ns >= out.decision.reset_after_ns);
             prop_assert!(kept.others.len() < MAX_CONFIGURATIONS);

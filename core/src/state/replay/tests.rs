@@ -350,9 +350,7 @@ fn stepped(
         }),
         p,
         now,
-        cost == 0,
-        |s| sliding_log::check(s, p, now, cost),
-        |d| if d.allowed == 0 { 0 } else { cost },
+        crate::algo::Amount::cost(cost),
     );
     let keep_ns = out.store.as_ref().map_or(0, |k| k.keep_ns);
     (out.decision, out.store.map(Limiter::kept), keep_ns)

@@ -10,11 +10,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::book::{Book, Charge};
+use crate::billing::journal::{Journal, Record};
+use crate::billing::owed::{Book, Charge};
 use crate::call::{Mode, Shared};
 use crate::command::{Decision, Policy, Source};
 use crate::error::Error;
-use crate::journal::{Journal, Record};
 use crate::limit::key_slot;
 use crate::store::Store;
 use crate::sync::lock;

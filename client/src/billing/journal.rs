@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
-use crate::book::{Book, Charge, Debt};
+use crate::billing::owed::{Book, Charge, Debt};
 use crate::command::{Algorithm, Policy};
 use crate::sync::lock;
 
