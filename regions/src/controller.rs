@@ -126,11 +126,12 @@ type Write = (usize, usize, usize, u64);
 impl Controller {
     pub fn new(config: Config) -> Result<Controller, String> {
         let timeout = Duration::from_millis(config.timeout_ms());
+        let load = config.load_library()?;
         let links = config
             .regions
             .iter()
             .map(|r| {
-                Link::new(r.connection()?, r.cluster, timeout)
+                Link::new(r.connection()?, r.cluster, timeout, load)
                     .map_err(|e| format!("region '{}': {e}", r.name))
             })
             .collect::<Result<Vec<_>, _>>()?;
