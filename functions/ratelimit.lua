@@ -2229,13 +2229,15 @@ end
 -- L + MAX_AMOUNT, a sliding log's window at most MAX_LOG_TOTAL (the module's bound).
 
 
--- What `s` counts against `p` at `now`, in whole units (W per token): what a charge adds to and
--- a refund takes from (the module's `Algorithm::counted`).
+-- What `s` counts against `p` at `now`, in whole units (W per token), and the nanosecond units
+-- on top (signed, below 10^6 in magnitude: a balance a policy change left with a fraction):
+-- what a charge adds to and a refund takes from (the module's `Algorithm::counted`).
 local function counted(algo, s, p, now)
   if algo == gcra or algo == shape then
-    return (gcra_debt(s, p, now))
+    return gcra_debt(s, p, now)
   elseif algo == bucket then
-    return p.b * p.w - balance(s, p, now)
+    local u, f = balance(s, p, now)
+    return p.b * p.w - u, -f
   elseif algo == fixed then
     return fixed_current(s, p, now).count * p.w
   elseif algo == counter then
@@ -2382,8 +2384,9 @@ local function charge(keys, args, now)
   return reply(after)
 end
 
--- FCALL rl_refund 1 key n: gives back n unspent tokens under the stored policy.
-local function refund(keys, args, now)
+-- FCALL rl_refund 1 key n: gives back n unspent tokens under the stored policy. `given`:
+-- rl_settle's policy for the limiter, to which a key holding a share is carried.
+local function refund(keys, args, now, given)
   if #keys ~= 1 or #args ~= 1 then
     arity('rl_refund')
   end
@@ -2395,20 +2398,30 @@ local function refund(keys, args, now)
   end
   local moved, share = false, h.share
   if share then
-    moved, h.policy, h.state = shares.carry(h, nil, now)
+    moved, h.policy, h.state = shares.carry(h, given, now)
   end
   local algo, p = h.algo, h.policy
   local before = algo.check(h.state, p, now, 0).remaining
   local next = algo.refund(h.state, p, now, n)
   local after = algo.check(next, p, now, 0)
   -- A debt (after rl_charge) shrinks while `remaining` stays 0: what it shrank counts.
-  local shrank = idiv(math.max(counted(algo, h.state, p, now) - counted(algo, next, p, now), 0), p.w)
-  local given = math.min(math.max(after.remaining - before, shrank), n)
+  -- Whole tokens of (c·10^6 + cf) − (a·10^6 + af) nanosecond units, rounded down as the
+  -- module does.
+  local c, cf = counted(algo, h.state, p, now)
+  local a, af = counted(algo, next, p, now)
+  local d, e = c - a, (cf or 0) - (af or 0)
+  local shrank = 0
+  if d > 0 or (d == 0 and e > 0) then
+    shrank = idiv(e < 0 and d - 1 or d, p.w)
+  end
+  local back = math.min(math.max(after.remaining - before, shrank), n)
   if share then
-    -- What it gives back comes off both counters (src/command/share.rs `count_settled`).
+    -- What it gives back comes off both counters (src/command/share.rs `count_settled`): the
+    -- rise of `remaining` for rl_refund, the whole tokens the count went down by for rl_settle.
+    local counted_back = given and math.min(shrank, n) or back
     shares.count(share, after, 0, 0, now)
-    share.asked = math.max(share.asked - given, 0)
-    share.admitted = math.max(share.admitted - given, 0)
+    share.asked = math.max(share.asked - counted_back, 0)
+    share.admitted = math.max(share.admitted - counted_back, 0)
   end
   if next ~= h.state then
     if algo == log then
@@ -2432,17 +2445,19 @@ local function refund(keys, args, now)
     end
     if changed or moved then
       store(keys[1], algo, p, next, now, after, others)
-    elseif share and given > 0 then
+    elseif share and back > 0 then
       shares.keep_counts(keys[1], share)
     end
   end
-  after.allowed = given
+  after.allowed = back
   -- Second: what RL.SETTLE counts as given back (the whole tokens the count went down by).
   return reply(after), math.min(shrank, n)
 end
 
 -- FCALL rl_peek 1 key: what a cost-1 request would get now under the stored policy.
-local function peek(keys, args, now)
+-- `given`: rl_settle's policy for a limiter it settles by 0, which carries a key holding a share
+-- to it (stored when it moved), as a settle does.
+local function peek(keys, args, now, given)
   if #keys ~= 1 or #args ~= 0 then
     arity('rl_peek')
   end
@@ -2450,6 +2465,15 @@ local function peek(keys, args, now)
   local h = held(keys[1], nil, false, now)
   if not h then
     return false
+  end
+  if given and h.share then
+    local moved, p, state = shares.carry(h, given, now)
+    local after = h.algo.check(state, p, now, 0)
+    if moved then
+      shares.count(h.share, after, 0, 0, now)
+      store(keys[1], h.algo, p, state, now, after)
+    end
+    return reply(after)
   end
   return reply((h.algo.check(h.state, h.policy, now, 0)))
 end
@@ -2752,12 +2776,12 @@ local function settle_all(keys, args)
       in_full = in_full and r[1] == by
     elseif by < 0 then
       local moved
-      r, moved = refund({ part.key }, { num(-by) }, now)
+      r, moved = refund({ part.key }, { num(-by) }, now, p)
       if r then
         r[1] = moved
       end
     else
-      r = peek({ part.key }, {}, now)
+      r = peek({ part.key }, {}, now, p)
       if r then
         r[1] = 0
       end

@@ -1316,9 +1316,10 @@ fn foreign_values_are_not_limiters() {
 fn the_shipped_file_reads_only_time() {
     assert!(LIBRARY.starts_with("#!lua name=ratelimit\n"));
     let reads: Vec<&str> = LIBRARY.lines().filter(|l| l.contains("TIME")).collect();
+    // (`PEXPIRETIME`, which rl_share reads, is a key's expiry, not the clock.)
     let code: Vec<&&str> = reads
         .iter()
-        .filter(|l| !l.trim_start().starts_with("--") && l.contains("redis.call"))
+        .filter(|l| !l.trim_start().starts_with("--") && l.contains("redis.call('TIME')"))
         .collect();
     assert_eq!(code.len(), 1, "{reads:?}");
     assert!(code[0].starts_with("local function now_ms()"));
@@ -2288,9 +2289,9 @@ fn the_library_registers_one_function_per_algorithm_of_the_registry() {
 /// The limiters a key may hold a share on (ALGORITHMS' rows but the sliding log).
 const SHARED: [usize; 4] = [0, 1, 3, 4];
 
-/// A random call of a share trace: RL.SHARE (one key, or two of which the second may hold
-/// another algorithm), RL.DEMAND, or a gateway's call (a request, a lease, RL.ALL, a peek) under
-/// the key's safe policy, or now and then another one.
+/// A random call of a share trace: RL.SHARE (one key, or two of one algorithm), RL.DEMAND, a
+/// gateway's call (a request, a lease, RL.ALL, a refund, a peek) under the key's safe policy, or
+/// now and then another one, or a settle (RL.CHARGE, RL.REFUND, RL.SETTLE).
 fn share_call(rng: &mut Rng, limiters: &[Limiter], now: u64) -> Call {
     let i = rng.below(limiters.len() as u64) as usize;
     let lim = &limiters[i];
@@ -2300,8 +2301,8 @@ fn share_call(rng: &mut Rng, limiters: &[Limiter], now: u64) -> Call {
         0 | 1 => {
             let mut keys = vec![i];
             if rng.below(3) == 0 {
-                keys.push(rng.below(limiters.len() as u64) as usize);
-                keys.dedup();
+                // Its twin: the same algorithm (a missing key is created under it).
+                keys.push(i ^ 1);
             }
             let mut shares = Vec::new();
             for _ in &keys {
@@ -2351,16 +2352,19 @@ fn share_call(rng: &mut Rng, limiters: &[Limiter], now: u64) -> Call {
                 keys,
             }
         }
+        3 => charge_call(rng, limiters),
         _ => random_call(rng, limiters),
     }
 }
 
-/// The keys of a share trace: one per algorithm that takes a share, with a safe policy the
-/// gateways call with, and now and then another (a gateway with an older configuration).
+/// The keys of a share trace: two per algorithm that takes a share (k0 and k1 the first, …),
+/// each with a safe policy the gateways call with, and now and then another (a gateway with an
+/// older configuration).
 fn share_limiters(rng: &mut Rng) -> Vec<Limiter> {
     SHARED
         .iter()
-        .map(|&algo| {
+        .flat_map(|&algo| [algo, algo])
+        .map(|algo| {
             let burst = ALGORITHMS[algo].3;
             let mut policies = vec![Policy::random(rng, burst)];
             if rng.below(3) == 0 {
@@ -2375,24 +2379,31 @@ fn share_limiters(rng: &mut Rng) -> Vec<Limiter> {
 }
 
 /// Runs a share trace; `library` turns the library's words into what is sent (FCALL as it is,
-/// or EVALSHA for the scripts backend). Returns how many library calls were answered.
+/// or EVALSHA for the scripts backend). Returns how many library calls were answered, and how
+/// many RL.DEMAND rows counted requests on a key holding a share.
 fn run_share_trace(
     c: &mut Connection,
     seed: u64,
     calls: usize,
     set_clock: &dyn Fn(&mut Connection, u64),
     library: &dyn Fn(Vec<String>) -> Vec<String>,
-) -> usize {
+) -> (usize, usize) {
     let mut rng = Rng(seed * 0x5851_f42d);
     let limiters = share_limiters(&mut rng);
     let mut now = T0_MS + rng.below(1_000_000);
-    let mut answered = 0;
+    let (mut answered, mut counted) = (0, 0);
     for n in 0..calls {
         now = next_instant(&mut rng, now);
         set_clock(c, now);
         let call = share_call(&mut rng, &limiters, now);
         let (m, f) = (reply(c, &call.module), reply(c, &library(call.library)));
         answered += usize::from(f.is_ok());
+        if let (Ok(Value::Array(rows)), "RL.DEMAND") = (&f, call.module[0].as_str()) {
+            counted += rows
+                .iter()
+                .filter(|r| matches!(r, Value::Array(v) if v.first() != Some(&Value::Int(0)) && v.get(2) != Some(&Value::Int(0))))
+                .count();
+        }
         assert_eq!(m, f, "seed {seed} call {n} at {now}: {:?}", call.module);
         for k in &call.keys {
             assert_eq!(
@@ -2403,18 +2414,23 @@ fn run_share_trace(
             );
         }
     }
-    answered
+    (answered, counted)
 }
 
 #[test]
 fn shares_and_demand_agree_with_the_module() {
     let (_s, mut c) = both();
-    let mut answered = 0;
+    let (mut answered, mut counted) = (0, 0);
     for seed in 1..=60u64 {
         cmd(&mut c, &["FLUSHALL"]).unwrap();
-        answered += run_share_trace(&mut c, seed, 80, &at, &|w| w);
+        let (a, n) = run_share_trace(&mut c, seed, 80, &at, &|w| w);
+        (answered, counted) = (answered + a, counted + n);
     }
-    assert!(answered > 3000, "{answered} answered");
+    println!("{answered} answered, {counted} demand rows of a shared key asked for");
+    assert!(
+        answered > 3000 && counted > 100,
+        "{answered} answered, {counted} counted"
+    );
 }
 
 /// The same on the scripts backend (its test copy's clock reads a key, as above).
@@ -2449,10 +2465,14 @@ fn the_scripts_backend_shares_as_the_module() {
         w[1] = shas[&w[1]].clone();
         w
     };
-    let mut answered = 0;
+    let (mut answered, mut counted) = (0, 0);
     for seed in 1..=20u64 {
         cmd(&mut c, &["FLUSHALL"]).unwrap();
-        answered += run_share_trace(&mut c, seed, 60, &set_clock, &evalsha);
+        let (a, n) = run_share_trace(&mut c, seed, 60, &set_clock, &evalsha);
+        (answered, counted) = (answered + a, counted + n);
     }
-    assert!(answered > 600, "{answered} answered");
+    assert!(
+        answered > 600 && counted > 20,
+        "{answered} answered, {counted} counted"
+    );
 }

@@ -117,9 +117,7 @@ fn shares_follow_demand_and_never_sum_above_l(backend: Backend) {
     }
 }
 
-fn partitions_drops_and_a_controller_restart_stay_safe_and_every_region_decides(
-    backend: Backend,
-) {
+fn partitions_drops_and_a_controller_restart_stay_safe_and_every_region_decides(backend: Backend) {
     let mut world = World::on(backend, 20);
     let mut controller = Some(world.controller());
     let run = run(&mut world, &mut controller, |period, world, controller| {

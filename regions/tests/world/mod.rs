@@ -350,7 +350,8 @@ impl World {
         }
         let now = self.now_ms();
         for (s, c) in self.servers.iter().zip(self.looks.iter_mut()) {
-            seen.limit.push(limit_now(s.backend, c, KEY, self.safe, now));
+            seen.limit
+                .push(limit_now(s.backend, c, KEY, self.safe, now));
         }
         seen
     }
