@@ -327,6 +327,11 @@ impl Redis {
             .unwrap_or(0)
     }
 
+    /// The store's command `name` (`PEEK` …) on `keys`, spelled for its backend.
+    pub fn command(&self, name: &str, keys: &[&str]) -> redis::Cmd {
+        self.backend.command(name, keys)
+    }
+
     /// How many times the RLS called the store's `name` (`FIXEDWINDOW`, `ALL`, `LEASE` …) on
     /// its backend: `RL.<name>` on the module; on the library every call is an `FCALL` (or an
     /// `EVALSHA`), so a test counts the calls of one kind there by the difference.
