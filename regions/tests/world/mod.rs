@@ -74,7 +74,7 @@ pub struct Server {
     clock: Option<WallClock>,
 }
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -89,15 +89,24 @@ impl Server {
     /// A server answering through `backend`; `install`: the Functions library loaded by the test
     /// (else the controller's `load_library` is to load it).
     pub fn start_as(backend: Backend, install: bool) -> Server {
-        Server::launch(backend, install, &[], free_port)
+        Server::launch(backend, install, true, &[], free_port)
     }
 
     /// A server with the module on a port `port()` picks, with `extra` options.
     pub fn start_with(extra: &[String], port: impl Fn() -> u16) -> Server {
-        Server::launch(Backend::Module, true, extra, port)
+        Server::launch(Backend::Module, true, true, extra, port)
     }
 
-    fn launch(backend: Backend, install: bool, extra: &[String], port: impl Fn() -> u16) -> Server {
+    /// As [`Server::start_as`], on a port `port()` picks, with `extra` options; `wall`: without
+    /// the module, on a wall clock the test sets (else on the real clock, which a Cluster's
+    /// nodes need to find each other: their gossip runs on it).
+    pub fn launch(
+        backend: Backend,
+        install: bool,
+        wall: bool,
+        extra: &[String],
+        port: impl Fn() -> u16,
+    ) -> Server {
         for _ in 0..5 {
             let port = port();
             let mut command = Command::new("redis-server");
@@ -118,9 +127,9 @@ impl Server {
                         // A locked-down service: FUNCTION renamed away.
                         command.args(["--rename-command", "FUNCTION", ""]);
                     }
-                    let clock = WallClock::new(T0_MS).expect("the wall clock");
-                    command.envs(clock.env());
-                    Some(clock)
+                    let clock = wall.then(|| WallClock::new(T0_MS).expect("the wall clock"));
+                    command.envs(clock.iter().flat_map(WallClock::env));
+                    clock
                 }
             };
             let child = command
@@ -179,10 +188,12 @@ impl Server {
         }
     }
 
-    /// Sets the clock the server decides on (`c`: a connection to it).
+    /// Sets the clock the server decides on (`c`: a connection to it); a server on the real
+    /// clock keeps it.
     pub fn set_clock(&self, c: &mut Connection, ms: u64) {
         match &self.clock {
             Some(clock) => clock.set(ms),
+            None if self.backend != Backend::Module => {}
             None => {
                 let _: Value = redis::cmd("RL.DEBUG")
                     .arg("CLOCK")
