@@ -33,8 +33,9 @@ fn shim() -> Result<PathBuf, String> {
     Ok(out)
 }
 
-/// One server's clock: a file holding the instant in ns (little-endian i64), written in place
-/// (the server maps it: a truncated file would fault its reads).
+/// One server's clock: a file holding the instant in ns (little-endian i64) twice, written in
+/// place (the server maps it: a truncated file would fault its reads), the second copy first:
+/// the shim reads an instant only when both copies agree, never one torn by a write.
 pub struct WallClock {
     path: PathBuf,
     file: File,
@@ -45,7 +46,7 @@ impl WallClock {
     pub fn new(ms: u64) -> Result<WallClock, String> {
         let shim = shim()?;
         let path = scratch_dir("clock")?.join("clock");
-        std::fs::write(&path, [0u8; 8]).map_err(|e| e.to_string())?;
+        std::fs::write(&path, [0u8; 16]).map_err(|e| e.to_string())?;
         let file = OpenOptions::new()
             .write(true)
             .open(&path)
@@ -58,8 +59,9 @@ impl WallClock {
     /// Every server reading this clock reads `ms` from now on (and keys expire by it).
     pub fn set(&self, ms: u64) {
         let ns = i64::try_from(ms.saturating_mul(1_000_000)).unwrap_or(i64::MAX);
-        // A write of 8 bytes at offset 0 of a file that already holds them: it cannot fail
-        // short of a broken disk, which fails the test at its next read of the clock.
+        // Writes of 8 bytes within a file that already holds them: they cannot fail short of a
+        // broken disk, which fails the test at its next read of the clock.
+        let _ = self.file.write_all_at(&ns.to_le_bytes(), 8);
         let _ = self.file.write_all_at(&ns.to_le_bytes(), 0);
     }
 
