@@ -1,8 +1,9 @@
 //! One region's store, as the controller talks to it: `RL.DEMAND` and `RL.SHARE` in batches,
 //! pipelined, under a timeout, through the backend each server answers through (the module's
 //! commands, or the library's `rl_demand` and `rl_share` by `FCALL` or `EVALSHA`). The store is
-//! a standalone server or a Redis Cluster (see [`crate::route`]). Any failure drops the connection (a reply that may still arrive must
-//! never be read as the answer to a later call); the next call connects again.
+//! a standalone server or a Redis Cluster (see [`crate::route`]). Any failure drops the
+//! connection (a reply that may still arrive must never be read as the answer to a later call);
+//! the next call connects again.
 
 use std::collections::HashMap;
 use std::time::Duration;
