@@ -458,10 +458,22 @@ mod tests {
                 ),
                 "50000000 keys once ranges are expanded: at most max_keys = 250000",
             ),
+            (
+                EXAMPLE.replace("period_ms = 2000", "period_ms = 2000\nload_library = \"yes\""),
+                "load_library 'yes': expected no, missing or replace",
+            ),
         ];
         for (text, want) in cases {
             assert_eq!(Config::parse(&text).unwrap_err(), want);
         }
+        let loads = EXAMPLE.replace(
+            "period_ms = 2000",
+            "period_ms = 2000\nload_library = \"missing\"",
+        );
+        assert_eq!(
+            Config::parse(&loads).and_then(|c| c.load_library()),
+            Ok(LoadLibrary::Missing)
+        );
         let bigger = format!(
             "max_keys = 300000\n{}",
             EXAMPLE.replace("tenant:{1..3}", "t{1..299990}")
