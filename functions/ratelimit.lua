@@ -9,8 +9,9 @@ and call `FCALL rl_gcra 1 key L W [BURST B] [COST n]` where the module has `RL.G
 the same arguments after the key, the same five-integer reply, the same errors (within the
 bounds below). Functions: rl_gcra rl_tokenbucket rl_slidinglog rl_slidingcounter rl_fixedwindow
 rl_shape rl_lease rl_refund rl_charge rl_all rl_peek (read-only: `no-writes`, FCALL_RO and replicas),
-rl_settle (RL.SETTLE), rl_version (read-only: the library's version, LIBRARY_VERSION below);
-rl_inspect rl_throttle rl_share rl_demand only say that they need the module.
+rl_settle (RL.SETTLE), rl_share and rl_demand (RL.SHARE, RL.DEMAND: the regions controller),
+rl_version (read-only: the library's version, LIBRARY_VERSION below);
+rl_inspect rl_throttle only say that they need the module.
 docs/functions.md is the long form: bounds, stored formats, what differs, versions.
 
 Exactness. Lua numbers are doubles, exact for integers below 2^53. Time is whole milliseconds
@@ -77,7 +78,7 @@ entry's name), and what each holds.
 -- The library's version, MAJOR.MINOR, as `FCALL rl_version 0` answers it. A MINOR adds functions
 -- or options and keeps every reply and stored format; a MAJOR changes one. A client that needs
 -- MAJOR.MINOR works with any loaded MAJOR.MINOR' where MINOR' >= MINOR (client/src/library.rs).
-local LIBRARY_VERSION = '1.2'
+local LIBRARY_VERSION = '1.3'
 
 local MAX_AMOUNT = 10000000
 local MAX_RATE_WINDOW = 90000000
@@ -1209,9 +1210,110 @@ local function limiter_value(v, now)
   return nil
 end
 
+-- A region's share (RL.SHARE, src/command/share.rs, docs/regions.md), held with a key's one
+-- configuration: "S share expire_at_ms asked admitted <configuration>". Until the expiry a request
+-- is decided under the caller's policy scaled to the share (`scaled`), the state carried over;
+-- asked and admitted count the demand since rl_demand last read it (the module keeps them in
+-- memory; here they are stored, so a request on such a key writes them even when denied, and
+-- they reach replicas). `held` notes each key's share for the call (`by_key`, emptied by
+-- `guarded` at each call), so that every write of the key keeps it. The sliding log and the
+-- shaper take no share here. One table keeps this block's names out of the chunk's locals.
+local shares = { by_key = {}, max_keys = 10000, max_expire_at = 1000000000000000 }
+
+-- `p` with L = `limit`: W unchanged, B scaled by limit / L rounded down, at least 1
+-- (state::share::scaled); a policy beyond the library's bounds leaves p as called.
+function shares.scaled(p, limit)
+  if limit == p.l then
+    return p
+  end
+  local b = idiv(p.b * limit, p.l)
+  if b < 1 then
+    b = 1
+  end
+  if limit > MAX_AMOUNT or b > MAX_AMOUNT or b * p.w > MAX_REFILL_MS * limit then
+    return p
+  end
+  return policy_of(limit, p.w, b)
+end
+
+-- The policy a call under `p` is decided under at now: scaled while the share is in force.
+function shares.policy(share, p, now)
+  if now < share.expire then
+    return shares.scaled(p, share.limit)
+  end
+  return p
+end
+
+function shares.text(share)
+  return string.format('S %d %d %d %d ', share.limit, share.expire, share.asked, share.admitted)
+end
+
+-- A shared value as { algo, policy, state, share }, or nil.
+function shares.parse(v, now)
+  if #v > 200 then
+    return nil
+  end
+  local s, e, a, m, rest = string.match(v, '^S (%d+) (%d+) (%d+) (%d+) (.+)$')
+  if not rest or #s > 16 or #e > 16 or #a > 16 or #m > 16 then
+    return nil
+  end
+  s, e, a, m = tonumber(s), tonumber(e), tonumber(a), tonumber(m)
+  if s < 1 or s > MAX_AMOUNT or e > shares.max_expire_at or a > MAX_STORED or m > MAX_STORED then
+    return nil
+  end
+  local h = limiter_value(rest, now)
+  if not h or h.algo.shaper then
+    return nil
+  end
+  h.share = { limit = s, expire = e, asked = a, admitted = m, rest = rest }
+  return h
+end
+
+-- A request of `asked` on a key holding `share` that spent `admitted`: counted, and the key
+-- lives until the share's expiry (d.keep).
+function shares.count(share, d, asked, admitted, now)
+  d.keep = math.max(share.expire - now, 0)
+  if asked > 0 then
+    share.asked = math.min(share.asked + asked, MAX_STORED)
+    share.admitted = math.min(share.admitted + admitted, MAX_STORED)
+  end
+end
+
+-- The counters written where the state did not change (the module's are in memory).
+function shares.keep_counts(key, share)
+  redis.call('SET', key, shares.text(share) .. share.rest, 'KEEPTTL')
+end
+
+-- For rl_charge and rl_refund, which decide nothing: the key carried to the policy it is
+-- decided under now (src/command/share.rs `carry_for_settle`): `given`'s scaled to the share
+-- while in force (its own after), or without one the held policy scaled. Returns whether it
+-- moved, the policy and the state.
+function shares.carry(h, given, now)
+  local share, from = h.share, h.policy
+  local to = from
+  if given then
+    to = shares.policy(share, given, now)
+  elseif now < share.expire then
+    to = shares.scaled(from, share.limit)
+  end
+  if same_policy(to, from) then
+    return false, from, h.state
+  end
+  return true, to, h.algo.rescale(h.state, from, to, now)
+end
+
+-- A cost above the share's capacity waits for the share to move or expire: denied, with the
+-- wait until its expiry (src/command/plan.rs `shared_plan`).
+function shares.above(algo, s, p, now, share)
+  local d = algo.check(s, p, now, 0)
+  d.allowed, d.retry = 0, math.max(share.expire - now, 1)
+  return d
+end
+
 -- What `key` holds at `now`: nil, or { algo, policy, state, others }; another value raises WRONGTYPE
 -- naming `wanted` (the algorithm the caller needs; nil: any limiter) and, when `named`, the key.
 local function held(key, wanted, named, now)
+  shares.by_key[key] = nil
   local function bad(holds)
     return function()
       wrong_type(holds, wanted and wanted.name, named and key)
@@ -1238,7 +1340,15 @@ local function held(key, wanted, named, now)
   end
   local holds = 'a string'
   if type(v) == 'string' then
-    if not string.find(v, ' ; ', 1, true) then
+    if string.byte(v) == 83 then
+      -- "S …": a region's share with one configuration.
+      local h = shares.parse(v, now)
+      if h then
+        h.others = {}
+        shares.by_key[key] = h.share
+        return h
+      end
+    elseif not string.find(v, ' ; ', 1, true) then
       local h = limiter_value(v, now)
       if h then
         h.others = {}
@@ -1315,7 +1425,11 @@ local function store(key, algo, p, s, now, d, others)
   local at = expire_at(now, d)
   if algo ~= log then
     local text = algo.encode(s, p)
-    if others and #others > 0 then
+    local share = shares.by_key[key]
+    if share then
+      -- A key holding a share keeps one configuration (src/command/plan.rs `shared_plan`).
+      text = shares.text(share) .. text
+    elseif others and #others > 0 then
       local keep = d.reset
       local parts = { text }
       for _, o in ipairs(others) do
@@ -1765,11 +1879,17 @@ local function request(fname, algo, keys, args, want, now)
   now = now or now_ms()
   local key = keys[1]
   local h = held_as(key, algo, false, now)
+  local share = h and h.share
+  if share then
+    p = shares.policy(share, p, now)
+  end
   local start, others, switched, over = configurations(algo, h, p, now)
   local carried = switched and start or nil
   local d, next
   if want then
     d, next = bucket.lease(start, p, now, amount)
+  elseif share and amount > p.b then
+    d = shares.above(algo, start, p, now, share)
   else
     d, next = algo.check(start, p, now, amount)
   end
@@ -1785,7 +1905,13 @@ local function request(fname, algo, keys, args, want, now)
     -- What the request spent (a lease: what it granted), charged to every other configuration.
     others = charged(algo, others, now, want and d.allowed or amount)
   end
+  if share then
+    shares.count(share, d, amount, next and (want and d.allowed or amount) or 0, now)
+  end
   settle(key, algo, p, start, amount > 0 and carried or nil, next, now, d, others)
+  if share and amount > 0 and not next and not carried then
+    shares.keep_counts(key, share)
+  end
   return reply(d)
 end
 
@@ -2103,13 +2229,15 @@ end
 -- L + MAX_AMOUNT, a sliding log's window at most MAX_LOG_TOTAL (the module's bound).
 
 
--- What `s` counts against `p` at `now`, in whole units (W per token): what a charge adds to and
--- a refund takes from (the module's `Algorithm::counted`).
+-- What `s` counts against `p` at `now`, in whole units (W per token), and the nanosecond units
+-- on top (signed, below 10^6 in magnitude: a balance a policy change left with a fraction):
+-- what a charge adds to and a refund takes from (the module's `Algorithm::counted`).
 local function counted(algo, s, p, now)
   if algo == gcra or algo == shape then
-    return (gcra_debt(s, p, now))
+    return gcra_debt(s, p, now)
   elseif algo == bucket then
-    return p.b * p.w - balance(s, p, now)
+    local u, f = balance(s, p, now)
+    return p.b * p.w - u, -f
   elseif algo == fixed then
     return fixed_current(s, p, now).count * p.w
   elseif algo == counter then
@@ -2234,21 +2362,31 @@ local function charge(keys, args, now)
     return false
   end
   local algo, p, state = given, gp, nil
+  local moved, share = false, h and h.share
   if h then
     algo, p, state = h.algo, h.policy, h.state
+    if share then
+      moved, p, state = shares.carry(h, gp, now)
+    end
   end
   local next, take = algo.charge(state, p, now, n)
   local after = algo.check(next, p, now, 0)
-  if take > 0 then
+  if share then
+    shares.count(share, after, n, take, now)
+  end
+  if take > 0 or moved then
     -- The configurations the key remembers count what it charged too.
     store(keys[1], algo, p, next, now, after, charged(algo, h and h.others or {}, now, take))
+  elseif share then
+    shares.keep_counts(keys[1], share)
   end
   after.allowed = take
   return reply(after)
 end
 
--- FCALL rl_refund 1 key n: gives back n unspent tokens under the stored policy.
-local function refund(keys, args, now)
+-- FCALL rl_refund 1 key n: gives back n unspent tokens under the stored policy. `given`:
+-- rl_settle's policy for the limiter, to which a key holding a share is carried.
+local function refund(keys, args, now, given)
   if #keys ~= 1 or #args ~= 1 then
     arity('rl_refund')
   end
@@ -2258,10 +2396,33 @@ local function refund(keys, args, now)
   if not h then
     return false
   end
+  local moved, share = false, h.share
+  if share then
+    moved, h.policy, h.state = shares.carry(h, given, now)
+  end
   local algo, p = h.algo, h.policy
   local before = algo.check(h.state, p, now, 0).remaining
   local next = algo.refund(h.state, p, now, n)
   local after = algo.check(next, p, now, 0)
+  -- A debt (after rl_charge) shrinks while `remaining` stays 0: what it shrank counts.
+  -- Whole tokens of (c·10^6 + cf) − (a·10^6 + af) nanosecond units, rounded down as the
+  -- module does.
+  local c, cf = counted(algo, h.state, p, now)
+  local a, af = counted(algo, next, p, now)
+  local d, e = c - a, (cf or 0) - (af or 0)
+  local shrank = 0
+  if d > 0 or (d == 0 and e > 0) then
+    shrank = idiv(e < 0 and d - 1 or d, p.w)
+  end
+  local back = math.min(math.max(after.remaining - before, shrank), n)
+  if share then
+    -- What it gives back comes off both counters (src/command/share.rs `count_settled`): the
+    -- rise of `remaining` for rl_refund, the whole tokens the count went down by for rl_settle.
+    local counted_back = given and math.min(shrank, n) or back
+    shares.count(share, after, 0, 0, now)
+    share.asked = math.max(share.asked - counted_back, 0)
+    share.admitted = math.max(share.admitted - counted_back, 0)
+  end
   if next ~= h.state then
     if algo == log then
       -- A log that lost something: a view over the stored list, written in place.
@@ -2282,19 +2443,21 @@ local function refund(keys, args, now)
       changed = changed or differs(back, o.state)
       others[i] = { policy = o.policy, state = back }
     end
-    if changed then
+    if changed or moved then
       store(keys[1], algo, p, next, now, after, others)
+    elseif share and back > 0 then
+      shares.keep_counts(keys[1], share)
     end
   end
-  -- A debt (after rl_charge) shrinks while `remaining` stays 0: what it shrank counts.
-  local shrank = idiv(math.max(counted(algo, h.state, p, now) - counted(algo, next, p, now), 0), p.w)
-  after.allowed = math.min(math.max(after.remaining - before, shrank), n)
+  after.allowed = back
   -- Second: what RL.SETTLE counts as given back (the whole tokens the count went down by).
   return reply(after), math.min(shrank, n)
 end
 
 -- FCALL rl_peek 1 key: what a cost-1 request would get now under the stored policy.
-local function peek(keys, args, now)
+-- `given`: rl_settle's policy for a limiter it settles by 0, which carries a key holding a share
+-- to it (stored when it moved), as a settle does.
+local function peek(keys, args, now, given)
   if #keys ~= 1 or #args ~= 0 then
     arity('rl_peek')
   end
@@ -2302,6 +2465,15 @@ local function peek(keys, args, now)
   local h = held(keys[1], nil, false, now)
   if not h then
     return false
+  end
+  if given and h.share then
+    local moved, p, state = shares.carry(h, given, now)
+    local after = h.algo.check(state, p, now, 0)
+    if moved then
+      shares.count(h.share, after, 0, 0, now)
+      store(keys[1], h.algo, p, state, now, after)
+    end
+    return reply(after)
   end
   return reply((h.algo.check(h.state, h.policy, now, 0)))
 end
@@ -2454,11 +2626,20 @@ local function all(keys, args)
     local algo, p = part.algo, part.policy
     accepts(algo, p)
     local h = held_as(part.key, algo, true, now)
+    part.share = h and h.share
+    if part.share then
+      p = shares.policy(part.share, p, now)
+      part.policy = p
+    end
     local start, others, switched, over = configurations(algo, h, p, now)
     part.carried = switched and start or nil
     part.others = others
     part.start = start
-    part.decision, part.charged = algo.check(start, p, now, part.cost)
+    if part.share and part.cost > p.b then
+      part.decision, part.charged = shares.above(algo, start, p, now, part.share), nil
+    else
+      part.decision, part.charged = algo.check(start, p, now, part.cost)
+    end
     part.uncharged = part.charged and algo.check(start, p, now, 0) or part.decision
     if over and part.cost > 0 then
       -- One configuration too many (src/algo/step.rs `plan`): both outcomes keep the current one.
@@ -2494,7 +2675,14 @@ local function all(keys, args)
       if admitted and part.charged then
         others = charged(algo, others, now, part.cost)
       end
-      settle(part.key, algo, p, part.start, carried, admitted and part.charged or nil, now, d, others)
+      local share, spent = part.share, admitted and part.charged
+      if share then
+        shares.count(share, d, part.cost, spent and part.cost or 0, now)
+      end
+      settle(part.key, algo, p, part.start, carried, spent or nil, now, d, others)
+      if share and part.cost > 0 and not spent and not carried then
+        shares.keep_counts(part.key, share)
+      end
     end
     each[#each + 1] = d
   end
@@ -2588,12 +2776,12 @@ local function settle_all(keys, args)
       in_full = in_full and r[1] == by
     elseif by < 0 then
       local moved
-      r, moved = refund({ part.key }, { num(-by) }, now)
+      r, moved = refund({ part.key }, { num(-by) }, now, p)
       if r then
         r[1] = moved
       end
     else
-      r = peek({ part.key }, {}, now)
+      r = peek({ part.key }, {}, now, p)
       if r then
         r[1] = 0
       end
@@ -2624,10 +2812,134 @@ local function settle_all(keys, args)
   return out
 end
 
+-- FCALL rl_share numkeys key [key ...] algorithm L W B share expire_at_ms [share expire_at_ms ...]
+-- (RL.SHARE, src/command/share.rs, with the keys first as FCALL wants them and one share and
+-- expiry per key, in key order): the regions controller stores each key's share under the
+-- region's safe policy `algorithm L W B`. A missing key is created full under the share; an
+-- existing one must hold a limiter of that algorithm, its state carried over (the other
+-- configurations it remembers dropped); a share of 0 removes the key's share. Every number is
+-- read before any key changes; a share whose expiry has passed is refused. The reply, one row
+-- per key: [share, expire_at_ms, L, B] as the key holds them now (all 0: a missing key left
+-- alone). Not the sliding log, whose list takes no share here.
+function shares.call(keys, args)
+  local n = #keys
+  if n < 1 or #args < 4 or #args ~= 4 + 2 * n then
+    arity('rl_share')
+  end
+  if n > shares.max_keys then
+    fail('ERR at most ' .. shares.max_keys .. ' keys per call')
+  end
+  local word = args[1]
+  local algo = ALL[string.upper(word)]
+  if not algo then
+    fail("ERR unknown algorithm '" .. echo(word) .. "'; expected one of " .. table.concat(ALL_WORDS, ', '))
+  elseif algo == log then
+    fail("ERR the library's sliding log takes no share (RL.SHARE needs the module for it); use another algorithm for keys the regions controller splits")
+  end
+  local l = parse_int('L', args[2], 1, MAX_AMOUNT)
+  local w = parse_int('W', args[3], 1, algo.max_w)
+  local b = parse_int('B', args[4], 1, MAX_AMOUNT)
+  if not algo.burst and b ~= l then
+    fail('ERR B must equal L for ' .. echo(word))
+  end
+  if b * w > MAX_REFILL_MS * l then
+    fail(string.format('ERR a capacity of %d refilled at %d per %d ms takes longer than %d ms to refill',
+      b, l, w, MAX_REFILL_MS))
+  end
+  local safe = policy_of(l, w, b)
+  local now = now_ms()
+  local wanted = {}
+  for i = 1, n do
+    local share = parse_int('share', args[3 + 2 * i], 0, MAX_AMOUNT)
+    local expire = parse_int('expire_at_ms', args[4 + 2 * i], 0, shares.max_expire_at)
+    if share > 0 and expire == 0 then
+      fail('ERR a share needs an expiry (unix time in ms)')
+    elseif share > 0 and expire <= now then
+      fail(string.format('ERR share expiry %d has passed', expire))
+    end
+    wanted[i] = share > 0 and { limit = share, expire = expire, asked = 0, admitted = 0 } or false
+  end
+  local out = {}
+  for i, key in ipairs(keys) do
+    out[i] = shares.set(key, algo, safe, wanted[i], now)
+  end
+  return out
+end
+
+-- Stores `share` (false: none) in `key` under the safe policy (src/command/share.rs `set`).
+function shares.set(key, algo, safe, share, now)
+  local h = held_as(key, algo, false, now)
+  if not h and not share then
+    return { 0, 0, 0, 0 }
+  end
+  local to = share and shares.policy(share, safe, now) or safe
+  local state
+  if h then
+    state = algo.rescale(h.state, h.policy, to, now)
+    if share and h.share then
+      share.asked, share.admitted = h.share.asked, h.share.admitted
+    end
+  else
+    -- Full: what a first request under the share would start from.
+    local _, first = algo.check(nil, to, now, 1)
+    state = algo.refund(first, to, now, 1)
+  end
+  -- The key lives as long as it had to, and at least until the share's expiry.
+  local keep = algo.check(state, to, now, 0).reset
+  local at = redis.call('PEXPIRETIME', key)
+  if at > now then
+    keep = math.max(keep, at - now)
+  end
+  if share then
+    keep = math.max(keep, share.expire - now)
+  end
+  shares.by_key[key] = share or nil
+  store(key, algo, to, state, now, { reset = keep })
+  if share then
+    return { share.limit, share.expire, to.l, to.b }
+  end
+  return { 0, 0, to.l, to.b }
+end
+
+-- FCALL rl_demand numkeys key [key ...] (RL.DEMAND, src/command/demand.rs): per key [asked,
+-- admitted, share, expire_at_ms, L]: what the key was asked and admitted since the last
+-- rl_demand (which sets both to 0), the share it holds (0: none) and the L it is decided under
+-- now; all 0 for a missing key.
+function shares.demand(keys, args)
+  local n = #keys
+  if n < 1 or #args ~= 0 then
+    arity('rl_demand')
+  end
+  if n > shares.max_keys then
+    fail('ERR at most ' .. shares.max_keys .. ' keys per call')
+  end
+  local now = now_ms()
+  local out = {}
+  for i, key in ipairs(keys) do
+    local h = held(key, nil, false, now)
+    if not h then
+      out[i] = { 0, 0, 0, 0, 0 }
+    elseif not h.share then
+      out[i] = { 0, 0, 0, 0, h.policy.l }
+    else
+      local s = h.share
+      out[i] = { s.asked, s.admitted, s.limit, s.expire, h.policy.l }
+      if s.asked > 0 or s.admitted > 0 then
+        s.asked, s.admitted = 0, 0
+        shares.keep_counts(key, s)
+      end
+    end
+  end
+  return out
+end
+
 -- Runs a function, turning the errors it raises with `fail` (and those of redis.call) into
 -- plain error replies, without the script trace Redis appends to a raised error.
 local function guarded(body)
   return function(keys, args, now)
+    if next(shares.by_key) then
+      shares.by_key = {}
+    end
     local ok, result = pcall(body, keys, args, now)
     if ok then
       return result
@@ -2660,6 +2972,8 @@ redis.register_function('rl_refund', guarded(refund))
 redis.register_function('rl_charge', guarded(charge))
 redis.register_function('rl_all', guarded(all))
 redis.register_function('rl_settle', guarded(settle_all))
+redis.register_function('rl_share', guarded(shares.call))
+redis.register_function('rl_demand', guarded(shares.demand))
 redis.register_function({ function_name = 'rl_peek', callback = guarded(peek), flags = { 'no-writes' } })
 
 ------------------------------------------------------------------------------------------------
@@ -2783,7 +3097,7 @@ redis.register_function('rl_concurrency', guarded(concurrency.call))
 -- What only the module does (docs/functions.md, what differs): the call says so, where Redis would
 -- answer "Function not found".
 -- (Both spellings by hand: while a library loads, only `redis` is reachable.)
-local MODULE_ONLY = { { 'INSPECT', 'rl_inspect' }, { 'THROTTLE', 'rl_throttle' }, { 'SHARE', 'rl_share' }, { 'DEMAND', 'rl_demand' } }
+local MODULE_ONLY = { { 'INSPECT', 'rl_inspect' }, { 'THROTTLE', 'rl_throttle' } }
 for i = 1, #MODULE_ONLY do
   local word, fname = MODULE_ONLY[i][1], MODULE_ONLY[i][2]
   redis.register_function({ function_name = fname, flags = { 'no-writes' }, callback = function()

@@ -292,8 +292,9 @@ impl Backend {
         }
     }
 
-    /// The command `name` (`GCRA`, `LEASE`, `ALL` …) on `keys`; the caller appends the rest.
-    pub(crate) fn command(self, name: &str, keys: &[&str]) -> redis::Cmd {
+    /// The command `name` (`GCRA`, `LEASE`, `ALL`, `DEMAND` …) on `keys`; the caller appends the
+    /// rest (the library takes its keys first: `RL.SHARE`'s keys go here, their shares after).
+    pub fn command(self, name: &str, keys: &[&str]) -> redis::Cmd {
         let mut cmd;
         match self {
             Backend::Module => {

@@ -59,7 +59,7 @@ pub use command::{
 pub use config::{Config, DEFAULT_MAX_DEADLINE};
 pub use connection::{Addr, Auth, ConnectionSettings, Target, Tls};
 pub use error::{Error, UNAVAILABLE_CODES};
-pub use library::{LoadLibrary, Version};
+pub use library::{LoadLibrary, Version, LIBRARY_SOURCE};
 pub use limit::{key_slot, sub_keys, Limit};
 pub use limiter::{Limiter, ShutdownReport, Stats};
 pub use reservation::{Reservation, Settlement, DEFAULT_GRACE};

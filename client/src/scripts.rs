@@ -89,7 +89,7 @@ pub fn by_sha(sha: &str) -> Option<&'static Script> {
 }
 
 /// Every function a client calls.
-pub const ENTRIES: [&str; 14] = [
+pub const ENTRIES: [&str; 16] = [
     "rl_gcra",
     "rl_tokenbucket",
     "rl_slidinglog",
@@ -104,6 +104,8 @@ pub const ENTRIES: [&str; 14] = [
     "rl_settle",
     "rl_version",
     "rl_concurrency",
+    "rl_share",
+    "rl_demand",
 ];
 
 #[cfg(test)]

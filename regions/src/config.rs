@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::path::PathBuf;
 
-use ratelimit_client::{Addr, ConnectionSettings, Secret, Target};
+use ratelimit_client::{Addr, ConnectionSettings, LoadLibrary, Secret, Target};
 use ratelimit_core::algo::listed;
 use ratelimit_core::algo::{Policy as StorePolicy, PolicyError};
 use serde::Deserialize;
@@ -40,6 +40,10 @@ pub struct Config {
     /// before anything is expanded, so a range cannot take the controller's memory.
     #[serde(default = "default_max_keys")]
     pub max_keys: u64,
+    /// What the controller may do to a region without the module (docs/regions.md, managed
+    /// Redis): `no` (the default: the Functions library if loaded, else the scripts backend),
+    /// `missing` (loads the library where absent), `replace` (also over an older one).
+    pub load_library: Option<String>,
     pub regions: Vec<Region>,
     pub keys: Vec<KeyGroup>,
 }
@@ -204,7 +208,18 @@ impl Config {
         Ok(config)
     }
 
+    /// The `load_library` setting, refused by name when it is none of its words.
+    pub fn load_library(&self) -> Result<LoadLibrary, String> {
+        match self.load_library.as_deref() {
+            None => Ok(LoadLibrary::No),
+            Some(word) => word
+                .parse()
+                .map_err(|_| format!("load_library '{word}': expected no, missing or replace")),
+        }
+    }
+
     fn validate(&self) -> Result<(), String> {
+        self.load_library()?;
         if self.regions.is_empty() {
             return Err("no regions".into());
         }
@@ -443,10 +458,22 @@ mod tests {
                 ),
                 "50000000 keys once ranges are expanded: at most max_keys = 250000",
             ),
+            (
+                EXAMPLE.replace("period_ms = 2000", "period_ms = 2000\nload_library = \"yes\""),
+                "load_library 'yes': expected no, missing or replace",
+            ),
         ];
         for (text, want) in cases {
             assert_eq!(Config::parse(&text).unwrap_err(), want);
         }
+        let loads = EXAMPLE.replace(
+            "period_ms = 2000",
+            "period_ms = 2000\nload_library = \"missing\"",
+        );
+        assert_eq!(
+            Config::parse(&loads).and_then(|c| c.load_library()),
+            Ok(LoadLibrary::Missing)
+        );
         let bigger = format!(
             "max_keys = 300000\n{}",
             EXAMPLE.replace("tenant:{1..3}", "t{1..299990}")

@@ -133,11 +133,12 @@ impl Controller {
             .iter()
             .find_map(|g| g.keys.first().or(g.patterns.first()))
             .cloned();
+        let load = config.load_library()?;
         let links = config
             .regions
             .iter()
             .map(|r| {
-                Link::new(r.connection()?, r.cluster, timeout, probe.as_deref())
+                Link::new(r.connection()?, r.cluster, timeout, probe.as_deref(), load)
                     .map_err(|e| format!("region '{}': {e}", r.name))
             })
             .collect::<Result<Vec<_>, _>>()?;

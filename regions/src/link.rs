@@ -1,12 +1,14 @@
 //! One region's store, as the controller talks to it: `RL.DEMAND` and `RL.SHARE` in batches,
-//! pipelined, under a timeout. The store is a standalone server or a Redis Cluster (see
-//! [`crate::route`]). Any failure drops the connection (a reply that may still arrive must
-//! never be read as the answer to a later call); the next call connects again.
+//! pipelined, under a timeout, through the backend each server answers through (the module's
+//! commands, or the library's `rl_demand` and `rl_share` by `FCALL` or `EVALSHA`). The store is
+//! a standalone server or a Redis Cluster (see [`crate::route`]). Any failure drops the
+//! connection (a reply that may still arrive must never be read as the answer to a later call);
+//! the next call connects again.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use ratelimit_client::ConnectionSettings;
+use ratelimit_client::{Backend, ConnectionSettings, LoadLibrary};
 
 use crate::config::Policy;
 use crate::route::Cluster;
@@ -53,11 +55,12 @@ impl Link {
         cluster: bool,
         timeout: Duration,
         probe: Option<&str>,
+        load: LoadLibrary,
     ) -> Result<Link, String> {
         let mut store = if cluster {
-            Store::Cluster(Box::new(Cluster::new(settings, timeout)?))
+            Store::Cluster(Box::new(Cluster::new(settings, timeout, load)?))
         } else {
-            Store::Standalone(Box::new(Server::new(settings, timeout)?))
+            Store::Standalone(Box::new(Server::new(settings, timeout, load)?))
         };
         match &mut store {
             Store::Cluster(c) => c.check(probe)?,
@@ -96,7 +99,9 @@ impl Link {
 
     /// Up to `calls` `SCAN … MATCH pattern COUNT count TYPE ratelimit` calls per pattern on
     /// every server (every master of a cluster), each continuing where the last one stopped (a
-    /// pass over the keyspace spans periods): the limiter keys found, with repeats.
+    /// pass over the keyspace spans periods): the limiter keys found, with repeats. On the
+    /// library a limiter is a string (`TYPE string`): those that its `rl_peek` refuses are not
+    /// limiters and are left out.
     pub fn discover(
         &mut self,
         patterns: &[String],
@@ -109,6 +114,12 @@ impl Link {
         };
         let mut found = Vec::new();
         for server in servers {
+            let backend = server.backend()?;
+            let kind = match backend {
+                Backend::Module => "ratelimit",
+                Backend::Functions | Backend::Scripts => "string",
+            };
+            let mut candidates = Vec::new();
             for pattern in patterns {
                 let at = (server.address(), pattern.clone());
                 let mut cursor = self.cursors.get(&at).copied().unwrap_or(0);
@@ -120,10 +131,10 @@ impl Link {
                         .arg("COUNT")
                         .arg(count)
                         .arg("TYPE")
-                        .arg("ratelimit")
+                        .arg(kind)
                         .clone();
                     let (next, keys): (u64, Vec<String>) = server.query(&cmd)?;
-                    found.extend(keys);
+                    candidates.extend(keys);
                     cursor = next;
                     if cursor == 0 {
                         break;
@@ -131,17 +142,34 @@ impl Link {
                 }
                 self.cursors.insert(at, cursor);
             }
+            if backend == Backend::Module || candidates.is_empty() {
+                found.append(&mut candidates);
+                continue;
+            }
+            let mut pipe = redis::pipe();
+            for key in &candidates {
+                pipe.add_command(backend.command("PEEK", &[key]));
+            }
+            let replies = server.replies(&pipe)?;
+            found.extend(
+                candidates
+                    .into_iter()
+                    .zip(replies)
+                    .filter(|(_, r)| matches!(r, redis::Value::Array(_)))
+                    .map(|(key, _)| key),
+            );
         }
         Ok(found)
     }
 
     /// `RL.DEMAND` for every key, `batch` keys per call, all calls pipelined.
     pub fn demand(&mut self, keys: &[String], batch: usize) -> Result<Vec<Demand>, String> {
-        let add = |pipe: &mut redis::Pipeline, indices: &[usize]| {
-            let cmd = pipe.cmd("RL.DEMAND");
-            for &i in indices {
-                cmd.arg(keys.get(i).map_or("", String::as_str));
-            }
+        let add = |pipe: &mut redis::Pipeline, backend: Backend, indices: &[usize]| {
+            let names: Vec<&str> = indices
+                .iter()
+                .map(|&i| keys.get(i).map_or("", String::as_str))
+                .collect();
+            pipe.add_command(backend.command("DEMAND", &names));
         };
         let key = |i: usize| keys.get(i).cloned().unwrap_or_default();
         let rows = self.calls(keys.len(), &key, batch, &add)?;
@@ -170,16 +198,37 @@ impl Link {
         if writes.is_empty() {
             return Ok(Vec::new());
         }
-        let add = |pipe: &mut redis::Pipeline, indices: &[usize]| {
-            let cmd = pipe
-                .cmd("RL.SHARE")
-                .arg(&policy.algorithm)
-                .arg(policy.safe)
-                .arg(policy.window_ms)
-                .arg(policy.safe_burst);
-            for (key, share, expire_at_ms) in indices.iter().filter_map(|&i| writes.get(i)) {
-                cmd.arg(*key).arg(*share).arg(*expire_at_ms);
-            }
+        let add = |pipe: &mut redis::Pipeline, backend: Backend, indices: &[usize]| {
+            let writes: Vec<&(&str, u64, u64)> =
+                indices.iter().filter_map(|&i| writes.get(i)).collect();
+            let safe = |cmd: &mut redis::Cmd| {
+                cmd.arg(&policy.algorithm)
+                    .arg(policy.safe)
+                    .arg(policy.window_ms)
+                    .arg(policy.safe_burst);
+            };
+            // The module takes each key with its share; the library its keys first (FCALL's
+            // and EVALSHA's numkeys), then a share and an expiry per key.
+            let cmd = match backend {
+                Backend::Module => {
+                    let mut cmd = redis::cmd("RL.SHARE");
+                    safe(&mut cmd);
+                    for (key, share, expire_at_ms) in writes {
+                        cmd.arg(*key).arg(*share).arg(*expire_at_ms);
+                    }
+                    cmd
+                }
+                Backend::Functions | Backend::Scripts => {
+                    let keys: Vec<&str> = writes.iter().map(|w| w.0).collect();
+                    let mut cmd = backend.command("SHARE", &keys);
+                    safe(&mut cmd);
+                    for (_, share, expire_at_ms) in writes {
+                        cmd.arg(*share).arg(*expire_at_ms);
+                    }
+                    cmd
+                }
+            };
+            pipe.add_command(cmd);
         };
         let key = |i: usize| writes.get(i).map_or(String::new(), |w| w.0.to_string());
         let rows = self.calls(writes.len(), &key, batch, &add)?;

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use ratelimit_client::{Addr, ConnectionSettings, Target};
+use ratelimit_client::{Addr, ConnectionSettings, LoadLibrary, Target};
 use redis::cluster_routing::get_slot;
 use redis::Value;
 
@@ -23,6 +23,7 @@ pub struct Cluster {
     seed: Server,
     seed_info: ConnectionSettings,
     timeout: Duration,
+    load: LoadLibrary,
     /// The masters, as `CLUSTER SLOTS` last named them.
     masters: Vec<Server>,
     /// For each slot, its master's index in `masters`; None until learned (or after a failure).
@@ -35,11 +36,16 @@ impl Cluster {
         self.seed.check(probe)
     }
 
-    pub fn new(seed_info: ConnectionSettings, timeout: Duration) -> Result<Cluster, String> {
+    pub fn new(
+        seed_info: ConnectionSettings,
+        timeout: Duration,
+        load: LoadLibrary,
+    ) -> Result<Cluster, String> {
         Ok(Cluster {
-            seed: Server::new(seed_info.clone(), timeout)?,
+            seed: Server::new(seed_info.clone(), timeout, load)?,
             seed_info,
             timeout,
+            load,
             masters: Vec::new(),
             slots: None,
         })
@@ -176,6 +182,7 @@ impl Cluster {
                                 ..self.seed_info.clone()
                             },
                             self.timeout,
+                            self.load,
                         )?,
                     };
                     masters.push(server);

@@ -1,13 +1,15 @@
 //! One server of a region's store, as the controller talks to it: a connection through the
-//! client's connection layer (TLS, the ACL user, the master that sentinels name), opened on
-//! demand and dropped on any failure, and a node's calls run as one pipeline. The standalone
+//! client's connection layer (TLS, the ACL user, the master that sentinels name, and the
+//! backend it answers through: the module, the Functions library or the scripts backend, the
+//! library loaded where `load_library` allows), opened on demand and dropped on any failure, and
+//! a node's calls run as one pipeline. The standalone
 //! store (`link`) and each master of a Cluster (`route`) are one of these. The controller is
 //! synchronous; each server drives its connection on a runtime of its own, only while a call
 //! waits.
 
 use std::time::Duration;
 
-use ratelimit_client::{ConnectionSettings, Error, Store};
+use ratelimit_client::{Backend, ConnectionSettings, Error, LoadLibrary, Store};
 use redis::{FromRedisValue, Value};
 
 /// The algorithm of the start's access check: no limiter has this name, so `RL.SHARE` refuses
@@ -20,10 +22,15 @@ pub struct Server {
     runtime: tokio::runtime::Runtime,
     store: Option<Store>,
     timeout: Duration,
+    load: LoadLibrary,
 }
 
 impl Server {
-    pub fn new(settings: ConnectionSettings, timeout: Duration) -> Result<Server, String> {
+    pub fn new(
+        settings: ConnectionSettings,
+        timeout: Duration,
+        load: LoadLibrary,
+    ) -> Result<Server, String> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -33,6 +40,7 @@ impl Server {
             runtime,
             store: None,
             timeout,
+            load,
         })
     }
 
@@ -69,14 +77,32 @@ impl Server {
         if let Some(s) = &self.store {
             return Ok(s.clone());
         }
-        let (timeout, settings) = (self.timeout, &self.settings);
-        let open = async move { tokio::time::timeout(timeout, Store::open(settings)).await };
+        let (timeout, settings, load) = (self.timeout, &self.settings, self.load);
+        let open =
+            async move { tokio::time::timeout(timeout, Store::open_with(settings, load)).await };
         let store = match self.runtime.block_on(open) {
             Ok(result) => result?.with_deadline(self.timeout),
             Err(_) => return Err(Error::Timeout),
         };
         self.store = Some(store.clone());
         Ok(store)
+    }
+
+    /// The backend the server answers through (the connection opened first if need be): a
+    /// server's NOSCRIPT (a restart lost the scripts) fails the step, and the connection opened
+    /// again at the next one loads them again.
+    pub fn backend(&mut self) -> Result<Backend, String> {
+        let result = self.store().map(|s| s.backend());
+        self.after(result)
+    }
+
+    /// Runs `pipe`, each reply as it came (an error reply as a value); drops the connection
+    /// when the pipeline fails.
+    pub fn replies(&mut self, pipe: &redis::Pipeline) -> Result<Vec<Value>, String> {
+        let result = self
+            .store()
+            .and_then(|store| self.runtime.block_on(store.pipeline(pipe)));
+        self.after(result)
     }
 
     /// Runs `pipe` (its replies read as one `T`); drops the connection on any error.
@@ -130,8 +156,8 @@ pub struct Node {
     pub calls: Vec<Vec<usize>>,
 }
 
-/// Adds one call for the keys at these indices to a pipeline.
-pub type Add<'a> = &'a (dyn Fn(&mut redis::Pipeline, &[usize]) + Sync);
+/// Adds one call for the keys at these indices to a pipeline, spelled for the server's backend.
+pub type Add<'a> = &'a (dyn Fn(&mut redis::Pipeline, Backend, &[usize]) + Sync);
 
 /// Each key's index with its row.
 pub type Rows = Vec<(usize, Vec<u64>)>;
@@ -142,9 +168,10 @@ pub fn run_calls(server: &mut Server, node: &Node, add: Add<'_>) -> Result<Rows,
     if node.calls.is_empty() {
         return Ok(Vec::new());
     }
+    let backend = server.backend()?;
     let mut pipe = redis::pipe();
     for call in &node.calls {
-        add(&mut pipe, call);
+        add(&mut pipe, backend, call);
     }
     let answers: Vec<Vec<Vec<u64>>> = server.run(&pipe)?;
     if answers.len() != node.calls.len() {

@@ -1,10 +1,25 @@
-//! ShouldRateLimit over a real gRPC connection against a real server with the module: the
-//! decision table of the peer's config format, all or nothing across descriptors, fixed windows
-//! at their edges (the peer's reset rule), the response headers, the denial cache.
+//! ShouldRateLimit over a real gRPC connection against a real server: the decision table of the
+//! peer's config format, all or nothing across descriptors, fixed windows at their edges (the
+//! peer's reset rule), the response headers, the denial cache, shadow mode, leases. Every test
+//! runs on each backend (`on_every_backend!`): the module on its debug clock, the Functions
+//! library alone by FCALL, and its scripts by EVALSHA where FUNCTION is refused, these two on a
+//! wall clock the test moves.
 
 mod support;
 
+use ratelimit_client::Backend;
 use support::*;
+
+on_every_backend!(
+    the_decision_table,
+    hits_addend_per_request_and_per_descriptor,
+    all_or_nothing_in_one_store_call,
+    fixed_windows_at_their_edges_answer_as_the_peer,
+    headers_as_the_peer_names_them_and_as_docs_http_computes_them,
+    a_denied_key_is_answered_locally_until_its_retry_time,
+    global_shadow_mode_decides_counts_and_answers_ok,
+    a_leased_rule_calls_the_store_once_per_lease_and_refunds_at_stop,
+);
 
 const SHOP: &str = "
 domain: shop
@@ -57,9 +72,8 @@ async fn ask(rls: &mut Rls, descriptors: &[&[(&str, &str)]]) -> (i32, Vec<(i32, 
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_decision_table() {
-    let redis = Redis::start();
+async fn the_decision_table(backend: Backend) {
+    let redis = Redis::on(backend);
     let mut rls = Rls::start(&redis, SHOP, &[]).await;
     let table: &[Row] = &[
         // A key-only entry is the default for every value, each value counted on its own.
@@ -142,9 +156,8 @@ async fn the_decision_table() {
     assert_eq!(client.near_limit, 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hits_addend_per_request_and_per_descriptor() {
-    let redis = Redis::start();
+async fn hits_addend_per_request_and_per_descriptor(backend: Backend) {
+    let redis = Redis::on(backend);
     let mut rls = Rls::start(&redis, SHOP, &[]).await;
     let client = [("client", "9.9.9.9")];
     // Per descriptor 0: checked, not charged.
@@ -179,25 +192,29 @@ async fn hits_addend_per_request_and_per_descriptor() {
     let r = rls.ask(simple("shop", twice)).await;
     assert_eq!(codes(&r), (OK, vec![(OK, 1), (OK, 1)]));
     // More than the limit can ever admit: denied without a store call.
-    let before = redis.calls("rl.fixedwindow");
+    let before = redis.store_calls("fixedwindow");
     let other = [("client", "8.8.8.8")];
     let r = rls
         .ask(request("shop", vec![descriptor(&other, Some(4))], 0))
         .await;
     assert_eq!(codes(&r).0, OVER_LIMIT);
-    assert_eq!(redis.calls("rl.fixedwindow"), before);
+    assert_eq!(redis.store_calls("fixedwindow"), before);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn all_or_nothing_in_one_store_call() {
-    let redis = Redis::start();
+async fn all_or_nothing_in_one_store_call(backend: Backend) {
+    let redis = Redis::on(backend);
     let mut rls = Rls::start(&redis, SHOP, &[]).await;
     let pair: &[&[(&str, &str)]] = &[&[("client", "7.7.7.7")], &[("path", "/admin/a")]];
+    let calls = redis.store_calls("all");
     assert_eq!(
         ask(&mut rls, pair).await,
         (OK, vec![(OK, 2, 3), (OK, 0, 1)])
     );
-    assert_eq!(redis.calls("rl.all"), 1, "one RL.ALL for both descriptors");
+    assert_eq!(
+        redis.store_calls("all"),
+        calls + 1,
+        "one RL.ALL for both descriptors"
+    );
     // /admin/a is spent: the request is denied and 7.7.7.7 is not charged for it.
     assert_eq!(
         ask(&mut rls, pair).await,
@@ -213,12 +230,12 @@ async fn all_or_nothing_in_one_store_call() {
         &[("client", "partner")],
         &[("tenant", "acme"), ("plan", "gold")],
     ];
-    let calls = redis.calls("rl.all");
+    let calls = redis.store_calls("all");
     assert_eq!(
         ask(&mut rls, three).await,
         (OK, vec![(OK, 2, 3), (OK, 4, 5), (OK, 1, 2)])
     );
-    assert_eq!(redis.calls("rl.all"), calls + 1);
+    assert_eq!(redis.store_calls("all"), calls + 1);
 }
 
 /// The peer's reset: the unit in seconds minus (now in whole seconds mod the unit).
@@ -226,9 +243,8 @@ fn peer_reset(now_ms: u64, unit_s: u64) -> i64 {
     (unit_s - (now_ms / 1000) % unit_s) as i64
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fixed_windows_at_their_edges_answer_as_the_peer() {
-    let redis = Redis::start();
+async fn fixed_windows_at_their_edges_answer_as_the_peer(backend: Backend) {
+    let redis = Redis::on(backend);
     let yaml = "domain: w\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 2}\n";
     let mut rls = Rls::start(&redis, yaml, &[]).await;
     let mut now = T0_MS;
@@ -257,9 +273,8 @@ async fn fixed_windows_at_their_edges_answer_as_the_peer() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn headers_as_the_peer_names_them_and_as_docs_http_computes_them() {
-    let redis = Redis::start();
+async fn headers_as_the_peer_names_them_and_as_docs_http_computes_them(backend: Backend) {
+    let redis = Redis::on(backend);
     let yaml = "
 domain: api
 descriptors:
@@ -319,15 +334,14 @@ descriptors:
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_denied_key_is_answered_locally_until_its_retry_time() {
-    let redis = Redis::start();
+async fn a_denied_key_is_answered_locally_until_its_retry_time(backend: Backend) {
+    let redis = Redis::on(backend);
     let yaml = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1}\n";
     let mut rls = Rls::start(&redis, yaml, &[]).await;
     let ask = simple("d", &[&[("k", "v")]]);
     assert_eq!(codes(&rls.ask(ask.clone()).await).0, OK);
     assert_eq!(codes(&rls.ask(ask.clone()).await).0, OVER_LIMIT);
-    let calls = redis.calls("rl.fixedwindow");
+    let calls = redis.store_calls("fixedwindow");
     // The start's access check (a peek: COST 0, writes nothing) and the two decisions.
     assert_eq!(calls, 3);
     for _ in 0..5 {
@@ -342,7 +356,7 @@ async fn a_denied_key_is_answered_locally_until_its_retry_time() {
         );
     }
     assert_eq!(
-        redis.calls("rl.fixedwindow"),
+        redis.store_calls("fixedwindow"),
         calls,
         "no store call while cached"
     );
@@ -351,12 +365,11 @@ async fn a_denied_key_is_answered_locally_until_its_retry_time() {
     // At the retry time (the next window) the store is asked again.
     rls.advance(&redis, 60_000);
     assert_eq!(codes(&rls.ask(ask.clone()).await).0, OK);
-    assert_eq!(redis.calls("rl.fixedwindow"), calls + 1);
+    assert_eq!(redis.store_calls("fixedwindow"), calls + 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn global_shadow_mode_decides_counts_and_answers_ok() {
-    let redis = Redis::start();
+async fn global_shadow_mode_decides_counts_and_answers_ok(backend: Backend) {
+    let redis = Redis::on(backend);
     let mut rls = Rls::start(&redis, SHOP, &[("SHADOW_MODE", "true")]).await;
     let pair: &[&[(&str, &str)]] = &[&[("client", "4.4.4.4")], &[("path", "/admin/z")]];
     assert_eq!(
@@ -380,15 +393,19 @@ async fn global_shadow_mode_decides_counts_and_answers_ok() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_leased_rule_calls_the_store_once_per_lease_and_refunds_at_stop() {
-    let redis = Redis::start();
+async fn a_leased_rule_calls_the_store_once_per_lease_and_refunds_at_stop(backend: Backend) {
+    let redis = Redis::on(backend);
     let yaml = "domain: l\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 100, algorithm: token_bucket, lease: 10}\n";
     let mut rls = Rls::start(&redis, yaml, &[]).await;
+    let calls = redis.store_calls("lease");
     for _ in 0..4 {
         assert_eq!(codes(&rls.ask(simple("l", &[&[("k", "v")]])).await).0, OK);
     }
-    assert_eq!(redis.calls("rl.lease"), 1, "one lease of 10 served the 4");
+    assert_eq!(
+        redis.store_calls("lease"),
+        calls + 1,
+        "one lease of 10 served the 4"
+    );
     let report = rls.running.take().unwrap().stop().await;
     assert_eq!(report.refunded, 6, "{report:?}");
 }

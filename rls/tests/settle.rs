@@ -1,17 +1,28 @@
 //! Post-response settles (Envoy's `apply_on_stream_done` with a `hits_addend` from metadata):
 //! charged to the key the request was decided on, into debt, never denied, so the next request
 //! pays exactly what the last one cost beyond its estimate. Real server, real gRPC, Envoy's
-//! protos.
+//! protos. Every test runs on each backend (`on_every_backend!`): the module, the Functions
+//! library alone by FCALL (`rl_settle`), and its scripts by EVALSHA where FUNCTION is refused.
 
 mod support;
 
 use std::time::Duration;
 
+use ratelimit_client::Backend;
 use ratelimit_rls::pb::envoy::extensions::common::ratelimit::v3::{
     rate_limit_descriptor::Entry, RateLimitDescriptor,
 };
 use ratelimit_rls::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use support::*;
+
+on_every_backend!(
+    an_overage_settled_after_the_response_is_paid_by_the_next_request,
+    a_smaller_actual_gives_back_only_through_negative_hits,
+    several_descriptors_settle_in_one_call,
+    a_settle_rule_checks_at_zero_and_charges_after,
+    a_frozen_store_journals_billing_settles_and_drops_the_others,
+    a_give_back_lifts_a_cached_denial,
+);
 
 const AI: &str = "
 domain: ai
@@ -64,9 +75,8 @@ async fn decide(rls: &mut Rls, entries: &[(&str, &str)], hits: u64) -> RateLimit
         .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_overage_settled_after_the_response_is_paid_by_the_next_request() {
-    let redis = Redis::start();
+async fn an_overage_settled_after_the_response_is_paid_by_the_next_request(backend: Backend) {
+    let redis = Redis::on(backend);
     let mut rls = Rls::start(&redis, AI, IETF).await;
     let bob = [("user", "bob")];
     // Admitted with an estimate of 10 tokens.
@@ -74,7 +84,7 @@ async fn an_overage_settled_after_the_response_is_paid_by_the_next_request() {
     assert_eq!(codes(&r), (OK, vec![(OK, 90)]));
     // The response cost 150: the post-response call charges 150 and gives the estimate back,
     // one RL.CHARGE of 140 on the same key. Never denied, though it is far over.
-    let charges = redis.calls("RL.CHARGE");
+    let charges = redis.store_calls("charge");
     let post = request(
         "ai",
         vec![settle(&bob, 150, false), settle(&bob, 10, true)],
@@ -82,7 +92,7 @@ async fn an_overage_settled_after_the_response_is_paid_by_the_next_request() {
     );
     let r = rls.ask(post).await;
     assert_eq!(codes(&r), (OK, vec![(OK, 0), (OK, 0)]));
-    assert_eq!(redis.calls("RL.CHARGE"), charges + 1);
+    assert_eq!(redis.store_calls("charge"), charges + 1);
     // 90 − 140 = −50 tokens: a request of 10 needs 60 more, 600 ms each: 36 s exactly.
     let r = decide(&mut rls, &bob, 10).await;
     assert_eq!(codes(&r), (OVER_LIMIT, vec![(OVER_LIMIT, 0)]));
@@ -107,14 +117,13 @@ async fn an_overage_settled_after_the_response_is_paid_by_the_next_request() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_smaller_actual_gives_back_only_through_negative_hits() {
-    let redis = Redis::start();
+async fn a_smaller_actual_gives_back_only_through_negative_hits(backend: Backend) {
+    let redis = Redis::on(backend);
     let mut rls = Rls::start(&redis, AI, IETF).await;
     let bob = [("user", "bob")];
     assert_eq!(remaining(&decide(&mut rls, &bob, 50).await), vec![50]);
     // Actual 20: +20 and the estimate 50 given back: net −30, one RL.SETTLE.
-    let settles = redis.calls("RL.SETTLE");
+    let settles = redis.store_calls("settle");
     let post = request(
         "ai",
         vec![settle(&bob, 20, false), settle(&bob, 50, true)],
@@ -122,7 +131,7 @@ async fn a_smaller_actual_gives_back_only_through_negative_hits() {
     );
     let r = rls.ask(post).await;
     assert_eq!(codes(&r), (OK, vec![(OK, 80), (OK, 80)]));
-    assert_eq!(redis.calls("RL.SETTLE"), settles + 1);
+    assert_eq!(redis.store_calls("settle"), settles + 1);
     // Without the give-back descriptor a settle only charges: +20 more.
     let r = rls
         .ask(request("ai", vec![settle(&bob, 20, false)], 0))
@@ -130,9 +139,8 @@ async fn a_smaller_actual_gives_back_only_through_negative_hits() {
     assert_eq!(codes(&r), (OK, vec![(OK, 60)]));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn several_descriptors_settle_in_one_call() {
-    let redis = Redis::start();
+async fn several_descriptors_settle_in_one_call(backend: Backend) {
+    let redis = Redis::on(backend);
     let mut rls = Rls::start(&redis, AI, IETF).await;
     let (bob, gpt) = ([("user", "bob")], [("model", "gpt")]);
     let both = request(
@@ -141,7 +149,7 @@ async fn several_descriptors_settle_in_one_call() {
         0,
     );
     assert_eq!(codes(&rls.ask(both).await), (OK, vec![(OK, 90), (OK, 990)]));
-    let settles = redis.calls("RL.SETTLE");
+    let settles = redis.store_calls("settle");
     let post = request(
         "ai",
         vec![settle(&bob, 120, false), settle(&gpt, 120, false)],
@@ -149,7 +157,7 @@ async fn several_descriptors_settle_in_one_call() {
     );
     let r = rls.ask(post).await;
     assert_eq!(codes(&r), (OK, vec![(OK, 0), (OK, 870)]));
-    assert_eq!(redis.calls("RL.SETTLE"), settles + 1);
+    assert_eq!(redis.store_calls("settle"), settles + 1);
     // The user's key is 30 in debt: the next request is denied on it, the model not charged.
     let both = request(
         "ai",
@@ -159,15 +167,14 @@ async fn several_descriptors_settle_in_one_call() {
     let r = rls.ask(both).await;
     assert_eq!(r.overall_code, OVER_LIMIT);
     assert_eq!(r.statuses[0].code, OVER_LIMIT);
-    let peek: Vec<i64> = redis.cmd(redis::cmd("RL.PEEK").arg("rls:{ai}:model_gpt:GCRA"));
+    let peek: Vec<i64> = redis.cmd(&mut redis.command("PEEK", &["rls:{ai}:model_gpt:GCRA"]));
     assert_eq!(peek[2], 870);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_settle_rule_checks_at_zero_and_charges_after() {
+async fn a_settle_rule_checks_at_zero_and_charges_after(backend: Backend) {
     // The Envoy AI Gateway shape: the request path sends hits_addend 0, the response path the
     // tokens, on the same descriptor; `settle: true` tells them apart.
-    let redis = Redis::start();
+    let redis = Redis::on(backend);
     let mut rls = Rls::start(&redis, AI, IETF).await;
     let acme = [("tenant", "acme")];
     assert_eq!(
@@ -190,7 +197,7 @@ async fn a_settle_rule_checks_at_zero_and_charges_after() {
     );
     let r = rls.ask(both).await;
     assert_eq!(codes(&r), (OVER_LIMIT, vec![(OVER_LIMIT, 0), (OK, 10)]));
-    let peek: Vec<i64> = redis.cmd(redis::cmd("RL.PEEK").arg("rls:{ai}:calls_acme:GCRA"));
+    let peek: Vec<i64> = redis.cmd(&mut redis.command("PEEK", &["rls:{ai}:calls_acme:GCRA"]));
     assert_eq!(peek[2], 10);
     rls.advance(&redis, 18_600);
     assert_eq!(
@@ -199,11 +206,15 @@ async fn a_settle_rule_checks_at_zero_and_charges_after() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_frozen_store_journals_billing_settles_and_drops_the_others() {
-    let redis = Redis::start();
+async fn a_frozen_store_journals_billing_settles_and_drops_the_others(backend: Backend) {
+    let redis = Redis::on(backend);
     let journal =
-        std::env::temp_dir().join(format!("rl-rls-settle-{}.journal", std::process::id()));
+        // One per backend: the three run at once in this process.
+        std::env::temp_dir().join(format!(
+            "rl-rls-settle-{}-{}.journal",
+            std::process::id(),
+            backend.name()
+        ));
     let _ = std::fs::remove_file(&journal);
     let path = journal.display().to_string();
     let mut rls = Rls::start(&redis, AI, &[("RLS_BILLING_JOURNAL", &path)]).await;
@@ -243,14 +254,14 @@ async fn a_frozen_store_journals_billing_settles_and_drops_the_others() {
     assert_eq!(report.unsettled, 0, "{report:?}");
     // 1 decided + 90 owed, charged when the store answered (a settle that timed out may still
     // have landed as well: at least).
-    let peek: Vec<i64> = redis.cmd(redis::cmd("RL.PEEK").arg("rls:{ai}:quota_acme:FIXEDWINDOW"));
+    let peek: Vec<i64> =
+        redis.cmd(&mut redis.command("PEEK", &["rls:{ai}:quota_acme:FIXEDWINDOW"]));
     assert!(peek[2] <= 1000 - 91, "{peek:?}");
     let _ = std::fs::remove_file(&journal);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_give_back_lifts_a_cached_denial() {
-    let redis = Redis::start();
+async fn a_give_back_lifts_a_cached_denial(backend: Backend) {
+    let redis = Redis::on(backend);
     let mut rls = Rls::start(&redis, AI, IETF).await;
     let carol = [("user", "carol")];
     assert_eq!(remaining(&decide(&mut rls, &carol, 100).await), vec![0]);

@@ -1,6 +1,7 @@
 //! Real servers for the workspace's tests: `redis-server` plain or over TLS (certificates made
 //! here), with ACL users from an aclfile, replicas, and `redis-sentinel` watching a master. Each
-//! listens on a free loopback port and is killed when dropped. No mocks: what a test talks to is
+//! listens on a free loopback port and is killed when dropped. A server without the module reads
+//! a wall clock the test sets (`WallClock`). No mocks: what a test talks to is
 //! the server a production fleet runs.
 
 pub mod certs;
@@ -8,6 +9,7 @@ pub mod place;
 pub mod rules;
 pub mod sentinel;
 pub mod server;
+pub mod wall_clock;
 
 pub use certs::{Pair, Pki, ServerCert};
 pub use place::{free_port, scratch_dir};
@@ -17,3 +19,4 @@ pub use rules::{
 };
 pub use sentinel::Sentinel;
 pub use server::{ClientCerts, Options, Server, Tls};
+pub use wall_clock::WallClock;

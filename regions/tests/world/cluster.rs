@@ -1,5 +1,6 @@
-//! A region whose store is a Redis Cluster: three masters on loopback (no replicas), each with
-//! the module and its debug clock, slots split in three (`CLUSTER ADDSLOTSRANGE`), joined with
+//! A region whose store is a Redis Cluster: three masters on loopback (no replicas), each
+//! answering through one backend (the module and its debug clock, or the library on the real
+//! clock, which the nodes' gossip needs), slots split in three (`CLUSTER ADDSLOTSRANGE`), joined with
 //! `CLUSTER MEET`. Each node has its own directory (its nodes.conf), removed on drop.
 
 use std::net::TcpListener;
@@ -7,6 +8,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use ratelimit_client::Backend;
 use redis::Value;
 
 use super::Server;
@@ -34,6 +36,11 @@ pub struct ClusterStore {
 
 impl ClusterStore {
     pub fn start() -> ClusterStore {
+        ClusterStore::start_as(Backend::Module, true)
+    }
+
+    /// `install`: the library loaded by the test (else the controller is to load it).
+    pub fn start_as(backend: Backend, install: bool) -> ClusterStore {
         let mut nodes = Vec::new();
         let mut dirs = Vec::new();
         static STARTED: AtomicU32 = AtomicU32::new(0);
@@ -55,7 +62,7 @@ impl ClusterStore {
             .into_iter()
             .chain(["--dir".to_string(), dir.display().to_string()])
             .collect();
-            nodes.push(Server::start_with(&options, node_port));
+            nodes.push(Server::launch(backend, install, false, &options, node_port));
             dirs.push(dir);
         }
         let store = ClusterStore { nodes, dirs };
@@ -117,8 +124,7 @@ impl ClusterStore {
             .iter()
             .position(|n| {
                 let Ok(mut c) = n.connect() else { return false };
-                redis::cmd("RL.DEMAND")
-                    .arg(key)
+                n.command("DEMAND", &[key])
                     .query::<Vec<Vec<i64>>>(&mut c)
                     .is_ok()
             })

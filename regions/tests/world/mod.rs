@@ -1,6 +1,9 @@
-//! Three regions on loopback for the controller's tests and bench: a redis-server with the
-//! module (debug clock) per region, a TCP proxy in front of each for the controller's links
-//! (latency, dropped connections, partitions), and gateways that call only their own region.
+//! Three regions on loopback for the controller's tests and bench: a redis-server per region
+//! answering through one backend (the module on its debug clock, or without the module the
+//! shipped Functions library by `FCALL`, or with `FUNCTION` renamed away its scripts by
+//! `EVALSHA`, on a wall clock the test sets: `testkit::WallClock`), a TCP proxy in front of each for the
+//! controller's links (latency, dropped connections, partitions), and gateways that call only
+//! their own region. `on_every_backend!` runs a test on each backend.
 #![allow(dead_code)]
 
 pub mod cluster;
@@ -11,8 +14,37 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use ratelimit_client::Backend;
 use ratelimit_regions::{Config, Controller};
 use redis::{Connection, Value};
+
+use testkit::WallClock;
+
+/// Runs each named test function (`fn name(backend: Backend)`) as three tests, one per backend:
+/// `module::name`, `functions::name`, `scripts::name`.
+#[macro_export]
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        mod module {
+            $(#[test]
+            fn $name() {
+                super::$name(ratelimit_client::Backend::Module)
+            })*
+        }
+        mod functions {
+            $(#[test]
+            fn $name() {
+                super::$name(ratelimit_client::Backend::Functions)
+            })*
+        }
+        mod scripts {
+            $(#[test]
+            fn $name() {
+                super::$name(ratelimit_client::Backend::Scripts)
+            })*
+        }
+    };
+}
 
 pub use proxy::Proxy;
 
@@ -37,38 +69,85 @@ fn module_path() -> PathBuf {
 pub struct Server {
     pub port: u16,
     child: Child,
+    pub backend: Backend,
+    /// The wall clock of a server without the module (None: the module's debug clock).
+    clock: Option<WallClock>,
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
 }
 
 impl Server {
     pub fn start() -> Server {
-        Server::start_with(&[], || {
-            TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .map(|a| a.port())
-                .expect("a free port")
-        })
+        Server::start_as(Backend::Module, true)
     }
 
-    /// A server on a port `port()` picks, with `extra` options.
+    /// A server answering through `backend`; `install`: the Functions library loaded by the test
+    /// (else the controller's `load_library` is to load it).
+    pub fn start_as(backend: Backend, install: bool) -> Server {
+        Server::launch(backend, install, true, &[], free_port)
+    }
+
+    /// A server with the module on a port `port()` picks, with `extra` options.
     pub fn start_with(extra: &[String], port: impl Fn() -> u16) -> Server {
+        Server::launch(Backend::Module, true, true, extra, port)
+    }
+
+    /// As [`Server::start_as`], on a port `port()` picks, with `extra` options; `wall`: without
+    /// the module, on a wall clock the test sets (else on the real clock, which a Cluster's
+    /// nodes need to find each other: their gossip runs on it).
+    pub fn launch(
+        backend: Backend,
+        install: bool,
+        wall: bool,
+        extra: &[String],
+        port: impl Fn() -> u16,
+    ) -> Server {
         for _ in 0..5 {
             let port = port();
-            let child = Command::new("redis-server")
+            let mut command = Command::new("redis-server");
+            command
                 .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
                 .args(["--save", "", "--appendonly", "no", "--dir", "/tmp"])
-                .args(extra)
-                .arg("--loadmodule")
-                .arg(module_path())
-                .args(["DEBUG-CLOCK", "yes"])
+                .args(extra);
+            let clock = match backend {
+                Backend::Module => {
+                    command
+                        .arg("--loadmodule")
+                        .arg(module_path())
+                        .args(["DEBUG-CLOCK", "yes"]);
+                    None
+                }
+                Backend::Functions | Backend::Scripts => {
+                    if backend == Backend::Scripts {
+                        // A locked-down service: FUNCTION renamed away.
+                        command.args(["--rename-command", "FUNCTION", ""]);
+                    }
+                    let clock = wall.then(|| WallClock::new(T0_MS).expect("the wall clock"));
+                    command.envs(clock.iter().flat_map(WallClock::env));
+                    clock
+                }
+            };
+            let child = command
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
                 .expect("redis-server");
-            let mut server = Server { port, child };
+            let mut server = Server {
+                port,
+                child,
+                backend,
+                clock,
+            };
             let began = Instant::now();
             while began.elapsed() < Duration::from_secs(10) {
                 if let Ok(mut c) = server.connect() {
                     if redis::cmd("PING").query::<String>(&mut c).is_ok() {
+                        server.install(&mut c, install);
                         return server;
                     }
                 }
@@ -81,6 +160,54 @@ impl Server {
             let _ = server.child.wait();
         }
         panic!("redis-server did not start");
+    }
+
+    /// The library where the backend needs it: the shipped file by `FUNCTION LOAD` when
+    /// `install`, and every script the gateways call by `EVALSHA`.
+    fn install(&self, c: &mut Connection, install: bool) {
+        match self.backend {
+            Backend::Module => {}
+            Backend::Functions if !install => {}
+            Backend::Functions => {
+                let _: String = redis::cmd("FUNCTION")
+                    .arg("LOAD")
+                    .arg(ratelimit_client::LIBRARY_SOURCE)
+                    .query(c)
+                    .expect("FUNCTION LOAD");
+            }
+            Backend::Scripts => {
+                for entry in ratelimit_client::scripts::ENTRIES {
+                    let script = ratelimit_client::scripts::script(entry).expect("a script");
+                    let _: String = redis::cmd("SCRIPT")
+                        .arg("LOAD")
+                        .arg(&script.text)
+                        .query(c)
+                        .expect("SCRIPT LOAD");
+                }
+            }
+        }
+    }
+
+    /// Sets the clock the server decides on (`c`: a connection to it); a server on the real
+    /// clock keeps it.
+    pub fn set_clock(&self, c: &mut Connection, ms: u64) {
+        match &self.clock {
+            Some(clock) => clock.set(ms),
+            None if self.backend != Backend::Module => {}
+            None => {
+                let _: Value = redis::cmd("RL.DEBUG")
+                    .arg("CLOCK")
+                    .arg("SET")
+                    .arg(ms)
+                    .query(c)
+                    .expect("clock");
+            }
+        }
+    }
+
+    /// A command of the limiter's on this server's backend (`GCRA`, `DEMAND` …) on `keys`.
+    pub fn command(&self, name: &str, keys: &[&str]) -> redis::Cmd {
+        self.backend.command(name, keys)
     }
 
     /// Kills the server (a node down).
@@ -138,7 +265,12 @@ pub struct Seen {
 
 impl World {
     pub fn new(latency_ms: u64) -> World {
-        let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+        World::on(Backend::Module, latency_ms)
+    }
+
+    /// The three regions' stores answering through `backend`.
+    pub fn on(backend: Backend, latency_ms: u64) -> World {
+        let servers: Vec<Server> = (0..3).map(|_| Server::start_as(backend, true)).collect();
         let proxies = servers
             .iter()
             .map(|s| Proxy::start(s.port, latency_ms))
@@ -169,13 +301,8 @@ impl World {
 
     fn set_clocks(&mut self) {
         let now = self.now_ms();
-        for c in self.looks.iter_mut() {
-            let _: Value = redis::cmd("RL.DEBUG")
-                .arg("CLOCK")
-                .arg("SET")
-                .arg(now)
-                .query(c)
-                .expect("clock");
+        for (s, c) in self.servers.iter().zip(self.looks.iter_mut()) {
+            s.set_clock(c, now);
         }
     }
 
@@ -216,12 +343,12 @@ impl World {
             let n = demand.get(r).copied().unwrap_or(0);
             let mut pipe = redis::pipe();
             for _ in 0..n {
-                pipe.cmd("RL.GCRA")
-                    .arg(KEY)
-                    .arg(self.safe)
+                let mut call = self.servers[r].command("GCRA", &[KEY]);
+                call.arg(self.safe)
                     .arg(W_MS)
                     .arg("BURST")
                     .arg(self.safe_burst);
+                pipe.add_command(call);
             }
             let replies: Vec<Vec<i64>> = if n > 0 {
                 pipe.query(c).expect("gateway")
@@ -232,15 +359,22 @@ impl World {
             seen.admitted
                 .push(replies.iter().filter(|r| r.first() == Some(&1)).count() as u64);
         }
-        for c in self.looks.iter_mut() {
-            seen.limit.push(limit_now(c, KEY, self.safe));
+        let now = self.now_ms();
+        for (s, c) in self.servers.iter().zip(self.looks.iter_mut()) {
+            seen.limit
+                .push(limit_now(s.backend, c, KEY, self.safe, now));
         }
         seen
     }
 
-    /// `cmdstat_rl.gcra` calls of each server.
-    pub fn gcra_calls(&mut self) -> Vec<u64> {
-        self.looks
+    /// `cmdstat_rl.gcra` calls of each server; None on the library, whose gateway calls and
+    /// controller calls are all `FCALL` (or `EVALSHA`).
+    pub fn gcra_calls(&mut self) -> Option<Vec<u64>> {
+        if self.servers.iter().any(|s| s.backend != Backend::Module) {
+            return None;
+        }
+        let calls = self
+            .looks
             .iter_mut()
             .map(|c| {
                 let info: String = redis::cmd("INFO")
@@ -256,13 +390,27 @@ impl World {
                     .and_then(|rest| rest.split(',').next().and_then(|n| n.parse().ok()))
                     .unwrap_or(0)
             })
-            .collect()
+            .collect();
+        Some(calls)
     }
 }
 
 /// The L the key is decided under in that store now: its share while in force, else the safe
-/// share the gateways call with (also for a missing key).
-pub fn limit_now(c: &mut Connection, key: &str, safe: u64) -> u64 {
+/// share the gateways call with (also for a missing key). The library holds a share in the
+/// key's value, "S share expire_at_ms …" (functions/ratelimit.lua, shares).
+pub fn limit_now(backend: Backend, c: &mut Connection, key: &str, safe: u64, now_ms: u64) -> u64 {
+    if backend != Backend::Module {
+        let value: Option<String> = redis::cmd("GET").arg(key).query(c).unwrap_or_default();
+        let mut words = value.as_deref().unwrap_or_default().split(' ');
+        if words.next() != Some("S") {
+            return safe;
+        }
+        let mut number = || words.next().and_then(|w| w.parse::<u64>().ok());
+        return match (number(), number()) {
+            (Some(share), Some(expire_at_ms)) if expire_at_ms > now_ms => share,
+            _ => safe,
+        };
+    }
     let fields: Vec<Value> = redis::cmd("RL.INSPECT")
         .arg(key)
         .query(c)

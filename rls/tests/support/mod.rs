@@ -1,16 +1,18 @@
-//! Real parts for the RLS tests: a `redis-server` with the module (its debug clock pinned), the
-//! RLS started in this process on free loopback ports with a config directory of its own, and
-//! Envoy's gRPC client talking to it.
+//! Real parts for the RLS tests: a `redis-server` with the module (its debug clock pinned), or
+//! without it for the library's backends (`Redis::on`: the shipped library by FCALL, or with
+//! FUNCTION renamed away its scripts by EVALSHA, on a wall clock the test sets), the RLS started
+//! in this process on free loopback ports with a config directory of its own, and Envoy's gRPC
+//! client talking to it.
 #![allow(dead_code)]
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ratelimit_client::ManualClock;
+use ratelimit_client::{Backend, ManualClock};
 use ratelimit_rls::pb::envoy::extensions::common::ratelimit::v3::{
     rate_limit_descriptor::Entry, RateLimitDescriptor,
 };
@@ -69,6 +71,37 @@ pub struct Redis {
     child: Option<Child>,
     /// Whether the module is loaded (else a managed service's server, for the library).
     module: bool,
+    /// What the RLS answers through on it.
+    pub backend: Backend,
+    /// The wall clock of a server without the module that a test moves (`Redis::on`), and
+    /// the instant it reads.
+    wall: Option<(testkit::WallClock, AtomicU64)>,
+}
+
+/// Runs each named test function (`async fn name(backend: Backend)`) as three tests, one per
+/// backend: `module::name`, `functions::name`, `scripts::name`.
+#[macro_export]
+macro_rules! on_every_backend {
+    ($($name:ident),* $(,)?) => {
+        mod module {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                super::$name(ratelimit_client::Backend::Module).await
+            })*
+        }
+        mod functions {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                super::$name(ratelimit_client::Backend::Functions).await
+            })*
+        }
+        mod scripts {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                super::$name(ratelimit_client::Backend::Scripts).await
+            })*
+        }
+    };
 }
 
 /// A port for a Cluster node: its bus port (+10000) free too and below 65536.
@@ -90,6 +123,43 @@ impl Redis {
     /// A server with the module, its clock pinned at `T0_MS`.
     pub fn start() -> Redis {
         Redis::start_with(&[], free_port)
+    }
+
+    /// A server answering through `backend`, its clock at `T0_MS`: the module (debug clock), or
+    /// without it the shipped library loaded (Functions) or `FUNCTION` renamed away (Scripts:
+    /// the RLS serves the library through EVALSHA), on a wall clock the test moves.
+    pub fn on(backend: Backend) -> Redis {
+        if backend == Backend::Module {
+            return Redis::start();
+        }
+        let extra: &[&str] = match backend {
+            Backend::Scripts => &["--rename-command", "FUNCTION", ""],
+            _ => &[],
+        };
+        for _ in 0..5 {
+            let mut r = Redis {
+                port: free_port(),
+                dir: scratch("redis"),
+                extra: extra.iter().map(|s| s.to_string()).collect(),
+                child: None,
+                module: false,
+                backend,
+                wall: None,
+            };
+            let wall = testkit::WallClock::new(T0_MS).expect("the wall clock");
+            r.wall = Some((wall, AtomicU64::new(T0_MS)));
+            if r.spawn() {
+                if backend == Backend::Functions {
+                    let _: String = r.cmd(
+                        redis::cmd("FUNCTION")
+                            .arg("LOAD")
+                            .arg(ratelimit_client::LIBRARY_SOURCE),
+                    );
+                }
+                return r;
+            }
+        }
+        panic!("redis-server did not start");
     }
 
     /// A server with the module and these arguments too (`--unixsocket …`).
@@ -152,6 +222,12 @@ impl Redis {
                 extra: extra.iter().map(|s| s.to_string()).collect(),
                 child: None,
                 module,
+                backend: if module {
+                    Backend::Module
+                } else {
+                    Backend::Functions
+                },
+                wall: None,
             };
             if r.spawn() {
                 if module {
@@ -179,6 +255,7 @@ impl Redis {
                 Vec::new()
             })
             .args(&self.extra)
+            .envs(self.wall.iter().flat_map(|(w, _)| w.env()))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -221,10 +298,19 @@ impl Redis {
     }
 
     pub fn clock_set(&self, ms: u64) {
+        if let Some((wall, now)) = &self.wall {
+            now.store(ms, Ordering::SeqCst);
+            wall.set(ms);
+            return;
+        }
         let _: i64 = self.cmd(redis::cmd("RL.DEBUG").arg("CLOCK").arg("SET").arg(ms));
     }
 
     pub fn clock_advance(&self, ms: u64) {
+        if let Some((wall, now)) = &self.wall {
+            wall.set(now.fetch_add(ms, Ordering::SeqCst) + ms);
+            return;
+        }
         let _: i64 = self.cmd(redis::cmd("RL.DEBUG").arg("CLOCK").arg("ADVANCE").arg(ms));
     }
 
@@ -239,6 +325,22 @@ impl Redis {
             })
             .and_then(|rest| rest.split(',').next().and_then(|n| n.parse().ok()))
             .unwrap_or(0)
+    }
+
+    /// The store's command `name` (`PEEK` …) on `keys`, spelled for its backend.
+    pub fn command(&self, name: &str, keys: &[&str]) -> redis::Cmd {
+        self.backend.command(name, keys)
+    }
+
+    /// How many times the RLS called the store's `name` (`FIXEDWINDOW`, `ALL`, `LEASE` …) on
+    /// its backend: `RL.<name>` on the module; on the library every call is an `FCALL` (or an
+    /// `EVALSHA`), so a test counts the calls of one kind there by the difference.
+    pub fn store_calls(&self, name: &str) -> u64 {
+        match self.backend {
+            Backend::Module => self.calls(&format!("rl.{name}")),
+            Backend::Functions => self.calls("fcall"),
+            Backend::Scripts => self.calls("evalsha") + self.calls("eval"),
+        }
     }
 
     fn signal(&self, sig: &str) {
