@@ -1,3 +1,4 @@
+
 use super::*;
 
 fn one(text: &str) -> Result<Config, ConfigError> {
@@ -18,17 +19,17 @@ fn matching_follows_the_peer() {
     let c = one("domain: d
 descriptors:
   - key: remote_address
-rate_limit: {unit: second, requests_per_unit: 10}
+    rate_limit: {unit: second, requests_per_unit: 10}
   - key: remote_address
-value: 10.0.0.1
+    value: 10.0.0.1
   - key: path
-value: /admin*
-rate_limit: {unit: minute, requests_per_unit: 1}
+    value: /admin*
+    rate_limit: {unit: minute, requests_per_unit: 1}
   - key: path
-rate_limit: {unit: minute, requests_per_unit: 100}
-descriptors:
-  - key: user
-    rate_limit: {unit: hour, requests_per_unit: 5}
+    rate_limit: {unit: minute, requests_per_unit: 100}
+    descriptors:
+      - key: user
+        rate_limit: {unit: hour, requests_per_unit: 5}
 ")
     .unwrap();
     let r = |e: &[(&str, &str)]| rule_of(&c, "d", e);
@@ -57,41 +58,41 @@ descriptors:
 #[test]
 fn every_rejection_names_file_and_entry() {
     let cases: &[(&str, &str)] = &[
-        ("domain: d\nfoo: 1\n", "config/t.yaml: config error, unknown key 'foo'"),
-        ("descriptors: []\n", "config/t.yaml: config file cannot have empty domain"),
-        (
-            "domain: d\ndescriptors:\n  - value: v\n",
-            "config/t.yaml: descriptors[0]: descriptor has empty key",
-        ),
-        (
-            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
-            "config/t.yaml: descriptors[0] (key 'k').rate_limit: invalid rate limit unit 'fortnight'",
-        ),
-        (
-            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: second}\n",
-            "config/t.yaml: descriptors[0] (key 'k').rate_limit: should not specify rate limit unit when unlimited",
-        ),
-        (
-            "domain: d\ndescriptors:\n  - key: k\n  - key: k\n",
-            "config/t.yaml: descriptors[1] (key 'k'): duplicate descriptor composite key 'd.k'",
-        ),
-        (
-            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: a, replaces: [{name: a}]}\n",
-            "config/t.yaml: descriptors[0] (key 'k').rate_limit: replaces should not contain name of same descriptor",
-        ),
-        (
-            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1.5}\n",
-            "config/t.yaml: descriptors[0].rate_limit.requests_per_unit: config error, a value of unsupported type: Real(\"1.5\")",
-        ),
-        (
-            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: leaky}\n",
-            "config/t.yaml: descriptors[0] (key 'k').rate_limit: unknown algorithm 'leaky' (gcra, token_bucket, sliding_log, sliding_counter, fixed_window)",
-        ),
-        (
-            "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, settle: yes}\n",
-            "config/t.yaml: descriptors[0] (key 'k').rate_limit: settle must be true or false",
-        ),
-    ];
+            ("domain: d\nfoo: 1\n", "config/t.yaml: config error, unknown key 'foo'"),
+            ("descriptors: []\n", "config/t.yaml: config file cannot have empty domain"),
+            (
+                "domain: d\ndescriptors:\n  - value: v\n",
+                "config/t.yaml: descriptors[0]: descriptor has empty key",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+                "config/t.yaml: descriptors[0] (key 'k').rate_limit: invalid rate limit unit 'fortnight'",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: second}\n",
+                "config/t.yaml: descriptors[0] (key 'k').rate_limit: should not specify rate limit unit when unlimited",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n  - key: k\n",
+                "config/t.yaml: descriptors[1] (key 'k'): duplicate descriptor composite key 'd.k'",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, name: a, replaces: [{name: a}]}\n",
+                "config/t.yaml: descriptors[0] (key 'k').rate_limit: replaces should not contain name of same descriptor",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1.5}\n",
+                "config/t.yaml: descriptors[0].rate_limit.requests_per_unit: config error, a value of unsupported type: Real(\"1.5\")",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: leaky}\n",
+                "config/t.yaml: descriptors[0] (key 'k').rate_limit: unknown algorithm 'leaky' (gcra, token_bucket, sliding_log, sliding_counter, fixed_window)",
+            ),
+            (
+                "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1, settle: yes}\n",
+                "config/t.yaml: descriptors[0] (key 'k').rate_limit: settle must be true or false",
+            ),
+        ];
     for (text, want) in cases {
         assert_eq!(one(text).unwrap_err().0, *want, "{text}");
     }
@@ -111,9 +112,9 @@ fn concurrency_rules_load_and_refuse_what_does_not_go_with_them() {
     let c = one("domain: d
 descriptors:
   - key: tenant
-rate_limit: {concurrency: 10, ttl: 90s, class: security, name: jobs}
+    rate_limit: {concurrency: 10, ttl: 90s, class: security, name: jobs}
   - key: user
-rate_limit: {concurrency: 1}
+    rate_limit: {concurrency: 1}
 ")
     .unwrap();
     let rule = |k: &str| c.rule_for("d", &[(k, "x")]).unwrap().rule;
@@ -149,13 +150,13 @@ rate_limit: {concurrency: 1}
         (
             "{concurrency: 2, unit: second}",
             "'unit' does not go with concurrency (a concurrency rule bounds the requests in \
-             flight, not the requests per unit)"
+                 flight, not the requests per unit)"
                 .into(),
         ),
         (
             "{concurrency: 2, settle: true}",
             "'settle' does not go with concurrency (a concurrency rule bounds the requests in \
-             flight, not the requests per unit)"
+                 flight, not the requests per unit)"
                 .into(),
         ),
         (
