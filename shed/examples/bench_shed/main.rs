@@ -162,10 +162,8 @@ async fn main() {
             let run = load(addr, &rates, end, 131, events);
             tokio::pin!(run);
             // Where the limit was while the service was slow: read when it speeds up.
-            let mut read_at = tokio::time::interval_at(
-                tokio::time::Instant::now() + slow_at,
-                fast_at - slow_at,
-            );
+            let mut read_at =
+                tokio::time::interval_at(tokio::time::Instant::now() + slow_at, fast_at - slow_at);
             let mut reads = 0;
             loop {
                 tokio::select! {

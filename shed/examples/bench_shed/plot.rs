@@ -86,4 +86,3 @@ pub fn svg(rows: &[Row], systems: &[String]) -> String {
     }
     s + "</svg>\n"
 }
-

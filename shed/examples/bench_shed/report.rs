@@ -151,7 +151,8 @@ pub fn rows_table(rows: &[Row]) -> String {
 }
 
 pub fn phases_table(names: &[String], floods: &[Flood], slows: &[Slowdown]) -> String {
-    let at = |d: &Option<Duration>| d.map_or("not within".into(), |d| format!("{} ms", d.as_millis()));
+    let at =
+        |d: &Option<Duration>| d.map_or("not within".into(), |d| format!("{} ms", d.as_millis()));
     let mut md = String::from("| system | well-behaved success (all / worst tenant) | flooder ÷ its max-min fair share | after the 2× slowdown: p99 within 2× the slow service's unloaded p99 (2× the normal one) | after the speed-up: p99 within 2× unloaded; served in its last second | our limit slow → fast |\n|---|---|---|---|---|---|\n");
     for ((name, f), s) in names.iter().zip(floods).zip(slows) {
         let _ = writeln!(

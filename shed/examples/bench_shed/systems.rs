@@ -48,7 +48,8 @@ impl Work {
         // A worker is a thread: tokio's timer rounds a sleep up to its next millisecond tick
         // (a 10 ms sleep held a worker 11.3–12.5 ms in the first run of this bench, so the
         // service could not serve its C), a thread's sleep overshoots by tens of µs.
-        let _ = tokio::task::spawn_blocking(move || std::thread::sleep(Duration::from_micros(us))).await;
+        let _ = tokio::task::spawn_blocking(move || std::thread::sleep(Duration::from_micros(us)))
+            .await;
         let held = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.held_ns.fetch_add(held, Ordering::Relaxed);
         self.served.fetch_add(1, Ordering::Relaxed);
