@@ -1,9 +1,12 @@
 # make run   — build the module and start redis-server on 127.0.0.1:6379 with it (foreground)
 # make test  — every test: unit, property and integration (real redis-server on loopback)
 # make lint  — rustfmt and clippy, warnings are errors
-# make bench — performance against INCR and Lua limiters (see README)
+# make bench — performance against INCR and Lua limiters (see README); ARGS="--url rediss://user:pass@host:port/?ca=ca.pem"
+#              runs the throughput table alone against a store of yours with the module (keys bench:* only;
+#              the parts that need a server of ours are named and not run; docs/performance.md)
 # make bench-functions — the Functions library (FCALL, and EVALSHA as the scripts backend) against
-#                        go-redis/redis_rate's allowN script, on a server without the module (docs/functions.md)
+#                        go-redis/redis_rate's allowN script, on a server without the module (docs/functions.md);
+#                        ARGS="--url URL": the throughput against a store of yours (no callgrind)
 # make bench-client — the gateway client's added latency: healthy, leased, stalled, in flight at a freeze, OOM, the billing journal, a token gateway (docs/client.md); then TLS against plaintext side by side (ARGS="--url URL": a store of yours)
 # make bench-regions — the budget controller on three regions: utilization, over-issue, convergence,
 #                      CPU at 100,000 keys; writes docs/regions.svg (docs/regions.md)
@@ -44,10 +47,10 @@ lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 
 bench: release
-	scripts/bench
+	scripts/bench $(ARGS)
 
 bench-functions: deps
-	scripts/bench functions
+	scripts/bench functions $(ARGS)
 
 bench-client: release
 	cargo run --release -p redis-ratelimit-client --example bench
