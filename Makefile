@@ -9,11 +9,13 @@
 #                        ARGS="--url URL": the throughput against a store of yours (no callgrind)
 # make bench-client — the gateway client's added latency: healthy, leased, stalled, in flight at a freeze, OOM, the billing journal, a token gateway (docs/client.md); then TLS against plaintext side by side (ARGS="--url URL": a store of yours)
 # make bench-regions — the budget controller on three regions: utilization, over-issue, convergence,
-#                      CPU at 100,000 keys; writes docs/regions.svg (docs/regions.md)
+#                      CPU at 100,000 keys; writes docs/regions.svg (docs/regions.md). No --url: it runs
+#                      three servers of its own, with proxies on the links and the module's debug clock
 # make bench-rls — the Envoy Rate Limit Service against a raw RL.ALL, over TLS beside plaintext, and
 #                  frozen (docs/envoy.md); ARGS="--url rediss://user:pass@host:port/?ca=ca.pem" against a store of yours
 # make bench-login — the login guard under stuffing, spraying, a targeted lockout and a slow brute
-#                    force beside legitimate users, on the debug clock (docs/login.md; ARGS="--scale 10")
+#                    force beside legitimate users, on the debug clock (docs/login.md; ARGS="--scale 10");
+#                    no --url: the debug clock is not a store's, so it starts its own server
 # make dist  — a .deb and a tarball for x86_64 Linux in target/dist (module, Functions library, RLS,
 #              regions controller, systemd units; docs/operating.md "The package")
 # make test-dist — builds the package from the debug build and checks it: contents, control,
@@ -56,6 +58,10 @@ bench-client: release
 	cargo run --release -p redis-ratelimit-client --example bench
 	cargo run --release -p redis-ratelimit-client --example tls_bench -- $(ARGS)
 
+# Refused before anything is built: nothing in this bench could use the URL.
+ifneq ($(and $(filter bench-regions,$(MAKECMDGOALS)),$(findstring --url,$(ARGS))),)
+$(error bench-regions: --url: the bench runs three regions of its own (a redis-server each with the module's debug clock, proxies adding 20 ms on the controller's links); it cannot measure a store of yours)
+endif
 bench-regions: release
 	RL_MODULE=$(CURDIR)/target/release/libredis_ratelimit.so cargo test --release -p redis-ratelimit-regions --test bench -- --ignored --nocapture
 
