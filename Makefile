@@ -1,16 +1,21 @@
 # make run   — build the module and start redis-server on 127.0.0.1:6379 with it (foreground)
 # make test  — every test: unit, property and integration (real redis-server on loopback)
 # make lint  — rustfmt and clippy, warnings are errors
-# make bench — performance against INCR and Lua limiters (see README)
+# make bench — performance against INCR and Lua limiters (see README); ARGS="--url rediss://user:pass@host:port/?ca=ca.pem"
+#              runs the throughput table alone against a store of yours with the module (keys bench:* only;
+#              the parts that need a server of ours are named and not run; docs/performance.md)
 # make bench-functions — the Functions library (FCALL, and EVALSHA as the scripts backend) against
-#                        go-redis/redis_rate's allowN script, on a server without the module (docs/functions.md)
+#                        go-redis/redis_rate's allowN script, on a server without the module (docs/functions.md);
+#                        ARGS="--url URL": the throughput against a store of yours (no callgrind)
 # make bench-client — the gateway client's added latency: healthy, leased, stalled, in flight at a freeze, OOM, the billing journal, a token gateway (docs/client.md); then TLS against plaintext side by side (ARGS="--url URL": a store of yours)
 # make bench-regions — the budget controller on three regions: utilization, over-issue, convergence,
-#                      CPU at 100,000 keys; writes docs/regions.svg (docs/regions.md)
+#                      CPU at 100,000 keys; writes docs/regions.svg (docs/regions.md). No --url: it runs
+#                      three servers of its own, with proxies on the links and the module's debug clock
 # make bench-rls — the Envoy Rate Limit Service against a raw RL.ALL, over TLS beside plaintext, and
 #                  frozen (docs/envoy.md); ARGS="--url rediss://user:pass@host:port/?ca=ca.pem" against a store of yours
 # make bench-login — the login guard under stuffing, spraying, a targeted lockout and a slow brute
-#                    force beside legitimate users, on the debug clock (docs/login.md; ARGS="--scale 10")
+#                    force beside legitimate users, on the debug clock (docs/login.md; ARGS="--scale 10");
+#                    no --url: the debug clock is not a store's, so it starts its own server
 # make dist  — a .deb and a tarball for x86_64 Linux in target/dist (module, Functions library, RLS,
 #              regions controller, systemd units; docs/operating.md "The package")
 # make test-dist — builds the package from the debug build and checks it: contents, control,
@@ -44,15 +49,19 @@ lint:
 	cargo clippy --workspace --all-targets -- -D warnings
 
 bench: release
-	scripts/bench
+	scripts/bench $(ARGS)
 
 bench-functions: deps
-	scripts/bench functions
+	scripts/bench functions $(ARGS)
 
 bench-client: release
 	cargo run --release -p redis-ratelimit-client --example bench
 	cargo run --release -p redis-ratelimit-client --example tls_bench -- $(ARGS)
 
+# Refused before anything is built: nothing in this bench could use the URL.
+ifneq ($(and $(filter bench-regions,$(MAKECMDGOALS)),$(findstring --url,$(ARGS))),)
+$(error bench-regions: --url: the bench runs three regions of its own (a redis-server each with the module's debug clock, proxies adding 20 ms on the controller's links); it cannot measure a store of yours)
+endif
 bench-regions: release
 	RL_MODULE=$(CURDIR)/target/release/libredis_ratelimit.so cargo test --release -p redis-ratelimit-regions --test bench -- --ignored --nocapture
 

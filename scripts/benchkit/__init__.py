@@ -1,6 +1,7 @@
 """The parts of `scripts/bench` (its docstring documents the knobs):
 
   server.py       a minimal RESP client, the throwaway redis-server, a replica, INFO readers
+  store.py        a store of yours from --url: redis-benchmark's flags, the client's TLS and AUTH
   lua.py          the Lua scripts a gateway runs without the module, and the Functions library
   report.py       the header's facts (machine, load, revision) and the figures' helpers
   throughput.py   part 1: redis-benchmark's table against INCR and the Lua scripts

@@ -16,7 +16,7 @@ import time
 from .callgrind import inclusive
 from .lua import LIBRARY, LUA_REDIS_RATE, library_script
 from .report import fmt_ratio, load_snapshot, median
-from .server import HOST, Server
+from .server import Server
 
 CLIENTS = 50
 HOT_KEYS = 100
@@ -42,7 +42,7 @@ ROWS = [
 
 
 def words_for(row, workload, shas):
-    key = "%s:%s" % (row["kind"] + row.get("entry", ""),
+    key = "bench:%s:%s" % (row["kind"] + row.get("entry", ""),
                      "hot" if workload["keys"] == 1 else "__rand_int__")
     if row["kind"] == "anchor":
         return ["EVALSHA", shas["anchor"], "1", key] + workload["anchor"].split()
@@ -63,8 +63,8 @@ def load(c):
     return shas
 
 
-def benchmark(port, words, n, pipeline, keys, clients=CLIENTS, csv=True):
-    args = ["redis-benchmark", "-h", HOST, "-p", str(port), "-c", str(clients), "-P",
+def benchmark(server, words, n, pipeline, keys, clients=CLIENTS, csv=True):
+    args = ["redis-benchmark", *server.bench_args(), "-c", str(clients), "-P",
             str(pipeline), "-n", str(n)] + (["--csv"] if csv else ["-q"])
     if keys > 1:
         args += ["-r", str(keys)]
@@ -80,9 +80,9 @@ def benchmark(port, words, n, pipeline, keys, clients=CLIENTS, csv=True):
 def prepare(server, workload, words):
     """The state a run starts from: nothing for the new keys; the hot keys called before (the
     denials' keys spent, the hot key existing)."""
-    server.client("FLUSHALL")
+    server.flush()
     if not workload["fresh"]:
-        benchmark(server.port, words, 20 * workload["keys"] + 1000, 16, workload["keys"],
+        benchmark(server, words, 20 * workload["keys"] + 1000, 16, workload["keys"],
                   clients=4, csv=False)
 
 
@@ -94,8 +94,8 @@ def requests_for(workload, pipeline, quick):
     return max(n // 5, 10_000) if quick else n
 
 
-def throughput(quick, repeat):
-    server = Server(module=False)
+def throughput(quick, repeat, store=None):
+    server = store or Server(module=False)
     results = {}
     try:
         shas = load(server.client)
@@ -106,13 +106,15 @@ def throughput(quick, repeat):
                         words = words_for(row, workload, shas)
                         prepare(server, workload, words)
                         n = requests_for(workload, pipeline, quick)
-                        rps = benchmark(server.port, words, n, pipeline, workload["keys"])
+                        rps = benchmark(server, words, n, pipeline, workload["keys"])
                         results.setdefault((workload["name"], pipeline, row["label"]),
                                            []).append(rps)
                         print("bench: [%d/%d] %-36s -P %-2d %-40s %10.0f ops/s  load %s"
                               % (rep + 1, repeat, workload["name"], pipeline, row["label"],
                                  rps, load_snapshot()), flush=True)
     finally:
+        if store:
+            server.flush()
         server.stop()
     return results
 
@@ -155,7 +157,7 @@ def instructions(calls):
                 n = min(calls, NEW_KEYS) if workload["fresh"] else calls
                 subprocess.run(["callgrind_control", "--zero", str(server.proc.pid)],
                                capture_output=True, timeout=60, check=True)
-                benchmark(server.port, words, n, 16, workload["keys"], clients=1, csv=False)
+                benchmark(server, words, n, 16, workload["keys"], clients=1, csv=False)
                 subprocess.run(["callgrind_control", "--dump=w%d" % index, str(server.proc.pid)],
                                capture_output=True, timeout=60, check=True)
                 dumps = sorted((f for f in os.listdir(out_dir) if f.startswith("cg.out.")),
@@ -175,16 +177,22 @@ def instructions(calls):
                               "fewer than the anchor's)."])
 
 
-def bench_functions(header):
+def bench_functions(header, store=None):
+    """`store`: an operator's (benchkit/store.py) in place of a throwaway server; the
+    instructions are then not counted (callgrind runs a server of ours under valgrind)."""
     quick = os.environ.get("BENCH_QUICK") == "1"
     repeat = max(1, int(os.environ.get("BENCH_REPEAT", "3")))
     started = time.monotonic()
     out = []
     if os.environ.get("BENCH_SKIP_THROUGHPUT") != "1":
-        results = throughput(quick, repeat)
-        out += ["", "Throughput (redis-benchmark -c %d, median of %d, interleaved; no module "
-                "loaded):" % (CLIENTS, repeat), "", throughput_table(results)]
-    if os.environ.get("BENCH_SKIP_CALLGRIND") != "1":
+        results = throughput(quick, repeat, store)
+        out += ["", "Throughput (redis-benchmark -c %d, median of %d, interleaved; %s):"
+                % (CLIENTS, repeat, "the store of --url" if store else "no module loaded"),
+                "", throughput_table(results)]
+    if store:
+        out += ["", "Instructions per call: not counted with --url (callgrind runs a server of "
+                "ours under valgrind)."]
+    elif os.environ.get("BENCH_SKIP_CALLGRIND") != "1":
         out += ["", "Instructions per call (callgrind, inside processCommand):", "",
                 instructions(2_000 if quick else 10_000)]
     out += ["", "(%.0f s; load average at the end: %s)" % (time.monotonic() - started,

@@ -24,8 +24,9 @@ class RedisError(Exception):
 
 
 class Client:
-    def __init__(self, port, timeout=60):
-        self.sock = socket.create_connection((HOST, port), timeout=timeout)
+    def __init__(self, port=None, timeout=60, sock=None):
+        """To 127.0.0.1:`port`, or over `sock` (an operator's store: benchkit/store.py)."""
+        self.sock = sock or socket.create_connection((HOST, port), timeout=timeout)
         self.buf = b""
 
     def __call__(self, *words):
@@ -131,6 +132,13 @@ class Server:
                 sys.exit("bench: redis-server did not start on port %d\n%s" % (self.port, log))
             time.sleep(0.1)
 
+    def bench_args(self):
+        """redis-benchmark's flags that reach this server."""
+        return ["-h", HOST, "-p", str(self.port)]
+
+    def flush(self):
+        self.client("FLUSHALL")
+
     def log(self):
         try:
             with open(os.path.join(self.dir, "redis.log")) as f:
@@ -194,10 +202,11 @@ def commandstats(c):
 
 
 def process_cpu_seconds(pid):
-    """User + system CPU time of a process so far (Linux /proc), NaN elsewhere."""
+    """User + system CPU time of a process so far (Linux /proc), NaN elsewhere and for an
+    operator's store (`pid` None: not our process)."""
     try:
         with open("/proc/%d/stat" % pid) as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError, IndexError, TypeError):
         return float("nan")

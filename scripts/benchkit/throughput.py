@@ -8,7 +8,7 @@ import time
 from . import registry
 from .lua import load_scripts, with_shas
 from .report import fmt_ratio, load_snapshot, median
-from .server import HOST, commandstats, process_cpu_seconds, replica_caught_up
+from .server import commandstats, process_cpu_seconds, replica_caught_up
 
 # The rows of the table. `cmd` is the command; `{key}` is replaced by a random-key pattern or
 # the hot key, `{sha:NAME}` by the SHA of the Lua script NAME.
@@ -96,7 +96,7 @@ def requests_for(config, row, quick):
 
 
 def run_benchmark(server, command_words, n, pipeline, random_keys):
-    args = ["redis-benchmark", "-h", HOST, "-p", str(server.port), "-c", str(CLIENTS),
+    args = ["redis-benchmark", *server.bench_args(), "-c", str(CLIENTS),
             "-P", str(pipeline), "-n", str(n), "--csv"]
     if random_keys:
         args += ["-r", str(KEYSPACE)]
@@ -131,7 +131,7 @@ def throughput(server, quick, repeat, only, replica=None):
     # Steady state, not first touches: every random key is created before anything is measured
     # (INCR's keys then stay; a limiter's key stays as long as its TTL and the request rate
     # keep it alive, which is part of what is measured).
-    c("FLUSHALL")
+    server.flush()
     for row in rows:
         run_benchmark(server, words_for(row, {"random": True}), 2 * KEYSPACE, 16, True)
     if replica and not replica_caught_up(server):
@@ -141,19 +141,20 @@ def throughput(server, quick, repeat, only, replica=None):
             for row in rows:
                 words = words_for(row, config)
                 n = requests_for(config, row, quick)
-                c("CONFIG", "RESETSTAT")
-                cpu_before = process_cpu_seconds(server.proc.pid)
+                # Differences, not CONFIG RESETSTAT: an operator's ACL user may not have CONFIG.
+                calls_before, usec_before = commandstats(c).get(words[0].lower(), (0, 0))
+                cpu_before = process_cpu_seconds(server.proc and server.proc.pid)
                 replica_before = process_cpu_seconds(replica.proc.pid) if replica else 0.0
                 rps, p50, p99 = run_benchmark(server, words, n, config["pipeline"], config["random"])
-                cpu = process_cpu_seconds(server.proc.pid) - cpu_before
+                cpu = process_cpu_seconds(server.proc and server.proc.pid) - cpu_before
                 # The replica's share: what it spent applying this run's stream, caught up or
                 # not when the run ended (it competes for the same cores while it runs).
                 if replica and not replica_caught_up(server):
                     sys.exit("bench: the replica fell behind by more than a minute or dropped")
                 replica_cpu = (process_cpu_seconds(replica.proc.pid) - replica_before
                                if replica else float("nan"))
-                stats = commandstats(c)
-                calls, usec = stats.get(words[0].lower(), (0, 0))
+                calls, usec = commandstats(c).get(words[0].lower(), (0, 0))
+                calls, usec = calls - calls_before, usec - usec_before
                 sample = {"rps": rps, "p50": p50, "p99": p99,
                           "usec_per_call": usec / calls if calls else float("nan"),
                           "cpu_usec_per_request": cpu / n * 1e6,
@@ -189,6 +190,7 @@ def throughput_table(rows, results, replica=False):
             if not m:
                 continue
             rps = [s["rps"] for s in results[(config["name"], row["label"])]]
+            cpu = m["cpu_usec_per_request"]  # NaN for a store of yours (--url): not our process
             spread = (max(rps) - min(rps)) / m["rps"] * 100 if m["rps"] else float("nan")
             incr = med.get("INCR", {}).get("rps")
             lua = med.get(row.get("lua", ""), {}).get("rps")
@@ -197,7 +199,7 @@ def throughput_table(rows, results, replica=False):
                      fmt_ratio(m["rps"], incr) if row["label"] != "INCR" else "1.00",
                      fmt_ratio(m["rps"], lua) if lua else "—",
                      "%.3f" % m["p50"], "%.3f" % m["p99"], "%.2f" % m["usec_per_call"],
-                     "%.2f" % m["cpu_usec_per_request"]]
+                     "%.2f" % cpu if cpu == cpu else "—"]
             if replica:
                 cells.append("%.2f" % m["replica_cpu_usec_per_request"])
             lines.append("| %s |" % " | ".join(cells))

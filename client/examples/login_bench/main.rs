@@ -23,7 +23,7 @@
 //! signal_after_s=<s or -> owner_trusted_ok=<n>/<n> owner_new_device_ok=<n>/<n>
 //! legit_p99_added_ms=<n>`. `make bench-login` runs it; `-- --scale K` divides the attacks'
 //! sizes and rates by K (a quick look), `RL_MODULE` names the module (default
-//! `target/release/libredis_ratelimit.so`).
+//! `target/release/libredis_ratelimit.so`). `--url` is refused: the debug clock is not a store's.
 
 mod sim;
 
@@ -31,6 +31,7 @@ use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+use ratelimit_client::ConnectionSettings;
 use sim::{Attack, Report};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -39,6 +40,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     while let Some(a) = args.next() {
         match a.as_str() {
             "--scale" => scale = args.next().ok_or("--scale K")?.parse()?,
+            // Parsed by the connection layer so that a malformed URL gets its own error; a good
+            // one is refused all the same (the error never holds the password).
+            "--url" => {
+                let url = args.next().ok_or("--url needs a URL")?;
+                let store = ConnectionSettings::parse(&url)?.redacted();
+                return Err(format!(
+                    "--url {store}: the login bench cannot run against a store of yours: it moves \
+                     the module's debug clock (RL.DEBUG CLOCK ADVANCE, a module loaded with \
+                     DEBUG-CLOCK yes) to run minutes of attack in seconds, so it starts its own \
+                     redis-server"
+                )
+                .into());
+            }
             other => return Err(format!("unknown argument {other:?}: --scale K").into()),
         }
     }
