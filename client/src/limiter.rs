@@ -288,6 +288,31 @@ impl Limiter {
         shared.call(&mut None, Mode::Request, call).await
     }
 
+    /// `RL.SETTLE` over `limiters` (each by its own signed difference: a charge into debt, a
+    /// give-back) under the circuit and the request deadline, as every check's call. No
+    /// fallback: the caller decides what an unanswered settle means.
+    pub async fn settle_call(
+        &self,
+        limiters: &[(&str, Policy, i64)],
+    ) -> Result<AllDecision, Error> {
+        let shared = &self.inner.shared;
+        let call = shared.store.settle(limiters);
+        shared.call(&mut None, Mode::Request, call).await
+    }
+
+    /// `RL.CHARGE key n [POLICY …]` under the circuit and the request deadline (see
+    /// [`Store::charge`]). No fallback.
+    pub async fn charge_call(
+        &self,
+        key: &str,
+        n: u64,
+        policy: Option<&Policy>,
+    ) -> Result<Option<Decision>, Error> {
+        let shared = &self.inner.shared;
+        let call = shared.store.charge(key, n, policy);
+        shared.call(&mut None, Mode::Request, call).await
+    }
+
     /// Each check's class decides without the store (as [`Limiter::check_all`] does when the
     /// store does not answer); `commit` false decides on a copy, so that a caller admits only
     /// when every limit (its own slots too) admits, then commits. A commit counts as a

@@ -73,8 +73,8 @@ impl Service {
     }
 
     /// One call: `RL.CHARGE key n POLICY …` for one key charged, else `RL.SETTLE` over all (the
-    /// domain is the keys' hash tag: one slot on a Cluster). Skipped while the client's circuit
-    /// is open; bounded by its current deadline.
+    /// domain is the keys' hash tag: one slot on a Cluster). Through the client's circuit and
+    /// request deadline, as the decisions are.
     async fn settle_on_store(
         &self,
         items: &[Item],
@@ -84,13 +84,12 @@ impl Service {
         if limiter.circuit_open() {
             return Err(Error::CircuitOpen);
         }
-        let store = limiter.store().clone().with_deadline(limiter.deadline());
         self.metrics.service("store_calls", 1);
         let policy = |i: &Item| i.rule.limit.as_ref().map(Limit::store_policy);
         if let [one] = live {
             let item = &items[*one];
             if let (true, Some(p)) = (item.by > 0, policy(item)) {
-                let charged = store.charge(&item.key, item.by.unsigned_abs(), Some(&p));
+                let charged = limiter.charge_call(&item.key, item.by.unsigned_abs(), Some(&p));
                 return match charged.await? {
                     Some(d) => Ok(vec![d]),
                     None => Err(Error::Reply("RL.CHARGE with a policy replied nil".into())),
@@ -104,7 +103,7 @@ impl Service {
                 policy(item).map(|p| (item.key.as_str(), p, item.by))
             })
             .collect();
-        store.settle(&limiters).await.map(|all| all.limiters)
+        limiter.settle_call(&limiters).await.map(|all| all.limiters)
     }
 
     /// The store did not answer: a Billing charge is owed to the client's ledger (a reservation
@@ -146,9 +145,8 @@ impl Service {
         let reservation = self.limiter().reserve(&[(limit, key)], 0).await?;
         if reservation.decision().combined.source == Source::Store && !reservation.admitted() {
             // The store answered again and the key is in debt: charge it there.
-            let store = self.limiter().store();
             let policy = limit.store_policy();
-            return match store.charge(key, n, Some(&policy)).await? {
+            return match self.limiter().charge_call(key, n, Some(&policy)).await? {
                 Some(d) => Ok(Settlement::Store(ratelimit_client::AllDecision {
                     combined: d,
                     limiters: vec![d],
@@ -194,10 +192,8 @@ impl Service {
         if limiters.is_empty() {
             return;
         }
-        let limiter = self.limiter();
-        let store = limiter.store().clone().with_deadline(limiter.deadline());
         self.metrics.service("store_calls", 1);
-        match store.settle(&limiters).await {
+        match self.limiter().settle_call(&limiters).await {
             Ok(all) => {
                 self.metrics.service("check_denied_given_back", 1);
                 for (i, d) in charged.iter().zip(all.limiters.iter()) {
