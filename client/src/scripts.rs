@@ -125,9 +125,8 @@ fn code(lines: &[&str]) -> String {
 /// Whether `text` names `name` as a whole word.
 fn names_word(text: &str, name: &str) -> bool {
     let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    text.match_indices(name).any(|(at, _)| {
-        !text[..at].ends_with(word) && !text[at + name.len()..].starts_with(word)
-    })
+    text.match_indices(name)
+        .any(|(at, _)| !text[..at].ends_with(word) && !text[at + name.len()..].starts_with(word))
 }
 
 /// Every entry's script, generated from the carried library once per process.
@@ -206,8 +205,16 @@ mod tests {
                 ))
                 .output()
                 .expect("python3 runs");
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-            assert_eq!(String::from_utf8_lossy(&out.stdout), script(e).unwrap().text, "{e}");
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                script(e).unwrap().text,
+                "{e}"
+            );
         }
         // The hot path builds only what it uses: no error texts or argument parsing per call.
         let gcra = &script("rl_gcra").unwrap().text;
