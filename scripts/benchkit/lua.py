@@ -4,6 +4,8 @@ reads the server clock with TIME (allowed before writes: Redis 7 replicates scri
 effects) and sets a TTL so idle keys disappear, like the module. Then the Functions library."""
 
 import os
+import re
+import re
 
 from . import ROOT
 
@@ -141,19 +143,54 @@ def with_shas(text, shas):
 
 # The scripts backend (docs/functions.md, backends): where FUNCTION is refused, each function of
 # the library is served as its own script, generated from the library's one source. The file's
-# marks split it: the lines before `-- @scripts: general` and the hot path (between
-# `-- @scripts: hot` and `-- @scripts: end hot`) run on every call; the rest is the body of one
-# function, run only when a call goes past the hot path (or has none), its
-# `redis.register_function` collecting the library's functions in a table. The `#!lua name=`
-# line is dropped (EVAL reads `#!lua` as its own shebang). The client generates its scripts the same way
-# (client/src/scripts.rs).
+# marks split it: the hot path (between `-- @scripts: hot` and `-- @scripts: end hot`) and the
+# definitions before `-- @scripts: general` that it needs (a walk over their names) run on every
+# call; the other definitions there and the rest of the file are the body of one function, run
+# only when a call goes past the hot path (or has none), its `redis.register_function` collecting
+# the library's functions in a table. A script keeps nothing between calls, so what the hot path
+# does not use is not built on every call. The `#!lua name=` line is dropped (EVAL reads `#!lua`
+# as its own shebang). The client generates its scripts the same way (client/src/scripts.rs).
+def prelude_definitions(lines):
+    """The top-level `local` definitions of `lines` (comments dropped): [(names, text)]."""
+    found, current, comment = [], None, False
+    for line in lines:
+        if comment:
+            comment = "]]" not in line
+            continue
+        if line.startswith("local "):
+            head = line[len("local "):]
+            if head.startswith("function "):
+                head = head[len("function "):]
+            names = re.findall(r"[A-Za-z_][A-Za-z0-9_]*",
+                               re.split(r"[=(]", head, maxsplit=1)[0])
+            current = (names, [line])
+            found.append(current)
+        elif line.startswith("--"):
+            comment, current = line.startswith("--[[") and "]]" not in line, None
+        elif current is not None:
+            current[1].append(line)
+    return [(names, "\n".join(text)) for names, text in found]
+
+
 def library_script(source, entry):
     """The script that serves the library function `entry` through EVALSHA."""
-    lines = source.split("\n")
+    lines = source.splitlines()
     if not lines[0].startswith("#!lua"):
         raise ValueError("the library starts with its #!lua line")
     general = lines.index("-- @scripts: general")
     hot, end = lines.index("-- @scripts: hot"), lines.index("-- @scripts: end hot")
+    definitions = prelude_definitions(lines[1:general])
+    # The definitions the hot path names, and theirs, until none is added.
+    # (Comments dropped: a word in one is no use.)
+    used = "\n".join(line.split("--")[0] for line in lines[hot:end + 1])
+    needed = [False] * len(definitions)
+    grown = True
+    while grown:
+        grown = False
+        for i, (names, text) in enumerate(definitions):
+            if not needed[i] and any(re.search(r"\b%s\b" % n, used) for n in names):
+                needed[i], grown = True, True
+                used += "\n" + "\n".join(line.split("--")[0] for line in text.split("\n"))
     rest = "\n".join(lines[general:hot] + lines[end + 1:])
     return "\n".join([
         "local registered_entries = {}",
@@ -161,8 +198,9 @@ def library_script(source, entry):
         "  if type(name) == 'table' then name, callback = name.function_name, name.callback end",
         "  registered_entries[name] = callback",
         "end",
-    ] + lines[1:general] + lines[hot:end + 1] + [
+    ] + [text for (_, text), n in zip(definitions, needed) if n] + lines[hot:end + 1] + [
         "local function general_entry(keys, args, now)",
+    ] + [text for (_, text), n in zip(definitions, needed) if not n] + [
         # The hot path has run when the general entry does: the registration takes the body.
         "local fast = function(_, body) return body end",
         rest.replace("redis.register_function", "register_entry"),
