@@ -5,7 +5,6 @@ effects) and sets a TTL so idle keys disappear, like the module. Then the Functi
 
 import os
 import re
-import re
 
 from . import ROOT
 
