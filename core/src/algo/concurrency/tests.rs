@@ -280,6 +280,8 @@ fn a_key_going_from_one_holder_to_none_and_back_keeps_its_slot() {
     encode(&Concurrency::default(), &mut empty);
     assert_eq!(buf, empty);
     assert_eq!(released, Concurrency::default());
+    assert_eq!(crate::algo::Algorithm::heap_bytes(&released), 0);
+    assert_eq!(crate::algo::Algorithm::entries_held(&released), 0);
     assert_eq!(fields(step(&mut s, &p, 20, Op::Release(a))), (0, 2, 0, 0));
     assert_eq!(fields(step(&mut s, &p, 20, Op::Renew(a))), (0, 2, 0, 0));
     // The next ACQUIRE takes its place.
