@@ -69,12 +69,13 @@ pub fn parse(args: &mut Args<'_>) -> Result<(Policy, Op), Error> {
     let n = args.next_u64("N", 1, MAX_HOLDERS)?;
     let ttl_ms = args.next_u64("TTL", 1, MAX_WINDOW_MS)?;
     let policy = policy(n, ttl_ms, n)?;
-    let Some(word) = args.peek_bytes() else {
+    if args.remaining() == 0 {
         return Err(Error::Syntax(
             "expected ACQUIRE id, RENEW id, RELEASE id or PEEK after TTL".into(),
         ));
-    };
-    args.next_bytes()?;
+    }
+    // Each argument's bytes asked for once: this is on every call's path.
+    let word = args.next_bytes()?;
     if word.eq_ignore_ascii_case(b"PEEK") {
         return Ok((policy, Op::Peek));
     }
@@ -90,19 +91,19 @@ pub fn parse(args: &mut Args<'_>) -> Result<(Policy, Op), Error> {
             echo(word)
         )));
     };
-    let Some(id) = args.peek_bytes() else {
+    if args.remaining() == 0 {
         return Err(Error::Syntax(format!(
             "{} needs the holder's id",
             String::from_utf8_lossy(word).to_ascii_uppercase()
         )));
-    };
+    }
+    let id = args.next_bytes()?;
     if id.is_empty() || id.len() > MAX_ID_BYTES {
         return Err(Error::Syntax(format!(
             "invalid id of {} bytes: expected 1 to {MAX_ID_BYTES} bytes",
             id.len()
         )));
     }
-    args.next_bytes()?;
     Ok((policy, make(holder_id(id))))
 }
 

@@ -33,7 +33,11 @@
 //! refund ends the n holders that would expire last.
 //!
 //! Stored: the holders sorted by id, ids distinct; expired holders are dropped by the next
-//! change, so a state holds at most N live holders plus those that expired since.
+//! change, so a state holds at most N live holders plus those that expired since. A RELEASE
+//! with none expired keeps the released holder in memory with expiry 0 (live at no instant; not
+//! encoded, so replicas, the AOF and the RDB never see it), and a change that leaves as many
+//! holders as are stored writes them in place: a key that goes from one holder to none and back
+//! keeps its allocation (no allocator call per call).
 
 use super::bytes::{Invalid, Reader};
 use super::decision::{Decision, Outcome};
@@ -63,10 +67,26 @@ impl Holder {
 
 /// Stored state: the holders, sorted by id, ids distinct (see the module comment). Empty: no
 /// allocation.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct Concurrency {
     holders: Box<[Holder]>,
 }
+
+impl Concurrency {
+    /// The holders the state is made of: a released one kept only for its allocation is not
+    /// (it is neither encoded nor compared).
+    fn encoded(&self) -> impl Iterator<Item = &Holder> + Clone {
+        self.holders.iter().filter(|h| h.expires_ns != RELEASED)
+    }
+}
+
+impl PartialEq for Concurrency {
+    fn eq(&self, other: &Concurrency) -> bool {
+        self.encoded().eq(other.encoded())
+    }
+}
+
+impl Eq for Concurrency {}
 
 /// What a call does with the slots (see the module comment).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -126,6 +146,10 @@ impl Concurrency {
         }
     }
 }
+
+/// The expiry a released holder keeps while it stays stored: live at no `now`, whatever the
+/// clock does.
+const RELEASED: u64 = 0;
 
 fn expiry(policy: &Policy, now_ns: u64) -> u64 {
     now_ns.saturating_add(policy.window_ns())
@@ -208,8 +232,10 @@ impl Concurrency {
     ///   nothing: allowed 0, nothing changes, retry_after as for RENEW.
     /// - `Peek`: an ACQUIRE by a new id, answered, nothing changed.
     ///
-    /// A change drops the expired holders. A renewal with none expired changes one expiry where
-    /// it is; any other change writes the holders anew, once, in order.
+    /// A change drops the expired holders. A renewal or a release with none expired changes
+    /// one expiry where it is (a released holder expires at 0); a change that leaves as many
+    /// holders as are stored rewrites them in place; any other change writes them anew, once,
+    /// in order.
     pub fn apply(&mut self, policy: &Policy, now_ns: u64, op: Op) -> (Decision, bool) {
         let live = self.live(now_ns);
         let (id, keep) = match op {
@@ -228,10 +254,31 @@ impl Concurrency {
         }
         let expires_ns = expiry(policy, now_ns);
         let found = self.holders.binary_search_by_key(&id, |h| h.id);
-        match (found, live as usize == self.holders.len() && keep) {
+        let all_live = live as usize == self.holders.len();
+        // The live holders after the call: `live`, less `id` when it held a slot, plus `id`
+        // when it keeps (or takes) one.
+        let after = live as usize - usize::from(self.holds(id, now_ns)) + usize::from(keep);
+        match (found, all_live) {
             (Ok(at), true) => {
                 if let Some(h) = self.holders.get_mut(at) {
-                    h.expires_ns = expires_ns;
+                    h.expires_ns = if keep { expires_ns } else { RELEASED };
+                }
+            }
+            _ if after == self.holders.len() => {
+                // As many holders as stored (a new one in the place of an expired or
+                // released one): rewritten in their allocation.
+                let mut kept = 0;
+                for at in 0..self.holders.len() {
+                    let h = self.holders[at];
+                    if h.live(now_ns) && h.id != id {
+                        self.holders[kept] = h;
+                        kept += 1;
+                    }
+                }
+                if keep {
+                    let at = self.holders[..kept].partition_point(|h| h.id < id);
+                    self.holders[at..].rotate_right(1);
+                    self.holders[at] = Holder { id, expires_ns };
                 }
             }
             _ => {
@@ -352,10 +399,12 @@ pub fn inspect(state: &Concurrency, policy: &Policy, now_ns: u64) -> Vec<Field> 
 
 /// `[count u32][id u64, expires_ns u64]…`, sorted by id.
 pub fn encode(state: &Concurrency, out: &mut Vec<u8>) {
-    // At most MAX_HOLDERS: fits.
-    let count = u32::try_from(state.holders.len()).unwrap_or(u32::MAX);
+    // At most MAX_HOLDERS: fits. A released holder kept for its allocation is left out: a
+    // replica, the AOF and the RDB get the holders without it (and a RELEASE's effect stays
+    // short enough for Redis to keep it in one allocation).
+    let count = u32::try_from(state.encoded().count()).unwrap_or(u32::MAX);
     out.extend_from_slice(&count.to_le_bytes());
-    for h in state.holders.iter() {
+    for h in state.encoded() {
         out.extend_from_slice(&h.id.to_le_bytes());
         out.extend_from_slice(&h.expires_ns.to_le_bytes());
     }
@@ -392,12 +441,15 @@ pub fn decode(r: &mut Reader<'_>, policy: &Policy) -> Result<Concurrency, Invali
 super::algorithm::algorithm!(Concurrency, name: "concurrency", id: "concurrency", tag: 7, burst: false,
     type Change = ();
 
+    // The holders encoded, as a replica or a reload holds them: a released holder kept for its
+    // allocation (at most one a key, 16 bytes) is left out, so INFO's gauges and MEMORY USAGE
+    // agree between a master and its replicas, as allocator rounding is left out everywhere.
     fn heap_bytes(&self) -> usize {
-        std::mem::size_of_val::<[Holder]>(&self.holders)
+        self.encoded().count() * std::mem::size_of::<Holder>()
     }
 
     fn entries_held(&self) -> u64 {
-        self.holders.len() as u64
+        self.encoded().count() as u64
     }
 );
 

@@ -262,3 +262,33 @@ proptest! {
         prop_assert_eq!(check(Some(&s), &p, expires, 0).decision.remaining, n);
     }
 }
+
+#[test]
+fn a_key_going_from_one_holder_to_none_and_back_keeps_its_slot() {
+    let p = Policy::new(2, 1000, 2).unwrap();
+    let (a, b) = (holder_id(b"a"), holder_id(b"b"));
+    let mut s = None;
+    step(&mut s, &p, 0, Op::Acquire(a));
+    assert_eq!(fields(step(&mut s, &p, 10, Op::Release(a))), (1, 2, -1, 0));
+    let released = s.clone().unwrap();
+    // Stored, live at no instant: a second RELEASE or a RENEW finds nothing.
+    assert_eq!(released.holders().len(), 1);
+    assert_eq!(released.live(0), 0);
+    // Not encoded: replicas and the RDB get no holder, the state of a key never acquired.
+    let (mut buf, mut empty) = (Vec::new(), Vec::new());
+    encode(&released, &mut buf);
+    encode(&Concurrency::default(), &mut empty);
+    assert_eq!(buf, empty);
+    assert_eq!(released, Concurrency::default());
+    assert_eq!(crate::algo::Algorithm::heap_bytes(&released), 0);
+    assert_eq!(crate::algo::Algorithm::entries_held(&released), 0);
+    assert_eq!(fields(step(&mut s, &p, 20, Op::Release(a))), (0, 2, 0, 0));
+    assert_eq!(fields(step(&mut s, &p, 20, Op::Renew(a))), (0, 2, 0, 0));
+    // The next ACQUIRE takes its place.
+    assert_eq!(
+        fields(step(&mut s, &p, 30, Op::Acquire(b))),
+        (1, 1, -1, 1000)
+    );
+    assert_eq!(s.as_ref().unwrap().holders().len(), 1);
+    assert!(s.as_ref().unwrap().holds(b, T0 + 30 * NS_PER_MS));
+}
