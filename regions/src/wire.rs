@@ -16,6 +16,11 @@ use redis::{FromRedisValue, Value};
 /// it before it touches the key.
 const ACCESS_PROBE_ALGORITHM: &str = "ACCESS-CHECK";
 
+/// The module's keys per `RL.DEMAND` call, at most (`src/command/share.rs`'s `MAX_KEYS`): the
+/// start's access check names one more, so the module refuses the call before it reads or resets
+/// any key, and only the ACL, checked first, can answer otherwise.
+const DEMAND_MAX_KEYS: usize = 10_000;
+
 /// One server the controller talks to: a standalone store or one master of a cluster.
 pub struct Server {
     settings: ConnectionSettings,
@@ -47,9 +52,10 @@ impl Server {
     /// Opens the connection now: a refusal no retry fixes (a wrong password, an untrusted
     /// certificate, a file that cannot be read) is an error; an unreachable server is not (the
     /// controller counts it unreachable and tries again next period). With a `probe` key (one
-    /// of the config's), also checks that the user may run `RL.SHARE` on it, by a call the
-    /// module refuses before it writes anything (an algorithm of no name): Redis checks the
-    /// ACL before the command runs, so a `NOPERM` is the only answer that says no.
+    /// of the config's), also checks that the user may run `RL.SHARE` and `RL.DEMAND` on it, by
+    /// calls the module refuses before they write or reset anything (an algorithm of no name;
+    /// one key more than a call may name): Redis checks the ACL before the command runs, so a
+    /// `NOPERM` is the only answer that says no.
     pub fn check(&mut self, probe: Option<&str>) -> Result<(), String> {
         let store = match self.store() {
             Err(Error::Config(why)) => return Err(why),
@@ -64,13 +70,19 @@ impl Server {
             .arg(&[1, 1, 1])
             .arg(key)
             .arg(&[0, 0]);
-        match self.runtime.block_on(store.query(&cmd)) {
-            Err(Error::Config(why)) => Err(format!(
-                "{}: RL.SHARE on '{key}': {why} (docs/operating.md, the minimal ACL rules)",
-                self.address()
-            )),
-            _ => Ok(()),
+        let mut demand = redis::cmd("RL.DEMAND");
+        for _ in 0..=DEMAND_MAX_KEYS {
+            demand.arg(key);
         }
+        for (name, cmd) in [("RL.SHARE", cmd), ("RL.DEMAND", demand)] {
+            if let Err(Error::Config(why)) = self.runtime.block_on(store.query(&cmd)) {
+                return Err(format!(
+                    "{}: {name} on '{key}': {why} (docs/operating.md, the minimal ACL rules)",
+                    self.address()
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn store(&mut self) -> Result<Store, Error> {

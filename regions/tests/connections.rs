@@ -24,6 +24,8 @@ fn secure(pki: &Pki, clients: ClientCerts) -> Options {
                 testkit::minimal_regions_acl("regions", PASSWORD, "cli:*"),
                 // The rule without RL.SHARE: a missing permission.
                 format!("user noshare on >{PASSWORD} ~cli:* resetchannels -@all +command|info +rl.demand +scan"),
+                // The rule without RL.DEMAND.
+                format!("user nodemand on >{PASSWORD} ~cli:* resetchannels -@all +command|info +rl.share +scan"),
             ]
             .join("\n"),
         ),
@@ -104,7 +106,7 @@ fn a_region_behind_a_sentinel() {
     assert!(master.cli(&["EXISTS", "cli:1"]).unwrap().contains('1'));
 }
 
-/// The password from a file (its first line); a user missing `RL.SHARE` stops the start naming
+/// The password from a file (its first line); a user missing `RL.SHARE` or `RL.DEMAND` stops the start naming
 /// the permission, never the password (it was a cause in each period's report, the run going on).
 #[test]
 fn a_password_file_and_a_missing_permission() {
@@ -132,5 +134,10 @@ fn a_password_file_and_a_missing_permission() {
     let (ok, out, err) = once(&region("noshare"), "unused");
     assert!(!ok, "{out}{err}");
     assert!(err.to_ascii_lowercase().contains("rl.share"), "{err}");
+    assert!(!format!("{out}{err}").contains(PASSWORD));
+
+    let (ok, out, err) = once(&region("nodemand"), "unused");
+    assert!(!ok, "{out}{err}");
+    assert!(err.to_ascii_lowercase().contains("rl.demand"), "{err}");
     assert!(!format!("{out}{err}").contains(PASSWORD));
 }
