@@ -84,16 +84,7 @@ impl Service {
         let (slots, rates): (Vec<usize>, Vec<usize>) = which
             .iter()
             .partition(|i| items[**i].rule.concurrency.is_some());
-        let checks: Vec<_> = rates
-            .iter()
-            .filter_map(|i| {
-                let item = &items[*i];
-                item.rule
-                    .limit
-                    .as_ref()
-                    .map(|l| (l, item.key.as_str(), item.hits))
-            })
-            .collect();
+        let checks: Vec<_> = rates.iter().filter_map(|i| items[*i].check()).collect();
         let entries: Vec<_> = slots
             .iter()
             .filter_map(|i| items[*i].slot().map(|s| (items[*i].key.as_str(), s)))

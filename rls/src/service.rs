@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use ratelimit_client::{Algorithm, Clock, Decision, Error, Limiter, Source};
+use ratelimit_client::{Algorithm, Clock, Decision, Error, Limit, Limiter, Source};
 
 use crate::config::{descriptor_key, Config, Matched, Rule, Unit, HOLDER_KEY, SETTLE_KEY};
 use crate::denials::Denials;
@@ -83,6 +83,15 @@ pub(crate) struct Outcome {
 }
 
 impl Item {
+    /// The store check this item makes when its rule has a rate limit, as `check_all` takes it:
+    /// (the limit, the key, the hits).
+    pub(crate) fn check(&self) -> Option<(&Limit, &str, u64)> {
+        self.rule
+            .limit
+            .as_ref()
+            .map(|l| (l, self.key.as_str(), self.hits))
+    }
+
     /// Whether a denial by the store denies the request: a charge, or a check (hits_addend 0) on
     /// a `settle: true` rule, whose requests only check and pay after (denied while in debt).
     pub(crate) fn enforced(&self) -> bool {
@@ -461,26 +470,13 @@ impl Service {
         let result = match which {
             [] => return Ok(()),
             [one] => {
-                let item = &items[*one];
-                let Some(limit) = item.rule.limit.as_ref() else {
+                let Some((limit, key, hits)) = items[*one].check() else {
                     return Ok(());
                 };
-                limiter
-                    .check_cost(limit, &item.key, item.hits)
-                    .await
-                    .map(|d| vec![d])
+                limiter.check_cost(limit, key, hits).await.map(|d| vec![d])
             }
             many => {
-                let checks: Vec<_> = many
-                    .iter()
-                    .filter_map(|i| {
-                        let item = &items[*i];
-                        item.rule
-                            .limit
-                            .as_ref()
-                            .map(|l| (l, item.key.as_str(), item.hits))
-                    })
-                    .collect();
+                let checks: Vec<_> = many.iter().filter_map(|i| items[*i].check()).collect();
                 limiter.check_all(&checks).await.map(|a| a.limiters)
             }
         };
@@ -501,10 +497,10 @@ impl Service {
         }
         let calls = which.iter().filter_map(|i| {
             let item = &items[*i];
-            let limit = item.rule.limit.as_ref()?;
+            let (limit, key, hits) = item.check()?;
             Some(async move {
                 let limiter = self.limiter_of(&item.rule);
-                (*i, limiter.check_cost(limit, &item.key, item.hits).await)
+                (*i, limiter.check_cost(limit, key, hits).await)
             })
         });
         let results = futures_util::future::join_all(calls).await;
