@@ -49,9 +49,9 @@ pub fn generate(source: &str, entry: &str) -> Option<String> {
     let mut grown = true;
     while grown {
         grown = false;
-        for (i, (names, text)) in definitions.iter().enumerate() {
-            if !needed[i] && names.iter().any(|n| names_word(&used, n)) {
-                needed[i] = true;
+        for ((names, text), needed) in definitions.iter().zip(needed.iter_mut()) {
+            if !*needed && names.iter().any(|n| names_word(&used, n)) {
+                *needed = true;
                 grown = true;
                 used.push_str(&code(text));
             }
@@ -107,8 +107,8 @@ fn definitions<'a>(lines: &[&'a str]) -> Vec<(Vec<&'a str>, Vec<&'a str>)> {
         } else if line.starts_with("--") {
             comment = line.starts_with("--[[") && !line.contains("]]");
             open = false;
-        } else if open {
-            found.last_mut().expect("open").1.push(line);
+        } else if let Some((_, text)) = found.last_mut().filter(|_| open) {
+            text.push(line);
         }
     }
     found
