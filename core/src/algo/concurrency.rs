@@ -269,16 +269,25 @@ impl Concurrency {
                 // released one): rewritten in their allocation.
                 let mut kept = 0;
                 for at in 0..self.holders.len() {
-                    let h = self.holders[at];
-                    if h.live(now_ns) && h.id != id {
-                        self.holders[kept] = h;
+                    let stays = self.holders.get(at);
+                    if stays.is_some_and(|h| h.live(now_ns) && h.id != id) {
+                        // kept <= at < len: both in place.
+                        self.holders.swap(kept, at);
                         kept += 1;
                     }
                 }
                 if keep {
-                    let at = self.holders[..kept].partition_point(|h| h.id < id);
-                    self.holders[at..].rotate_right(1);
-                    self.holders[at] = Holder { id, expires_ns };
+                    let at = self
+                        .holders
+                        .get(..kept)
+                        .map_or(0, |k| k.partition_point(|h| h.id < id));
+                    // One place is left past the kept ones (after == len): `at` is in it.
+                    if let Some(tail) = self.holders.get_mut(at..) {
+                        tail.rotate_right(1);
+                        if let Some(first) = tail.first_mut() {
+                            *first = Holder { id, expires_ns };
+                        }
+                    }
                 }
             }
             _ => {
