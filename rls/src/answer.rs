@@ -1,8 +1,9 @@
-//! The response to `ShouldRateLimit`, as the peer answers: one status per descriptor (its rule's
+//! The answer step: the response to `ShouldRateLimit`, as the peer answers: one status per descriptor (its rule's
 //! limit, what is left, 0 when over, the time to reset; `unlimited` answers the largest
 //! remaining), the total OVER_LIMIT when a descriptor that enforces is over, or when every
 //! `quota_mode` one is; a rule's `shadow_mode` answers OK in its status, the global SHADOW_MODE
-//! keeps each status and answers OK in the total. Also the peer's counters per rule, the
+//! keeps each status and answers OK in the total (each item carries its [`Mode`], decided
+//! once when it was matched: this step only reads it). Also the peer's counters per rule, the
 //! headers, and the dynamic metadata.
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
@@ -14,12 +15,13 @@ use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use ratelimit_client::Source;
 
 use crate::headers::{self, Part};
+use crate::item::{Item, Mode};
 use crate::metadata;
 use crate::metrics::RuleCounts;
-use crate::service::{Item, Service};
+use crate::steps::Steps;
 
-impl Service {
-    pub(crate) fn respond(
+impl Steps<'_> {
+    pub(crate) fn answer(
         &self,
         req: &RateLimitRequest,
         items: &[Item],
@@ -33,7 +35,7 @@ impl Service {
             })
             .collect();
         // Which descriptors are in quota mode: all under QUOTA_MODE but the unlimited ones.
-        let mut quota = vec![self.settings().quota_mode; n];
+        let mut quota = vec![self.settings.quota_mode; n];
         for i in unlimited {
             if let Some(s) = statuses.get_mut(*i) {
                 s.limit_remaining = u32::MAX;
@@ -51,12 +53,15 @@ impl Service {
                 requests_per_unit: rule.requests_per_unit,
                 unit: rule.unit_proto(),
             };
-            let counts = self.count(item);
-            let class = rule.class_name();
-            self.metrics.rule(&item.stats_key, class, &counts);
+            self.count(&item.stats_key, rule, &self.counts(item));
+            let Mode {
+                shadow,
+                quota: in_quota,
+                ..
+            } = item.mode;
             for i in &item.indexes {
                 if let Some(q) = quota.get_mut(*i) {
-                    *q = *q || item.quota;
+                    *q = *q || in_quota;
                 }
                 if let Some(status) = statuses.get_mut(*i) {
                     status.current_limit = Some(current.clone());
@@ -65,7 +70,7 @@ impl Service {
             // Not asked: another descriptor was denied here without a store call.
             let Some(o) = item.outcome else { continue };
             let denied = !o.admitted && item.enforced();
-            if denied && !item.shadow && !item.quota {
+            if denied && !shadow && !in_quota {
                 failed = true;
             }
             let reset_ms = if denied {
@@ -77,7 +82,7 @@ impl Service {
                 let Some(status) = statuses.get_mut(*i) else {
                     continue;
                 };
-                status.code = if denied && !item.shadow {
+                status.code = if denied && !shadow {
                     Code::OverLimit as i32
                 } else {
                     Code::Ok as i32
@@ -93,7 +98,7 @@ impl Service {
                 });
             }
             // A settle's response is gone: it adds nothing to the headers.
-            if let Some(p) = rule.policy().filter(|_| !item.settle) {
+            if let Some(p) = rule.policy().filter(|_| !item.is_settle()) {
                 parts.push(Part {
                     name: if rule.name.is_empty() {
                         item.stats_key.clone()
@@ -105,7 +110,7 @@ impl Service {
                     window_ms: p.window_ms,
                     burst: p.burst,
                     admitted: o.admitted,
-                    hits: item.hits,
+                    hits: item.cost(),
                     remaining: o.remaining,
                     retry_after_ms: o.retry_after_ms,
                     reset_after_ms: reset_ms,
@@ -130,26 +135,26 @@ impl Service {
         let quotas = (0..n).filter(|i| quota[*i]).count();
         let quotas_over = (0..n).filter(|i| quota[*i] && over_limit(*i)).count();
         let mut over = failed || (quotas > 0 && quotas == quotas_over);
-        if over && self.settings().shadow_mode {
+        // A request is over only through a denied item, and SHADOW_MODE is on every item.
+        if over && items.iter().any(|i| i.mode.global_shadow) {
             over = false;
             self.metrics.service("global_shadow_mode", 1);
         }
         let retry = items
             .iter()
-            .filter(|i| !i.shadow && !i.quota && i.enforced())
+            .filter(|i| !i.mode.shadow && !i.mode.quota && i.enforced())
             .filter_map(|i| i.outcome.filter(|o| !o.admitted))
             .filter_map(|o| o.retry_after_ms)
             .max();
-        let response_headers_to_add =
-            headers::response_headers(self.settings(), &parts, over, retry)
-                .into_iter()
-                .map(|(key, value)| HeaderValue {
-                    key,
-                    value,
-                    ..HeaderValue::default()
-                })
-                .collect();
-        let dynamic_metadata = self.settings().response_dynamic_metadata.then(|| {
+        let response_headers_to_add = headers::response_headers(self.settings, &parts, over, retry)
+            .into_iter()
+            .map(|(key, value)| HeaderValue {
+                key,
+                value,
+                ..HeaderValue::default()
+            })
+            .collect();
+        let dynamic_metadata = self.settings.response_dynamic_metadata.then(|| {
             let passed: Vec<_> = (0..n)
                 .filter(|i| !over_limit(*i) && !unlimited.contains(i))
                 .filter_map(|i| {
@@ -173,12 +178,12 @@ impl Service {
     /// The peer's counters for one item: every hit is total; a denied one is over the limit
     /// (and shadow, and answered locally, as it was); an admitted one is within the limit, and
     /// near it for the part above NEAR_LIMIT_RATIO of the limit.
-    fn count(&self, item: &Item) -> RuleCounts {
-        if item.settle {
+    fn counts(&self, item: &Item) -> RuleCounts {
+        if item.is_settle() {
             // Counted by `settle` as charged, given back, journaled or dropped.
             return RuleCounts::default();
         }
-        let h = item.hits;
+        let h = item.cost();
         let mut c = RuleCounts {
             total_hits: h,
             ..RuleCounts::default()
@@ -192,13 +197,13 @@ impl Service {
             if o.local_cache {
                 c.over_limit_with_local_cache = h;
             }
-            if item.shadow {
+            if item.mode.shadow {
                 c.shadow_mode = h;
             }
         } else if o.admitted {
             c.within_limit = h;
             let capacity = item.rule.capacity();
-            let near = (capacity as f64 * self.settings().near_limit_ratio).floor() as u64;
+            let near = (capacity as f64 * self.settings.near_limit_ratio).floor() as u64;
             let used = capacity.saturating_sub(o.remaining);
             if used > near {
                 c.near_limit = h.min(used - near);

@@ -15,11 +15,12 @@
 //! contract, a slot of this server's own N ÷ `RLS_GATEWAYS` (`local_slots.rs`); security,
 //! denied; billing, admitted, held nowhere.
 
-use ratelimit_client::{Backend, Class, Decision, Error, Limiter, SlotEntry, SlotOp, Source};
+use ratelimit_client::{Class, Decision, Error, Limiter, SlotEntry, SlotOp, Source};
 use ratelimit_core::algo::concurrency::MAX_ID_BYTES;
 
+use crate::item::{Item, Outcome};
 use crate::metrics::RuleCounts;
-use crate::service::{Item, Outcome, Refusal, Service};
+use crate::steps::{Refusal, Steps};
 
 /// How long a denial decided without the store for a security-class rule asks to wait.
 const CLOSED_RETRY_MS: u64 = 1_000;
@@ -33,12 +34,12 @@ impl Item {
     }
 
     /// The `RL.CONCURRENCY` entry of this item's request: ACQUIRE for a charge, PEEK for a
-    /// check (`hits_addend` 0) or when peeked beside a denial.
-    fn slot(&self) -> Option<SlotEntry<'_>> {
+    /// check (`hits_addend` 0) or when `peek`ed beside a denial.
+    fn slot(&self, peek: bool) -> Option<SlotEntry<'_>> {
         let c = self.rule.concurrency?;
-        let op = match (self.hits, self.usable_holder()) {
-            (0, _) | (_, None) => SlotOp::Peek,
-            (_, Some(h)) => SlotOp::Acquire(h),
+        let op = match self.usable_holder() {
+            Some(h) if !peek && self.cost() > 0 => SlotOp::Acquire(h),
+            _ => SlotOp::Peek,
         };
         Some(SlotEntry {
             limit: c.limit,
@@ -46,19 +47,14 @@ impl Item {
             op,
         })
     }
-
-    /// An enforced denial that denies the request.
-    fn denies(&self) -> bool {
-        !self.soft && self.enforced() && self.outcome.is_some_and(|o| !o.admitted)
-    }
 }
 
-impl Service {
+impl Steps<'_> {
     /// A concurrency descriptor that would take a slot without a usable holder (no
     /// `rls_holder` entry, an empty one, or one over 1,024 bytes) has no slot its stream-done
     /// report could give back: denied here, never admitted unlimited, and counted.
     pub(crate) fn refuse_without_holder(&self, item: &mut Item) {
-        if item.hits == 0 || item.usable_holder().is_some() {
+        if item.cost() == 0 || item.usable_holder().is_some() {
             return;
         }
         item.outcome = Some(Outcome::local_denial(0, false));
@@ -66,28 +62,34 @@ impl Service {
             concurrency_no_holder: 1,
             ..RuleCounts::default()
         };
-        self.metrics
-            .rule(&item.stats_key, item.rule.class_name(), &counts);
+        self.count(&item.stats_key, &item.rule, &counts);
     }
 
     /// The decision over `which` items, some of them concurrency rules, on `limiter`: one
-    /// `RL.ALL` (one `RL.CONCURRENCY` alone) on the module, in steps on the library.
+    /// `RL.ALL` (one `RL.CONCURRENCY` alone); a library backend calls it one slot at a time
+    /// (`store_calls.rs`).
     pub(crate) async fn decide_with_slots(
         &self,
         limiter: &Limiter,
         items: &mut [Item],
         which: &[usize],
+        peek: bool,
     ) -> Result<(), Refusal> {
-        if limiter.store().backend() != Backend::Module && which.len() > 1 {
-            return self.decide_in_steps(limiter, items, which).await;
-        }
-        let (slots, rates): (Vec<usize>, Vec<usize>) = which
+        let (slots, rates): (Vec<usize>, Vec<usize>) = which.iter().partition(|i| {
+            items
+                .get(**i)
+                .is_some_and(|it| it.rule.concurrency.is_some())
+        });
+        let checks: Vec<_> = rates
             .iter()
-            .partition(|i| items[**i].rule.concurrency.is_some());
-        let checks: Vec<_> = rates.iter().filter_map(|i| items[*i].check()).collect();
+            .filter_map(|i| items.get(*i)?.check(peek))
+            .collect();
         let entries: Vec<_> = slots
             .iter()
-            .filter_map(|i| items[*i].slot().map(|s| (items[*i].key.as_str(), s)))
+            .filter_map(|i| {
+                let item = items.get(*i)?;
+                item.slot(peek).map(|s| (item.key.as_str(), s))
+            })
             .collect();
         let result = match (checks.as_slice(), entries.as_slice()) {
             ([], [(key, slot)]) => limiter.slot_call(key, *slot).await.map(|d| vec![d]),
@@ -108,7 +110,7 @@ impl Service {
                     decided.extend(
                         slots
                             .iter()
-                            .filter_map(|i| self.slot_fallback(&items[*i], now, commit)),
+                            .filter_map(|i| self.slot_fallback(items.get(*i)?, now, commit, peek)),
                     );
                     decided
                 };
@@ -121,13 +123,21 @@ impl Service {
             Err(e) => return Err(self.store_error(e)),
         };
         for (i, d) in order.iter().zip(decisions.iter()) {
-            items[*i].outcome = Some(Outcome::of(d));
+            if let Some(item) = items.get_mut(*i) {
+                item.outcome = Some(Outcome::of(d));
+            }
         }
         Ok(())
     }
 
     /// What a concurrency rule's class decides without the store (see the module comment).
-    fn slot_fallback(&self, item: &Item, now_ns: u64, commit: bool) -> Option<Decision> {
+    fn slot_fallback(
+        &self,
+        item: &Item,
+        now_ns: u64,
+        commit: bool,
+        peek: bool,
+    ) -> Option<Decision> {
         let c = item.rule.concurrency?;
         let answer = |allowed: bool| Decision {
             allowed,
@@ -142,9 +152,9 @@ impl Service {
             Class::Security => answer(false),
             Class::Billing => answer(true),
             Class::Contract | Class::Capacity => {
-                let gateways = u64::from(self.settings().gateways.unwrap_or(1).max(1));
+                let gateways = u64::from(self.settings.gateways.unwrap_or(1).max(1));
                 let share = (c.limit / gateways).max(1);
-                let holder = match item.slot().map(|s| s.op) {
+                let holder = match item.slot(peek).map(|s| s.op) {
                     Some(SlotOp::Acquire(h)) => Some(h),
                     _ => None,
                 };
@@ -155,50 +165,14 @@ impl Service {
         })
     }
 
-    /// The library's way (its `rl_all` takes no concurrency keys): the slots first, each its
-    /// own `rl_concurrency` call; then, when all were admitted, the rates; the slots taken are
-    /// given back when a rate denies. When a slot denies, the rates are only looked at (cost 0).
-    async fn decide_in_steps(
-        &self,
-        limiter: &Limiter,
-        items: &mut [Item],
-        which: &[usize],
-    ) -> Result<(), Refusal> {
-        let (slots, rates): (Vec<usize>, Vec<usize>) = which
-            .iter()
-            .partition(|i| items[**i].rule.concurrency.is_some());
-        for i in &slots {
-            Box::pin(self.decide_with_slots(limiter, items, &[*i])).await?;
-        }
-        let slots_deny = slots.iter().any(|i| items[*i].denies());
-        if slots_deny {
-            let saved: Vec<u64> = rates
-                .iter()
-                .map(|i| std::mem::take(&mut items[*i].hits))
-                .collect();
-            let peeked = Box::pin(self.decide(items, &rates)).await;
-            for (i, hits) in rates.iter().zip(saved) {
-                items[*i].hits = hits;
-            }
-            peeked?;
-        } else {
-            Box::pin(self.decide(items, &rates)).await?;
-        }
-        if slots_deny || rates.iter().any(|i| items[*i].denies()) {
-            self.give_back_slots(items, &slots).await;
-        }
-        Ok(())
-    }
-
     /// Gives back the slots the request path took in `which` (a request denied after they
     /// were taken): the store's, and this server's own.
     pub(crate) async fn give_back_slots(&self, items: &[Item], which: &[usize]) {
-        for i in which {
-            let item = &items[*i];
+        for item in which.iter().filter_map(|i| items.get(*i)) {
             let (Some(c), Some(o)) = (item.rule.concurrency, item.outcome) else {
                 continue;
             };
-            let Some(SlotOp::Acquire(holder)) = item.slot().map(|s| s.op) else {
+            let Some(SlotOp::Acquire(holder)) = item.slot(false).map(|s| s.op) else {
                 continue;
             };
             if !o.admitted {
@@ -215,7 +189,7 @@ impl Service {
                 op: SlotOp::Release(holder),
             };
             self.metrics.service("store_calls", 1);
-            if let Err(e) = self.limiter().slot_call(&item.key, release).await {
+            if let Err(e) = self.limiter.slot_call(&item.key, release).await {
                 log::warn!("a denied request's slot is held until its TTL: {e}");
             }
         }
@@ -241,13 +215,15 @@ impl Service {
                 op: SlotOp::Release(holder),
             };
             Some(futures_util::future::Either::Right(async move {
-                let answer = self.limiter().slot_call(&item.key, release).await;
+                let answer = self.limiter.slot_call(&item.key, release).await;
                 (i, Some((local, answer)))
             }))
         });
         let results = futures_util::future::join_all(calls).await;
         for (i, result) in results {
-            let item = &mut settles[i];
+            let Some(item) = settles.get_mut(i) else {
+                continue;
+            };
             let mut counts = RuleCounts::default();
             let decision = match result {
                 None => {
@@ -276,11 +252,7 @@ impl Service {
                 }
             };
             item.outcome = Some(match decision {
-                Some(d) => Outcome {
-                    admitted: true,
-                    retry_after_ms: None,
-                    ..Outcome::of(&d)
-                },
+                Some(d) => Outcome::settled(&d),
                 // Nothing the store said: OK, with nothing to tell.
                 None => Outcome {
                     admitted: true,
@@ -291,8 +263,7 @@ impl Service {
                     source: None,
                 },
             });
-            self.metrics
-                .rule(&item.stats_key, item.rule.class_name(), &counts);
+            self.count(&item.stats_key, &item.rule, &counts);
         }
     }
 }

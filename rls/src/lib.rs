@@ -3,6 +3,7 @@
 //! redis-ratelimit module through the client crate. docs/envoy.md is the guide.
 
 pub mod answer;
+pub mod check;
 pub mod concurrency;
 pub mod config;
 pub mod debug;
@@ -13,11 +14,13 @@ pub mod grpc;
 pub mod headers;
 pub mod health;
 pub mod http;
+pub mod item;
 pub mod json;
 pub mod listen;
 pub mod load;
 pub mod local_slots;
 pub mod logging;
+pub mod matching;
 pub mod metadata;
 pub mod metrics;
 pub mod reply;
@@ -26,6 +29,8 @@ pub mod service;
 pub mod settings;
 pub mod settle;
 pub mod statsd;
+pub mod steps;
+pub mod store_calls;
 pub mod store_settings;
 pub mod tls;
 pub mod wildcard;

@@ -1,4 +1,4 @@
-//! Post-response settles: Envoy's `apply_on_stream_done` rate limits (a `hits_addend` taken
+//! The settle step: post-response settles, Envoy's `apply_on_stream_done` rate limits (a `hits_addend` taken
 //! from what the response cost, e.g. model tokens in dynamic metadata) are charged to the key
 //! the request was decided on, into debt if need be, and never denied: the response is gone, so
 //! the cost lands on the request that incurred it and the next requests pay it. A descriptor is
@@ -9,18 +9,32 @@
 //! key, `RL.SETTLE` for several or for a give-back. While the store does not answer, each rule
 //! follows its class, as the client's reservations do: Billing owes the charge to the ledger
 //! (journaled, charged when the store answers), the others drop it; both are counted.
+//! A concurrency rule's settle is its stream-done report: the holder's slot given back
+//! (`concurrency.rs`).
 
 use ratelimit_client::{Class, Decision, Error, Limit, Policy, Settlement, Source};
 
+use crate::item::{Item, Outcome};
 use crate::metrics::RuleCounts;
-use crate::service::{Item, Outcome, Service};
+use crate::steps::Steps;
 
-impl Service {
-    /// Settles every item that moves tokens (`by` ≠ 0); answers each with the state after it.
-    /// Never fails: an error is logged and counted, the request answered OK.
+impl Steps<'_> {
+    /// Settles every item: the rates' tokens moved, the slots given back; answers each with
+    /// the state after it. Never fails: an error is logged and counted, the request answered
+    /// OK.
     pub(crate) async fn settle(&self, items: &mut [Item]) {
+        self.settle_rates(items).await;
+        self.release(items).await;
+    }
+
+    /// Settles every rate item that moves tokens (a settle by ≠ 0).
+    async fn settle_rates(&self, items: &mut [Item]) {
         let live: Vec<usize> = (0..items.len())
-            .filter(|i| items[*i].by != 0 && items[*i].rule.limit.is_some())
+            .filter(|i| {
+                items
+                    .get(*i)
+                    .is_some_and(|it| it.settle_by() != 0 && it.rule.limit.is_some())
+            })
             .collect();
         if live.is_empty() {
             return;
@@ -29,14 +43,17 @@ impl Service {
         match self.settle_on_store(items, &live).await {
             Ok(decisions) => {
                 for (i, d) in live.iter().zip(decisions.iter()) {
-                    let item = &mut items[*i];
-                    item.outcome = Some(settled(d));
-                    let n = item.by.unsigned_abs();
-                    if item.by < 0 {
+                    let Some(item) = items.get_mut(*i) else {
+                        continue;
+                    };
+                    item.outcome = Some(Outcome::settled(d));
+                    let by = item.settle_by();
+                    let n = by.unsigned_abs();
+                    if by < 0 {
                         // Given back: a denial cached for this key may no longer hold.
                         self.denials.forget(&item.key);
                     }
-                    let counts = if item.by > 0 {
+                    let counts = if by > 0 {
                         RuleCounts {
                             settle_charged: n,
                             ..RuleCounts::default()
@@ -52,7 +69,9 @@ impl Service {
             }
             Err(e) if e.store_down() => {
                 for i in live {
-                    self.settle_locally(&mut items[i]).await;
+                    if let Some(item) = items.get_mut(i) {
+                        self.settle_locally(item).await;
+                    }
                 }
             }
             Err(e) => {
@@ -60,10 +79,9 @@ impl Service {
                 // the response is gone, so nothing to refuse.
                 log::error!("settle refused by the store: {e}");
                 self.metrics.service("settle_error", 1);
-                for i in live {
-                    let item = &mut items[i];
+                for item in live.iter().filter_map(|i| items.get(*i)) {
                     let counts = RuleCounts {
-                        settle_dropped: item.by.unsigned_abs(),
+                        settle_dropped: item.settle_by().unsigned_abs(),
                         ..RuleCounts::default()
                     };
                     self.count_settle(item, &counts);
@@ -80,16 +98,17 @@ impl Service {
         items: &[Item],
         live: &[usize],
     ) -> Result<Vec<Decision>, Error> {
-        let limiter = self.limiter();
+        let limiter = self.limiter;
         if limiter.circuit_open() {
             return Err(Error::CircuitOpen);
         }
         self.metrics.service("store_calls", 1);
         let policy = |i: &Item| i.rule.limit.as_ref().map(Limit::store_policy);
         if let [one] = live {
-            let item = &items[*one];
-            if let (true, Some(p)) = (item.by > 0, policy(item)) {
-                let charged = limiter.charge_call(&item.key, item.by.unsigned_abs(), Some(&p));
+            let charge = items.get(*one).filter(|it| it.settle_by() > 0);
+            if let Some((item, p)) = charge.and_then(|it| Some((it, policy(it)?))) {
+                let charged =
+                    limiter.charge_call(&item.key, item.settle_by().unsigned_abs(), Some(&p));
                 return match charged.await? {
                     Some(d) => Ok(vec![d]),
                     None => Err(Error::Reply("RL.CHARGE with a policy replied nil".into())),
@@ -99,8 +118,8 @@ impl Service {
         let limiters: Vec<(&str, Policy, i64)> = live
             .iter()
             .filter_map(|i| {
-                let item = &items[*i];
-                policy(item).map(|p| (item.key.as_str(), p, item.by))
+                let item = items.get(*i)?;
+                policy(item).map(|p| (item.key.as_str(), p, item.settle_by()))
             })
             .collect();
         limiter.settle_call(&limiters).await.map(|all| all.limiters)
@@ -113,9 +132,10 @@ impl Service {
         let Some(limit) = item.rule.limit.as_ref() else {
             return;
         };
-        let n = item.by.unsigned_abs();
+        let by = item.settle_by();
+        let n = by.unsigned_abs();
         let mut counts = RuleCounts::default();
-        if item.by > 0 && limit.class() == Class::Billing {
+        if by > 0 && limit.class() == Class::Billing {
             match self.journal(limit, &item.key, n).await {
                 Ok(Settlement::Local { journaled, dropped }) => {
                     counts.settle_journaled = journaled;
@@ -142,11 +162,11 @@ impl Service {
     /// ledger and its journal). The reservation's own check charges nothing, so one that still
     /// lands on the store later adds nothing.
     async fn journal(&self, limit: &Limit, key: &str, n: u64) -> Result<Settlement, Error> {
-        let reservation = self.limiter().reserve(&[(limit, key)], 0).await?;
+        let reservation = self.limiter.reserve(&[(limit, key)], 0).await?;
         if reservation.decision().combined.source == Source::Store && !reservation.admitted() {
             // The store answered again and the key is in debt: charge it there.
             let policy = limit.store_policy();
-            return match self.limiter().charge_call(key, n, Some(&policy)).await? {
+            return match self.limiter.charge_call(key, n, Some(&policy)).await? {
                 Some(d) => Ok(Settlement::Store(ratelimit_client::AllDecision {
                     combined: d,
                     limiters: vec![d],
@@ -157,69 +177,7 @@ impl Service {
         reservation.settle(n).await
     }
 
-    /// A check (`hits_addend` 0) on a `settle: true` rule denies the request while its key is
-    /// in debt, but `RL.ALL` takes a cost of 0 as a peek that denies nothing: the request's
-    /// other descriptors were charged. They are given back in one `RL.SETTLE`, so a denied
-    /// request costs nothing here either.
-    pub(crate) async fn undo_when_a_check_denies(&self, items: &mut [Item]) {
-        let from_store = |o: &Outcome| o.source == Some(Source::Store);
-        let denied = items.iter().any(|i| {
-            !i.shadow
-                && i.hits == 0
-                && i.rule.settle
-                && i.outcome.is_some_and(|o| !o.admitted && from_store(&o))
-        });
-        let charged: Vec<usize> = (0..items.len())
-            .filter(|i| {
-                let item = &items[*i];
-                item.hits > 0 && item.outcome.is_some_and(|o| o.admitted && from_store(&o))
-            })
-            .collect();
-        if !denied || charged.is_empty() {
-            return;
-        }
-        // The slots taken go back too (their stream-done report may never be sent).
-        self.give_back_slots(items, &charged).await;
-        let limiters: Vec<(&str, Policy, i64)> = charged
-            .iter()
-            .filter_map(|i| {
-                let item = &items[*i];
-                let back = -i64::try_from(item.hits).unwrap_or(i64::MAX);
-                let policy = item.rule.limit.as_ref().map(Limit::store_policy);
-                policy.map(|p| (item.key.as_str(), p, back))
-            })
-            .collect();
-        if limiters.is_empty() {
-            return;
-        }
-        self.metrics.service("store_calls", 1);
-        match self.limiter().settle_call(&limiters).await {
-            Ok(all) => {
-                self.metrics.service("check_denied_given_back", 1);
-                for (i, d) in charged.iter().zip(all.limiters.iter()) {
-                    if let Some(o) = items[*i].outcome.as_mut() {
-                        o.remaining = d.remaining;
-                    }
-                }
-            }
-            Err(e) => {
-                log::warn!("a request denied by a check kept its other charges: {e}");
-                self.metrics.service("check_denied_give_back_error", 1);
-            }
-        }
-    }
-
     fn count_settle(&self, item: &Item, counts: &RuleCounts) {
-        let class = item.rule.class_name();
-        self.metrics.rule(&item.stats_key, class, counts);
-    }
-}
-
-/// A settle's answer: admitted (never denied), with what is left after it (0 in debt).
-fn settled(d: &Decision) -> Outcome {
-    Outcome {
-        admitted: true,
-        retry_after_ms: None,
-        ..Outcome::of(d)
+        self.count(&item.stats_key, &item.rule, counts);
     }
 }
