@@ -26,6 +26,7 @@ impl Steps<'_> {
         req: &RateLimitRequest,
         items: &[Item],
         unlimited: &[usize],
+        in_quota: &[bool],
     ) -> RateLimitResponse {
         let n = req.descriptors.len();
         let mut statuses: Vec<DescriptorStatus> = (0..n)
@@ -34,14 +35,9 @@ impl Steps<'_> {
                 ..DescriptorStatus::default()
             })
             .collect();
-        // Which descriptors are in quota mode: all under QUOTA_MODE but the unlimited ones.
-        let mut quota = vec![self.settings.quota_mode; n];
         for i in unlimited {
             if let Some(s) = statuses.get_mut(*i) {
                 s.limit_remaining = u32::MAX;
-            }
-            if let Some(q) = quota.get_mut(*i) {
-                *q = false;
             }
         }
         let mut failed = false;
@@ -54,15 +50,8 @@ impl Steps<'_> {
                 unit: rule.unit_proto(),
             };
             self.count(&item.stats_key, rule, &self.counts(item));
-            let Mode {
-                shadow,
-                quota: in_quota,
-                ..
-            } = item.mode;
+            let Mode { shadow, quota, .. } = item.mode;
             for i in &item.indexes {
-                if let Some(q) = quota.get_mut(*i) {
-                    *q = *q || in_quota;
-                }
                 if let Some(status) = statuses.get_mut(*i) {
                     status.current_limit = Some(current.clone());
                 }
@@ -70,7 +59,7 @@ impl Steps<'_> {
             // Not asked: another descriptor was denied here without a store call.
             let Some(o) = item.outcome else { continue };
             let denied = !o.admitted && item.enforced();
-            if denied && !shadow && !in_quota {
+            if denied && !shadow && !quota {
                 failed = true;
             }
             let reset_ms = if denied {
@@ -132,8 +121,9 @@ impl Steps<'_> {
                 .get(i)
                 .is_some_and(|s| s.code == Code::OverLimit as i32)
         };
-        let quotas = (0..n).filter(|i| quota[*i]).count();
-        let quotas_over = (0..n).filter(|i| quota[*i] && over_limit(*i)).count();
+        let quota = |i: &usize| in_quota.get(*i).copied().unwrap_or(false);
+        let quotas = (0..n).filter(quota).count();
+        let quotas_over = (0..n).filter(|i| quota(i) && over_limit(*i)).count();
         let mut over = failed || (quotas > 0 && quotas == quotas_over);
         // A request is over only through a denied item, and SHADOW_MODE is on every item.
         if over && items.iter().any(|i| i.mode.global_shadow) {

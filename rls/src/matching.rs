@@ -1,6 +1,7 @@
 //! The first step of a `ShouldRateLimit` request: its descriptors matched to rules, as
 //! [`Item`]s. Each descriptor's `hits_addend` is read here once into [`Hits`] (a check, or a
-//! settle), and its shadow and quota modes once into [`Mode`].
+//! settle), and its shadow and quota modes once into [`Mode`] (and each descriptor's quota
+//! mode, which the answer counts, once into [`Descriptors::in_quota`]).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -19,6 +20,10 @@ pub(crate) struct Descriptors {
     /// The indexes of the descriptors whose rule is `unlimited` (answered with the largest
     /// remaining, as the peer answers).
     pub(crate) unlimited: Vec<usize>,
+    /// Per descriptor, whether it is in quota mode: its rule's `quota_mode`, or QUOTA_MODE on
+    /// every descriptor but the unlimited ones (those without a rule too, as the peer counts
+    /// them).
+    pub(crate) in_quota: Vec<bool>,
 }
 
 /// The limited descriptors: each matched to its rule (the descriptor's own `limit` override
@@ -114,7 +119,20 @@ pub(crate) fn descriptors(
         }
         items.extend(left);
     }
-    Descriptors { items, unlimited }
+    let in_quota = (0..req.descriptors.len())
+        .map(|i| {
+            let everywhere = settings.quota_mode && !unlimited.contains(&i);
+            everywhere
+                || items
+                    .iter()
+                    .any(|it| it.mode.quota && it.indexes.contains(&i))
+        })
+        .collect();
+    Descriptors {
+        items,
+        unlimited,
+        in_quota,
+    }
 }
 
 /// What one descriptor's hits ask: its own `hits_addend` when set (0 checks without charging),

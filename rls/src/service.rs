@@ -101,7 +101,11 @@ impl Service {
         req: &RateLimitRequest,
     ) -> Result<RateLimitResponse, Refusal> {
         let config = self.decidable(req)?;
-        let Descriptors { items, unlimited } = matching::descriptors(&config, &self.settings, req);
+        let Descriptors {
+            items,
+            unlimited,
+            in_quota,
+        } = matching::descriptors(&config, &self.settings, req);
         let (mut settles, mut checks): (Vec<Item>, Vec<Item>) =
             items.into_iter().partition(Item::is_settle);
         self.refuse_too_many(&checks, &settles)?;
@@ -110,7 +114,7 @@ impl Service {
         // Settles after the decisions, never denied (`settle.rs`).
         steps.settle(&mut settles).await;
         checks.append(&mut settles);
-        Ok(steps.answer(req, &checks, &unlimited))
+        Ok(steps.answer(req, &checks, &unlimited, &in_quota))
     }
 
     /// The config to decide `req` on, unless the request or the service cannot be decided: an
