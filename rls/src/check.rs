@@ -3,7 +3,7 @@
 //! call (`RL.ALL`), all or nothing; with the denial cache in front of the store and behind it.
 //! The store calls themselves are `store_calls.rs`.
 
-use ratelimit_client::{Algorithm, Limit, Policy, Source};
+use ratelimit_client::{Algorithm, Policy, Source};
 
 use crate::config::Unit;
 use crate::item::{Item, Outcome};
@@ -139,9 +139,7 @@ impl Steps<'_> {
             .iter()
             .filter_map(|i| {
                 let item = items.get(*i)?;
-                let back = -i64::try_from(item.cost()).unwrap_or(i64::MAX);
-                let policy = item.rule.limit.as_ref().map(Limit::store_policy)?;
-                Some((item.key.as_str(), policy, back))
+                item.settle_entry(item.check_given_back())
             })
             .collect();
         if limiters.is_empty() {

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use ratelimit_client::{Decision, Limit, Source};
+use ratelimit_client::{Decision, Limit, Policy, Source};
 
 use crate::config::Rule;
 
@@ -97,6 +97,18 @@ impl Item {
             Hits::Settle(by) => by,
             Hits::Check(_) => 0,
         }
+    }
+
+    /// What giving back an admitted check's cost moves: its hits, negative.
+    pub(crate) fn check_given_back(&self) -> i64 {
+        -i64::try_from(self.cost()).unwrap_or(i64::MAX)
+    }
+
+    /// The `RL.SETTLE` entry that moves this item's key by `by` tokens, as `settle_call` takes
+    /// it (the rule's policy, so that a key the settle creates is the request path's).
+    pub(crate) fn settle_entry(&self, by: i64) -> Option<(&str, Policy, i64)> {
+        let policy = self.rule.limit.as_ref()?.store_policy();
+        Some((self.key.as_str(), policy, by))
     }
 
     pub(crate) fn is_settle(&self) -> bool {

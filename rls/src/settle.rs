@@ -103,12 +103,10 @@ impl Steps<'_> {
             return Err(Error::CircuitOpen);
         }
         self.metrics.service("store_calls", 1);
-        let policy = |i: &Item| i.rule.limit.as_ref().map(Limit::store_policy);
         if let [one] = live {
             let charge = items.get(*one).filter(|it| it.settle_by() > 0);
-            if let Some((item, p)) = charge.and_then(|it| Some((it, policy(it)?))) {
-                let charged =
-                    limiter.charge_call(&item.key, item.settle_by().unsigned_abs(), Some(&p));
+            if let Some((key, p, by)) = charge.and_then(|it| it.settle_entry(it.settle_by())) {
+                let charged = limiter.charge_call(key, by.unsigned_abs(), Some(&p));
                 return match charged.await? {
                     Some(d) => Ok(vec![d]),
                     None => Err(Error::Reply("RL.CHARGE with a policy replied nil".into())),
@@ -119,7 +117,7 @@ impl Steps<'_> {
             .iter()
             .filter_map(|i| {
                 let item = items.get(*i)?;
-                policy(item).map(|p| (item.key.as_str(), p, item.settle_by()))
+                item.settle_entry(item.settle_by())
             })
             .collect();
         limiter.settle_call(&limiters).await.map(|all| all.limiters)
