@@ -184,3 +184,21 @@ impl Outcome {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hits_of_one_key_add_up_only_the_same_way() {
+        let (check, settle) = (Hits::Check(2), Hits::Settle(-3));
+        assert_eq!(check.plus(Hits::Check(5)), Some(Hits::Check(7)));
+        assert_eq!(settle.plus(Hits::Settle(10)), Some(Hits::Settle(7)));
+        assert_eq!(check.plus(settle), None);
+        assert_eq!(settle.plus(check), None);
+        assert_eq!(
+            Hits::Check(u64::MAX).plus(Hits::Check(1)),
+            Some(Hits::Check(u64::MAX))
+        );
+    }
+}

@@ -178,3 +178,50 @@ fn store_key(
     key.push_str(kind);
     key
 }
+
+#[cfg(test)]
+mod tests {
+    use envoy_types::pb::google::protobuf::UInt64Value;
+
+    use super::*;
+
+    /// (the request's hits_addend, the descriptor's, is_negative_hits, marked `rls_settle`,
+    /// a `settle: true` rule) → what the descriptor asks.
+    #[test]
+    fn hits_addend_is_read_once_into_a_check_or_a_settle() {
+        let cases = [
+            (0, None, false, false, false, Hits::Check(1)),
+            (3, None, false, false, false, Hits::Check(3)),
+            (3, Some(0), false, false, false, Hits::Check(0)),
+            (3, Some(7), false, false, false, Hits::Check(7)),
+            (0, Some(7), false, true, false, Hits::Settle(7)),
+            (0, Some(7), true, false, false, Hits::Settle(-7)),
+            (0, Some(0), false, false, true, Hits::Check(0)),
+            (0, Some(7), false, false, true, Hits::Settle(7)),
+            (
+                0,
+                Some(u64::MAX),
+                true,
+                false,
+                false,
+                Hits::Settle(-i64::MAX),
+            ),
+        ];
+        for (request, own, negative, marked, settle_rule, want) in cases {
+            let req = RateLimitRequest {
+                hits_addend: request,
+                ..RateLimitRequest::default()
+            };
+            let d = RateLimitDescriptor {
+                hits_addend: own.map(|value| UInt64Value { value }),
+                is_negative_hits: negative,
+                ..RateLimitDescriptor::default()
+            };
+            assert_eq!(
+                hits(&req, &d, marked, settle_rule),
+                want,
+                "{request} {own:?} {negative} {marked} {settle_rule}"
+            );
+        }
+    }
+}
