@@ -103,11 +103,13 @@ local MIN_TTL_MS = 1000
 -- more (`overflowed`).
 local MAX_CONFIGURATIONS = 8
 
--- The second TIME last answered, as its text and in ms: the calls of one second convert it once.
-local time_s, time_ms = false, 0
 -- The clock: whole milliseconds of the server's TIME. tests/functions.rs replaces the next line
 -- in the copy it loads (and only there) with a clock it sets; nothing else reads the time.
-local function now_ms() local t = redis.call('TIME') local s, ms = t[1], t[2] / 1000 if s ~= time_s then time_s, time_ms = s, s * 1000 end return time_ms + ms - ms % 1 end
+-- `seconds`, when given, keeps the second TIME last answered, as its text and in ms, so that the
+-- calls of one second convert it once (FCALL's hot path: fast). It is an argument, not an
+-- upvalue: a script of the scripts backend creates this function on every call, and a closure
+-- with upvalues costs more there than the conversion.
+local function now_ms(seconds) local t = redis.call('TIME') local s, ms = t[1], t[2] / 1000 if not seconds then return s * 1000 + ms - ms % 1 elseif s ~= seconds[1] then seconds[1], seconds[2] = s, s * 1000 end return seconds[2] + ms - ms % 1 end
 
 -- floor(a / b) for integers below 2^53 in magnitude, b > 0: the quotient of doubles is
 -- corrected by its remainder, so it is exact.
@@ -1959,10 +1961,11 @@ local function fast(tag, general)
   local long_form = is_gcra and '^g ([1-9]%d*) ([1-9]%d*) ([1-9]%d*) (%d+) (%d+) (%d+)$'
     or '^t ([1-9]%d*) ([1-9]%d*) ([1-9]%d*) (%-?%d+) (%d+) (%d+)$'
   -- @scripts: memory
-  local policies, count, seen, seen_count = {}, 0, {}, 0
+  local policies, count, seen, seen_count, seconds = {}, 0, {}, 0, { false, 0 }
   -- The policies read before, by the L, W and B strings (B: L's when the call names no BURST,
   -- the same policy): { l, w, b, the stored value's prefix, the last state written under it
-  -- (text, x, y, z) }. The values read: { text = { x, y, z, policy } }.
+  -- (text, x, y, z) }. The values read: { text = { x, y, z, policy } }. The clock's second
+  -- (now_ms).
   return function(keys, args)
     -- @scripts: body
     if not find then
@@ -2024,7 +2027,7 @@ local function fast(tag, general)
     if known then
       l, w, b, prefix = known[1], known[2], known[3], known[4]
     end
-    local now = now_ms()
+    local now = now_ms(seconds)
     local key = keys[1]
     local v = pcall_redis('GET', key)
     local x, y, z, parsed
@@ -2126,28 +2129,34 @@ local function fast(tag, general)
           d, f = (x - now) * l + y, z
         end
       end
-      local needed = d + asked
-      admitted = needed < cap or (needed == cap and f == 0)
-      local after = (admitted and cost > 0) and needed or d
-      -- Whole tokens in cap − (after, f), one fewer when f eats into the last: idiv, written
-      -- out (a call less on every request).
-      local room = cap - after
-      remaining = 0
-      if room > 0 then
-        if f > 0 then
-          room = room - 1
-        end
-        local q = room / w
-        q = q - q % 1
-        local r = room - q * w
-        if r < 0 then
-          q = q - 1
-        elseif r >= w then
-          q = q + 1
-        end
-        remaining = q
-      end
+      local needed, after = d + asked, nil
       retry = -1
+      if d == 0 and f == 0 then
+        -- No debt (a new key, or one paid off): admitted, as cost <= b, and b − cost are left.
+        admitted, remaining = true, b - cost
+        after = cost > 0 and needed or 0
+      else
+        admitted = needed < cap or (needed == cap and f == 0)
+        after = (admitted and cost > 0) and needed or d
+        -- Whole tokens in cap − (after, f), one fewer when f eats into the last: idiv, written
+        -- out (a call less on every request).
+        local room = cap - after
+        remaining = 0
+        if room > 0 then
+          if f > 0 then
+            room = room - 1
+          end
+          local q = room / w
+          q = q - q % 1
+          local r = room - q * w
+          if r < 0 then
+            q = q - 1
+          elseif r >= w then
+            q = q + 1
+          end
+          remaining = q
+        end
+      end
       if not admitted then
         -- ms_up(needed − cap, f, l), written out: ceil((needed − cap + (f > 0 and 1 or 0)) / l).
         local u = f > 0 and needed - cap + 1 or needed - cap
@@ -2190,9 +2199,29 @@ local function fast(tag, general)
           u, f = x + elapsed * l, y
         end
       end
-      admitted = u >= asked
-      local after = (admitted and cost > 0) and u - asked or u
+      local after
       retry = -1
+      if u == cap then
+        -- Full (a new key, or one refilled): admitted, as cost <= b, and b − cost are left.
+        admitted, remaining = true, b - cost
+        after = cap - (cost > 0 and asked or 0)
+      else
+        admitted = u >= asked
+        after = (admitted and cost > 0) and u - asked or u
+        -- idiv(after, w), written out: a call less on every request.
+        remaining = 0
+        if after >= 0 then
+          local q = after / w
+          q = q - q % 1
+          local r = after - q * w
+          if r < 0 then
+            q = q - 1
+          elseif r >= w then
+            q = q + 1
+          end
+          remaining = q
+        end
+      end
       if not admitted then
         -- cdiv(asked − u, l), written out.
         local short = asked - u
@@ -2206,19 +2235,7 @@ local function fast(tag, general)
         end
         retry = r > 0 and q + 1 or q
       end
-      -- idiv(after, w) and cdiv(cap - after, l), written out: two calls less on every request.
-      remaining = 0
-      if after >= 0 then
-        local q = after / w
-        q = q - q % 1
-        local r = after - q * w
-        if r < 0 then
-          q = q - 1
-        elseif r >= w then
-          q = q + 1
-        end
-        remaining = q
-      end
+      -- cdiv(cap - after, l), written out.
       local empty = cap - after
       local q = empty / l
       q = q - q % 1

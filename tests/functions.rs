@@ -19,7 +19,7 @@ const LIBRARY: &str = include_str!("../functions/ratelimit.lua");
 fn test_library() -> String {
     let clock = LIBRARY
         .lines()
-        .find(|l| l.starts_with("local function now_ms()"))
+        .find(|l| l.starts_with("local function now_ms("))
         .expect("the clock line");
     let replaced = LIBRARY.replacen(
         clock,
@@ -331,7 +331,7 @@ fn traces_agree_with_the_module() {
 fn the_scripts_backend_agrees_with_the_module() {
     let clock = LIBRARY
         .lines()
-        .find(|l| l.starts_with("local function now_ms()"))
+        .find(|l| l.starts_with("local function now_ms("))
         .expect("the clock line");
     let source = LIBRARY.replacen(
         clock,
@@ -1322,7 +1322,7 @@ fn the_shipped_file_reads_only_time() {
         .filter(|l| !l.trim_start().starts_with("--") && l.contains("redis.call('TIME')"))
         .collect();
     assert_eq!(code.len(), 1, "{reads:?}");
-    assert!(code[0].starts_with("local function now_ms()"));
+    assert!(code[0].starts_with("local function now_ms("));
     assert!(!test_library().contains("'TIME'"));
 
     let (_s, mut c) = both();
@@ -1829,7 +1829,7 @@ fn commands_run(c: &mut Connection) -> u64 {
 fn hot_scripts(c: &mut Connection) -> std::collections::HashMap<String, String> {
     let clock = LIBRARY
         .lines()
-        .find(|l| l.starts_with("local function now_ms()"))
+        .find(|l| l.starts_with("local function now_ms("))
         .expect("the clock line");
     let source = LIBRARY.replacen(
         clock,
@@ -2478,7 +2478,7 @@ fn shares_and_demand_agree_with_the_module() {
 fn the_scripts_backend_shares_as_the_module() {
     let clock = LIBRARY
         .lines()
-        .find(|l| l.starts_with("local function now_ms()"))
+        .find(|l| l.starts_with("local function now_ms("))
         .expect("the clock line");
     let source = LIBRARY.replacen(
         clock,
