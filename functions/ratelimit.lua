@@ -2030,10 +2030,12 @@ local function fast(tag, general)
     local now = now_ms(seconds)
     local key = keys[1]
     local v = pcall_redis('GET', key)
-    local x, y, z, parsed
+    -- `own`: the value is the state this path last wrote under the policy, whose fields are in
+    -- bounds by construction (a value read is checked below).
+    local x, y, z, parsed, own
     if v ~= false then
       if known and v == known[5] then
-        x, y, z = known[6], known[7], known[8]
+        x, y, z, own = known[6], known[7], known[8], true
       else
         local got = seen and seen[v]
         if got and got[4] == known then
@@ -2122,7 +2124,7 @@ local function fast(tag, general)
       if x then
         -- x − now > idiv(MAX_UNITS + CLOCK_SLACK, l) is (x − now)·l > MAX_UNITS + CLOCK_SLACK: a
         -- product above 2^53, inexact, is above it all the same.
-        if y >= l or z >= NS or (x - now > ANY_AHEAD and (x - now) * l > MAX_UNITS + CLOCK_SLACK) then
+        if (not own and (y >= l or z >= NS)) or (x - now > ANY_AHEAD and (x - now) * l > MAX_UNITS + CLOCK_SLACK) then
           return general(keys, args, now)
         end
         if x >= now then
@@ -2189,7 +2191,7 @@ local function fast(tag, general)
       u, f = cap, 0
       if x then
         -- z − now > idiv(CLOCK_SLACK, l) is (z − now)·l > CLOCK_SLACK, as above.
-        if x > cap or x < -MAX_UNITS or y >= NS or (x == cap and y > 0) or (z - now > ANY_BACK and (z - now) * l > CLOCK_SLACK) then
+        if (not own and (x > cap or x < -MAX_UNITS or y >= NS or (x == cap and y > 0))) or (z - now > ANY_BACK and (z - now) * l > CLOCK_SLACK) then
           return general(keys, args, now)
         end
         -- elapsed < cdiv(cap - x, l), as balance() asks, is elapsed·l < cap - x: a product
@@ -2255,8 +2257,8 @@ local function fast(tag, general)
     if tm then
       -- The state's text: the last one written when it is the same (a burst of new keys in one
       -- millisecond writes one), else formatted; the short form when its remainder is 0.
-      local state = known and known[5]
-      if not state or tm ~= known[6] or tr ~= known[7] or f ~= known[8] then
+      local state = known and tm == known[6] and tr == known[7] and f == known[8] and known[5]
+      if not state then
         if not prefix then
           prefix = tag .. ' ' .. ls .. ' ' .. ws .. ' ' .. bs .. ' '
           if known then
