@@ -1947,14 +1947,14 @@ local PLAIN_HEADER = '^. [1-9]%d* [1-9]%d* [1-9]%d* $'
 -- body would call, costs more than the decision (so the body calls none but now_ms, the one
 -- clock). It binds fast's parameters and the closure's itself (tag from HOT, the general
 -- entry, KEYS, ARGV), runs fast's own lines before `@scripts: memory` and declares the memory's
--- names without values (the line after it): a script keeps nothing between calls, so every
--- `if policies` below is false there and the call reads its arguments and the stored value
--- afresh, which costs less than building the memory every call.
+-- names without values (the line after it): a script keeps nothing between calls, so there
+-- `policies`, `seen` and `seconds` are nil, nothing is looked up or kept, and the call reads its
+-- arguments and the stored value afresh, which costs less than building the memory every call.
 local function fast(tag, general)
   local is_gcra = tag == 'g'
-  -- A stored value of this tag, its header checked and its state read, in the short form (one
-  -- gap fewer) or the long: GCRA (tat_ms) or (tat_ms tat_rem tat_ns); token bucket
-  -- (tokens last_ms) or (tokens tokens_ns last_ms), tokens signed.
+  -- A stored value of this tag: its header's three digit runs (L, W, B) and its state captured,
+  -- in the short form (one gap fewer) or the long: GCRA (tat_ms) or (tat_ms tat_rem tat_ns);
+  -- token bucket (tokens last_ms) or (tokens tokens_ns last_ms), tokens signed.
   -- (Written out: a pattern built here would be built on every call of a script.)
   local short_form = is_gcra and '^g ([1-9]%d*) ([1-9]%d*) ([1-9]%d*) (%d+)$'
     or '^t ([1-9]%d*) ([1-9]%d*) ([1-9]%d*) (%-?%d+) (%d+)$'
@@ -1963,9 +1963,9 @@ local function fast(tag, general)
   -- @scripts: memory
   local policies, count, seen, seen_count, seconds = {}, 0, {}, 0, { false, 0 }
   -- The policies read before, by the L, W and B strings (B: L's when the call names no BURST,
-  -- the same policy): { l, w, b, the stored value's prefix, the last state written under it
-  -- (text, x, y, z) }. The values read: { text = { x, y, z, policy } }. The clock's second
-  -- (now_ms).
+  -- the same policy): { l, w, b, the stored value's prefix (false until first needed), the last
+  -- state written under it (text, x, y, z) }. The values read: { text = { x, y, z, policy } }.
+  -- The clock's second (now_ms).
   return function(keys, args)
     -- @scripts: body
     if not find then
