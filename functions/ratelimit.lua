@@ -1952,14 +1952,6 @@ local PLAIN_HEADER = '^. [1-9]%d* [1-9]%d* [1-9]%d* $'
 -- arguments and the stored value afresh, which costs less than building the memory every call.
 local function fast(tag, general)
   local is_gcra = tag == 'g'
-  -- A stored value of this tag: its header's three digit runs (L, W, B) and its state captured,
-  -- in the short form (one gap fewer) or the long: GCRA (tat_ms) or (tat_ms tat_rem tat_ns);
-  -- token bucket (tokens last_ms) or (tokens tokens_ns last_ms), tokens signed.
-  -- (Written out: a pattern built here would be built on every call of a script.)
-  local short_form = is_gcra and '^g ([1-9]%d*) ([1-9]%d*) ([1-9]%d*) (%d+)$'
-    or '^t ([1-9]%d*) ([1-9]%d*) ([1-9]%d*) (%-?%d+) (%d+)$'
-  local long_form = is_gcra and '^g ([1-9]%d*) ([1-9]%d*) ([1-9]%d*) (%d+) (%d+) (%d+)$'
-    or '^t ([1-9]%d*) ([1-9]%d*) ([1-9]%d*) (%-?%d+) (%d+) (%d+)$'
   -- @scripts: memory
   local policies, count, seen, seen_count, seconds = {}, 0, {}, 0, { false, 0 }
   -- The policies read before, by the L, W and B strings (B: L's when the call names no BURST,
@@ -2046,21 +2038,24 @@ local function fast(tag, general)
             return general(keys, args, now)
           end
           -- Its form by its gaps after where the state begins under this policy (a plain find
-          -- costs less than a pattern that fails), then the pattern of that form, its header
-          -- three digit runs: another policy's unless they are L, W and B as given, which are
-          -- then digits as the hot path reads them.
+          -- costs less than a pattern that fails), then the pattern of that form, capturing its
+          -- header's three digit runs and its state: another policy's unless the runs are L, W
+          -- and B as given, which are then digits as the hot path reads them. GCRA: (tat_ms) or
+          -- (tat_ms tat_rem tat_ns); token bucket: (tokens last_ms) or (tokens tokens_ns
+          -- last_ms), tokens signed. (The patterns are written out: one built would be built on
+          -- every call of a script.)
           local gap, hl, hw, hb = find(v, ' ', #ls + #ws + #bs + 6, true), nil, nil, nil
           if is_gcra then
             if gap then
-              hl, hw, hb, x, y, z = match(v, long_form)
+              hl, hw, hb, x, y, z = match(v, '^g ([1-9]%d*) ([1-9]%d*) ([1-9]%d*) (%d+) (%d+) (%d+)$')
             else
-              hl, hw, hb, x = match(v, short_form)
+              hl, hw, hb, x = match(v, '^g ([1-9]%d*) ([1-9]%d*) ([1-9]%d*) (%d+)$')
               y, z = 0, 0
             end
           elseif gap and find(v, ' ', gap + 1, true) then
-            hl, hw, hb, x, y, z = match(v, long_form)
+            hl, hw, hb, x, y, z = match(v, '^t ([1-9]%d*) ([1-9]%d*) ([1-9]%d*) (%-?%d+) (%d+) (%d+)$')
           else
-            hl, hw, hb, x, z = match(v, short_form)
+            hl, hw, hb, x, z = match(v, '^t ([1-9]%d*) ([1-9]%d*) ([1-9]%d*) (%-?%d+) (%d+)$')
             y = 0
           end
           if hl ~= ls or hw ~= ws or hb ~= bs then
