@@ -212,6 +212,9 @@ def library_script(source, entry):
             if not needed[i] and any(re.search(r"\b%s\b" % n, used) for n in names):
                 needed[i], grown = True, True
                 used += "\n" + "\n".join(line.split("--")[0] for line in text.split("\n"))
+    # The script has run the hot path when the general entry does: registration takes the body.
+    library = "\n".join(lines[1:end + 1] + ["local fast = function(_, body) return body end"]
+                        + lines[end + 1:])
     general_entry = "\n".join([
         "local function general_entry(keys, args, now)",
         "local registered_entries = {}",
@@ -219,10 +222,7 @@ def library_script(source, entry):
         "  if type(name) == 'table' then name, callback = name.function_name, name.callback end",
         "  registered_entries[name] = callback",
         "end",
-        "\n".join(lines[1:end + 1] + [
-        # The script has run the hot path when the general entry does: registration takes the body.
-        "local fast = function(_, body) return body end",
-        ] + lines[end + 1:]).replace("redis.register_function", "register_entry"),
+        library.replace("redis.register_function", "register_entry"),
         "return registered_entries['%s'](keys, args, now)" % entry,
         "end",
     ])
