@@ -103,11 +103,13 @@ local MIN_TTL_MS = 1000
 -- more (`overflowed`).
 local MAX_CONFIGURATIONS = 8
 
--- The second TIME last answered, as its text and in ms: the calls of one second convert it once.
-local time_s, time_ms = false, 0
 -- The clock: whole milliseconds of the server's TIME. tests/functions.rs replaces the next line
 -- in the copy it loads (and only there) with a clock it sets; nothing else reads the time.
-local function now_ms() local t = redis.call('TIME') local s, ms = t[1], t[2] / 1000 if s ~= time_s then time_s, time_ms = s, s * 1000 end return time_ms + ms - ms % 1 end
+-- `seconds`, when given, keeps the second TIME last answered, as its text and in ms, so that the
+-- calls of one second convert it once (FCALL's hot path: fast). It is an argument, not an
+-- upvalue: a script of the scripts backend creates this function on every call, and a closure
+-- with upvalues costs more there than the conversion.
+local function now_ms(seconds) local t = redis.call('TIME') local s, ms = t[1], t[2] / 1000 if not seconds then return s * 1000 + ms - ms % 1 elseif s ~= seconds[1] then seconds[1], seconds[2] = s, s * 1000 end return seconds[2] + ms - ms % 1 end
 
 -- floor(a / b) for integers below 2^53 in magnitude, b > 0: the quotient of doubles is
 -- corrected by its remainder, so it is exact.
@@ -1918,27 +1920,21 @@ end
 -- @scripts: hot
 -- Library functions as upvalues: a global and a field lookup less each, on every call. Taken
 -- at the first call: while a library loads, only `redis` is reachable.
-local find, match, format, call, byte, number, pcall_redis
+local find, match, format, call, byte, pcall_redis
 -- How far ahead an arrival time (a last refill) may lie under any L: (MAX_UNITS + CLOCK_SLACK)
 -- / MAX_AMOUNT ms (CLOCK_SLACK / MAX_AMOUNT ms).
 local ANY_AHEAD, ANY_BACK = 500000000, 100000000
--- What a hot path remembers between calls (nothing it needs: each is a shortcut to what it would
--- compute): at most MAX_POLICIES policies and MAX_SEEN stored values (of at most MAX_SEEN_BYTES)
--- with their numbers per function, then it starts afresh, so that arguments and stored values
--- cannot grow them without bound.
+-- What FCALL's hot path remembers between calls (nothing it needs: each is a shortcut to what it
+-- would compute): at most MAX_POLICIES policies and MAX_SEEN stored values (of at most
+-- MAX_SEEN_BYTES, the most the general path reads: numbers()) with their numbers per function,
+-- then it starts afresh, so that arguments and stored values cannot grow them without bound.
 local MAX_POLICIES, MAX_SEEN, MAX_SEEN_BYTES = 256, 1024, 110
 -- The last PXAT written, as the number and its digits: a key's expiry changes once a
 -- millisecond, not once a call.
 local last_px, last_pxs = -1, ''
 
--- 1 to 8 digits, the first not 0: an argument the general path reads as the same number.
-local function plain(s)
-  local n = #s
-  return n > 0 and n <= 8 and byte(s) ~= 48 and not find(s, '%D')
-end
-
--- The functions with a hot path, and the tag of the state it reads.
-local HOT = { rl_gcra = 'g', rl_tokenbucket = 't' }
+-- A stored value's header `tag L W B ` as the hot path reads it (digits, no leading zero).
+local PLAIN_HEADER = '^. [1-9]%d* [1-9]%d* [1-9]%d* $'
 
 -- The hot path of rl_gcra and rl_tokenbucket, for `L W [BURST B] [COST n]` written plainly
 -- (digits, no leading zero, the options in capitals, each once) on a key that holds nothing or
@@ -1946,16 +1942,27 @@ local HOT = { rl_gcra = 'g', rl_tokenbucket = 't' }
 -- formats, VALID) inlined, without the tables and parsing the general path builds, which cost
 -- more than the decision itself (docs/functions.md, cost). Any other call goes to `general`,
 -- which decides from the same instant when the hot path already read it.
+-- The scripts backend runs the lines between `@scripts: body` and `@scripts: end body` as its
+-- script's own code, not as a closure: creating one with these upvalues, or any function the
+-- body would call, costs more than the decision (so the body calls none but now_ms, the one
+-- clock). It binds fast's parameters and the closure's itself (tag from HOT, the general
+-- entry, KEYS, ARGV), runs fast's own lines before `@scripts: memory` and declares the memory's
+-- names without values (the line after it): a script keeps nothing between calls, so there
+-- `policies`, `seen` and `seconds` are nil, nothing is looked up or kept, and the call reads its
+-- arguments and the stored value afresh, which costs less than building the memory every call.
 local function fast(tag, general)
   local is_gcra = tag == 'g'
+  -- @scripts: memory
+  local policies, count, seen, seen_count, seconds = {}, 0, {}, 0, { false, 0 }
   -- The policies read before, by the L, W and B strings (B: L's when the call names no BURST,
-  -- the same policy): { l, w, b, the stored value's prefix, its short and long patterns, the
-  -- last state written under it (text, x, y, z) }. The values read: { text = { x, y, z, policy } }.
-  local policies, count, seen, seen_count = {}, 0, {}, 0
+  -- the same policy): { l, w, b, the stored value's prefix (false until first needed), the last
+  -- state written under it (text, x, y, z) }. The values read: { text = { x, y, z, policy } }.
+  -- The clock's second (now_ms).
   return function(keys, args)
+    -- @scripts: body
     if not find then
       find, match, format, call = string.find, string.match, string.format, redis.call
-      byte, number, pcall_redis = string.byte, tonumber, redis.pcall
+      byte, pcall_redis = string.byte, redis.pcall
     end
     local ls, ws = args[1], args[2]
     if ws == nil or #keys ~= 1 then
@@ -1988,139 +1995,178 @@ local function fast(tag, general)
         end
       end
     end
+    -- Digits become numbers by arithmetic (`s + 0`), only once checked to be digits: it reads
+    -- them once, where tonumber() reads them twice and is a call.
     local cost = 1
     if cs ~= nil and cs ~= '1' then
       if cs == '0' then
         cost = 0
-      elseif plain(cs) then
-        cost = number(cs)
+      elseif cs ~= '' and #cs <= 8 and byte(cs) ~= 48 and not find(cs, '%D') then
+        -- 1 to 8 digits, the first not 0: a COST the general path reads as the same number.
+        cost = cs + 0
       else
         return general(keys, args)
       end
     end
-    local known = policies[ls]
+    local known = policies and policies[ls]
     known = known and known[ws]
     known = known and known[bs]
-    if not known then
-      if not plain(ls) or not plain(ws) or not plain(bs) then
-        return general(keys, args)
-      end
-      local l, w, b = number(ls), number(ws), number(bs)
-      if l > MAX_AMOUNT or w > MAX_RATE_WINDOW or b > MAX_AMOUNT or b * w > MAX_REFILL_MS * l then
-        return general(keys, args)
-      end
-      -- The stored value's prefix (only letters, digits and spaces), and its short and long
-      -- forms as patterns.
-      local prefix = tag .. ' ' .. ls .. ' ' .. ws .. ' ' .. bs .. ' '
-      local sign = is_gcra and '(%d+)' or '(%-?%d+)'
-      known = {
-        l, w, b, prefix,
-        '^' .. prefix .. (is_gcra and '(%d+)$' or sign .. ' (%d+)$'),
-        '^' .. prefix .. sign .. ' (%d+) (%d+)$',
-        false, 0, 0, 0,
-      }
-      if count >= MAX_POLICIES then
-        policies, count = {}, 0
-      end
-      local by_w = policies[ls]
-      if not by_w then
-        by_w = {}
-        policies[ls] = by_w
-      end
-      local by_b = by_w[ws]
-      if not by_b then
-        by_b = {}
-        by_w[ws] = by_b
-      end
-      by_b[bs] = known
-      count = count + 1
+    -- A policy remembered was checked before it was kept; else L, W and B are checked to be
+    -- digits without a leading zero below (against the stored value's header, or PLAIN_HEADER),
+    -- then read and bounded. `prefix`, the stored value's `tag L W B `, is built when needed: a
+    -- denial on a stored value writes nothing, so needs none.
+    local l, w, b, prefix
+    if known then
+      l, w, b, prefix = known[1], known[2], known[3], known[4]
     end
-    local l, w, b = known[1], known[2], known[3]
-    if cost > b then
-      return general(keys, args)
-    end
-    local now = now_ms()
+    local now = now_ms(seconds)
     local key = keys[1]
     local v = pcall_redis('GET', key)
-    local cap, asked = b * w, (cost > 0 and cost or 1) * w
-    local x, y, z
+    -- `own`: the value is the state this path last wrote under the policy, whose fields are in
+    -- bounds by construction (a value read is checked below).
+    local x, y, z, parsed, own
     if v ~= false then
-      if v == known[7] then
-        x, y, z = known[8], known[9], known[10]
+      if known and v == known[5] then
+        x, y, z, own = known[6], known[7], known[8], true
       else
-        local got = seen[v]
+        local got = seen and seen[v]
         if got and got[4] == known then
           x, y, z = got[1], got[2], got[3]
         else
-          -- Longer than the general path reads (numbers()), or not a string: its answer.
+          -- Longer than the general path reads, or not a string: its answer.
           if type(v) ~= 'string' or #v > MAX_SEEN_BYTES then
             return general(keys, args, now)
           end
-          -- The policy's own patterns, the short form first: (tat_ms) or (tokens, last_ms),
-          -- the remainders 0.
+          -- Its form by its gaps after where the state begins under this policy (a plain find
+          -- costs less than a pattern that fails), then the pattern of that form, capturing its
+          -- header's three digit runs and its state: another policy's unless the runs are L, W
+          -- and B as given, which are then digits as the hot path reads them. GCRA: (tat_ms) or
+          -- (tat_ms tat_rem tat_ns); token bucket: (tokens last_ms) or (tokens tokens_ns
+          -- last_ms), tokens signed. (The patterns are written out: one built would be built on
+          -- every call of a script.)
+          local gap, hl, hw, hb = find(v, ' ', #ls + #ws + #bs + 6, true), nil, nil, nil
           if is_gcra then
-            x = match(v, known[5])
-            if x then
-              x, y, z = number(x), 0, 0
+            if gap then
+              hl, hw, hb, x, y, z = match(v, '^g ([1-9]%d*) ([1-9]%d*) ([1-9]%d*) (%d+) (%d+) (%d+)$')
             else
-              x, y, z = match(v, known[6])
-              x, y, z = number(x), number(y), number(z)
+              hl, hw, hb, x = match(v, '^g ([1-9]%d*) ([1-9]%d*) ([1-9]%d*) (%d+)$')
+              y, z = 0, 0
             end
+          elseif gap and find(v, ' ', gap + 1, true) then
+            hl, hw, hb, x, y, z = match(v, '^t ([1-9]%d*) ([1-9]%d*) ([1-9]%d*) (%-?%d+) (%d+) (%d+)$')
           else
-            x, z = match(v, known[5])
-            if x then
-              x, y, z = number(x), 0, number(z)
-            else
-              x, y, z = match(v, known[6])
-              x, y, z = number(x), number(y), number(z)
-            end
+            hl, hw, hb, x, z = match(v, '^t ([1-9]%d*) ([1-9]%d*) ([1-9]%d*) (%-?%d+) (%d+)$')
+            y = 0
           end
-          if not z or x > MAX_STORED or x < -MAX_STORED or y > MAX_STORED or z > MAX_STORED then
+          if hl ~= ls or hw ~= ws or hb ~= bs then
             return general(keys, args, now)
           end
-          if seen_count >= MAX_SEEN then
-            seen, seen_count = {}, 0
+          x, y, z = x + 0, y + 0, z + 0
+          if x > MAX_STORED or x < -MAX_STORED or y > MAX_STORED or z > MAX_STORED then
+            return general(keys, args, now)
           end
-          seen[v] = { x, y, z, known }
-          seen_count = seen_count + 1
+          parsed = true
+          -- (Kept under a policy remembered: a policy's first call keeps none.)
+          if known and seen then
+            if seen_count >= MAX_SEEN then
+              seen, seen_count = {}, 0
+            end
+            seen[v] = { x, y, z, known }
+            seen_count = seen_count + 1
+          end
         end
       end
     end
+    if not known then
+      if not parsed then
+        prefix = tag .. ' ' .. ls .. ' ' .. ws .. ' ' .. bs .. ' '
+        if not find(prefix, PLAIN_HEADER) then
+          return general(keys, args, now)
+        end
+      end
+      l, w, b = ls + 0, ws + 0, bs + 0
+      if l > MAX_AMOUNT or w > MAX_RATE_WINDOW or b > MAX_AMOUNT or b * w > MAX_REFILL_MS * l then
+        return general(keys, args, now)
+      end
+      if policies then
+        known = { l, w, b, prefix or false, false, 0, 0, 0 }
+        if count >= MAX_POLICIES then
+          policies, count = {}, 0
+        end
+        local by_w = policies[ls]
+        if not by_w then
+          by_w = {}
+          policies[ls] = by_w
+        end
+        local by_b = by_w[ws]
+        if not by_b then
+          by_b = {}
+          by_w[ws] = by_b
+        end
+        by_b[bs] = known
+        count = count + 1
+      end
+    end
+    if cost > b then
+      return general(keys, args, now)
+    end
+    local cap, asked = b * w, (cost > 0 and cost or 1) * w
     local admitted, retry, reset, remaining, tm, tr, f
     if is_gcra then
       -- x, y, z: tat_ms, tat_rem, tat_ns. The debt (d, f) at now.
       local d
       d, f = 0, 0
       if x then
-        if y >= l or z >= NS or (x - now > ANY_AHEAD and x - now > idiv(MAX_UNITS + CLOCK_SLACK, l)) then
+        -- x − now > idiv(MAX_UNITS + CLOCK_SLACK, l) is (x − now)·l > MAX_UNITS + CLOCK_SLACK: a
+        -- product above 2^53, inexact, is above it all the same.
+        if (not own and (y >= l or z >= NS)) or (x - now > ANY_AHEAD and (x - now) * l > MAX_UNITS + CLOCK_SLACK) then
           return general(keys, args, now)
         end
         if x >= now then
           d, f = (x - now) * l + y, z
         end
       end
-      local needed = d + asked
-      admitted = needed < cap or (needed == cap and f == 0)
-      local after = (admitted and cost > 0) and needed or d
-      -- Whole tokens in cap − (after, f), one fewer when f eats into the last: idiv, written
-      -- out (a call less on every request).
-      local room = cap - after
-      remaining = 0
-      if room > 0 then
-        if f > 0 then
-          room = room - 1
+      local needed, after = d + asked, nil
+      retry = -1
+      if d == 0 and f == 0 then
+        -- No debt (a new key, or one paid off): admitted, as cost <= b, and b − cost are left.
+        admitted, remaining = true, b - cost
+        after = cost > 0 and needed or 0
+      else
+        admitted = needed < cap or (needed == cap and f == 0)
+        after = (admitted and cost > 0) and needed or d
+        -- Whole tokens in cap − (after, f), one fewer when f eats into the last: idiv, written
+        -- out (a call less on every request).
+        local room = cap - after
+        remaining = 0
+        if room > 0 then
+          if f > 0 then
+            room = room - 1
+          end
+          local q = room / w
+          q = q - q % 1
+          local r = room - q * w
+          if r < 0 then
+            q = q - 1
+          elseif r >= w then
+            q = q + 1
+          end
+          remaining = q
         end
-        local q = room / w
-        q = q - q % 1
-        local r = room - q * w
-        if r < 0 then
-          q = q - 1
-        elseif r >= w then
-          q = q + 1
-        end
-        remaining = q
       end
-      retry = (not admitted) and ms_up(needed - cap, f, l) or -1
+      if not admitted then
+        -- ms_up(needed − cap, f, l), written out: ceil((needed − cap + (f > 0 and 1 or 0)) / l).
+        local u = f > 0 and needed - cap + 1 or needed - cap
+        local q = u / l
+        q = q - q % 1
+        local r = u - q * l
+        if r < 0 then
+          q, r = q - 1, r + l
+        elseif r >= l then
+          q, r = q + 1, r - l
+        end
+        retry = r > 0 and q + 1 or q
+      end
       -- ms_up(after, f, l), from the one division the stored state needs too.
       local q = after / l
       q = q - q % 1
@@ -2139,7 +2185,8 @@ local function fast(tag, general)
       local u
       u, f = cap, 0
       if x then
-        if x > cap or x < -MAX_UNITS or y >= NS or (x == cap and y > 0) or (z - now > ANY_BACK and z - now > idiv(CLOCK_SLACK, l)) then
+        -- z − now > idiv(CLOCK_SLACK, l) is (z − now)·l > CLOCK_SLACK, as above.
+        if (not own and (x > cap or x < -MAX_UNITS or y >= NS or (x == cap and y > 0))) or (z - now > ANY_BACK and (z - now) * l > CLOCK_SLACK) then
           return general(keys, args, now)
         end
         -- elapsed < cdiv(cap - x, l), as balance() asks, is elapsed·l < cap - x: a product
@@ -2149,22 +2196,43 @@ local function fast(tag, general)
           u, f = x + elapsed * l, y
         end
       end
-      admitted = u >= asked
-      local after = (admitted and cost > 0) and u - asked or u
-      retry = (not admitted) and cdiv(asked - u, l) or -1
-      -- idiv(after, w) and cdiv(cap - after, l), written out: two calls less on every request.
-      remaining = 0
-      if after >= 0 then
-        local q = after / w
-        q = q - q % 1
-        local r = after - q * w
-        if r < 0 then
-          q = q - 1
-        elseif r >= w then
-          q = q + 1
+      local after
+      retry = -1
+      if u == cap then
+        -- Full (a new key, or one refilled): admitted, as cost <= b, and b − cost are left.
+        admitted, remaining = true, b - cost
+        after = cap - (cost > 0 and asked or 0)
+      else
+        admitted = u >= asked
+        after = (admitted and cost > 0) and u - asked or u
+        -- idiv(after, w), written out: a call less on every request.
+        remaining = 0
+        if after >= 0 then
+          local q = after / w
+          q = q - q % 1
+          local r = after - q * w
+          if r < 0 then
+            q = q - 1
+          elseif r >= w then
+            q = q + 1
+          end
+          remaining = q
         end
-        remaining = q
       end
+      if not admitted then
+        -- cdiv(asked − u, l), written out.
+        local short = asked - u
+        local q = short / l
+        q = q - q % 1
+        local r = short - q * l
+        if r < 0 then
+          q, r = q - 1, r + l
+        elseif r >= l then
+          q, r = q + 1, r - l
+        end
+        retry = r > 0 and q + 1 or q
+      end
+      -- cdiv(cap - after, l), written out.
       local empty = cap - after
       local q = empty / l
       q = q - q % 1
@@ -2184,14 +2252,27 @@ local function fast(tag, general)
     if tm then
       -- The state's text: the last one written when it is the same (a burst of new keys in one
       -- millisecond writes one), else formatted; the short form when its remainder is 0.
-      local state = known[7]
-      if tm ~= known[8] or tr ~= known[9] or f ~= known[10] or not state then
-        if is_gcra then
-          state = format((tr == 0 and f == 0) and '%s%d' or '%s%d %d %d', known[4], tm, tr, f)
-        else
-          state = format(tr == 0 and '%s%d %d' or '%s%d %d %d', known[4], tm, tr == 0 and f or tr, f)
+      local state = known and tm == known[6] and tr == known[7] and f == known[8] and known[5]
+      if not state then
+        if not prefix then
+          prefix = tag .. ' ' .. ls .. ' ' .. ws .. ' ' .. bs .. ' '
+          if known then
+            known[4] = prefix
+          end
         end
-        known[7], known[8], known[9], known[10] = state, tm, tr, f
+        if is_gcra then
+          -- tat_ns is 0 but after a policy change: one number fewer to format.
+          if f == 0 then
+            state = format(tr == 0 and '%s%d' or '%s%d %d 0', prefix, tm, tr)
+          else
+            state = format('%s%d %d %d', prefix, tm, tr, f)
+          end
+        else
+          state = format(tr == 0 and '%s%d %d' or '%s%d %d %d', prefix, tm, tr == 0 and f or tr, f)
+        end
+        if known then
+          known[5], known[6], known[7], known[8] = state, tm, tr, f
+        end
       end
       local px = now + (reset > MIN_TTL_MS and reset or MIN_TTL_MS)
       if px ~= last_px then
@@ -2200,6 +2281,7 @@ local function fast(tag, general)
       call('SET', key, state, 'PXAT', last_pxs)
     end
     return { admitted and 1 or 0, b, remaining, retry, reset }
+    -- @scripts: end body
   end
 end
 -- @scripts: end hot
@@ -2956,6 +3038,10 @@ end
 local function lease(keys, args)
   return request('rl_lease', bucket, keys, args, true)
 end
+
+-- The functions with a hot path, and the tag of the state it reads. (The scripts backend's
+-- generator reads this line: each entry's tag, on one line.)
+local HOT = { rl_gcra = 'g', rl_tokenbucket = 't' }
 
 -- One function per algorithm of the list; for those with a hot path, that path first, outside
 -- the guard: it raises nothing of its own.

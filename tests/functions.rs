@@ -19,7 +19,7 @@ const LIBRARY: &str = include_str!("../functions/ratelimit.lua");
 fn test_library() -> String {
     let clock = LIBRARY
         .lines()
-        .find(|l| l.starts_with("local function now_ms()"))
+        .find(|l| l.starts_with("local function now_ms("))
         .expect("the clock line");
     let replaced = LIBRARY.replacen(
         clock,
@@ -331,7 +331,7 @@ fn traces_agree_with_the_module() {
 fn the_scripts_backend_agrees_with_the_module() {
     let clock = LIBRARY
         .lines()
-        .find(|l| l.starts_with("local function now_ms()"))
+        .find(|l| l.starts_with("local function now_ms("))
         .expect("the clock line");
     let source = LIBRARY.replacen(
         clock,
@@ -1322,7 +1322,7 @@ fn the_shipped_file_reads_only_time() {
         .filter(|l| !l.trim_start().starts_with("--") && l.contains("redis.call('TIME')"))
         .collect();
     assert_eq!(code.len(), 1, "{reads:?}");
-    assert!(code[0].starts_with("local function now_ms()"));
+    assert!(code[0].starts_with("local function now_ms("));
     assert!(!test_library().contains("'TIME'"));
 
     let (_s, mut c) = both();
@@ -1824,16 +1824,45 @@ fn commands_run(c: &mut Connection) -> u64 {
         .sum()
 }
 
+/// The SHA of each function's script on the scripts backend that has a hot path, loaded on `c`,
+/// its clock read from the key `rl-test-clock` (a script keeps nothing between calls).
+fn hot_scripts(c: &mut Connection) -> std::collections::HashMap<String, String> {
+    let clock = LIBRARY
+        .lines()
+        .find(|l| l.starts_with("local function now_ms("))
+        .expect("the clock line");
+    let source = LIBRARY.replacen(
+        clock,
+        "local function now_ms() return tonumber(redis.call('GET', 'rl-test-clock')) end",
+        1,
+    );
+    ["rl_gcra", "rl_tokenbucket"]
+        .into_iter()
+        .map(|entry| {
+            let script = ratelimit_client::scripts::generate(&source, entry).expect("the marks");
+            let sha: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(&script)
+                .query(c)
+                .unwrap();
+            (entry.to_string(), sha)
+        })
+        .collect()
+}
+
 /// Random and adversarial values under every function's key: each call answers a reply whose
 /// integers are exact, or WRONGTYPE, running at most a few commands per 32 list elements; a
 /// value the library answered and wrote is one it reads again; the server answers a second
 /// connection throughout. A hang would fail the read timeout instead of blocking the suite.
+/// The functions with a hot path are called through the scripts backend too, whose hot path
+/// remembers nothing between calls.
 #[test]
 fn hostile_values_are_answered_in_bounded_work() {
     use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestRng, TestRunner};
-    let (s, c) = both();
+    let (s, mut c) = both();
     c.set_read_timeout(Some(std::time::Duration::from_secs(60)))
         .unwrap();
+    let scripts = hot_scripts(&mut c);
     let other = std::cell::RefCell::new(s.connect());
     // The runner takes a `Fn`: the connections and the count are borrowed per case.
     let c = std::cell::RefCell::new(c);
@@ -1852,7 +1881,18 @@ fn hostile_values_are_answered_in_bounded_work() {
         .run(&strategy, |(value, offset)| {
             let c = &mut *c.borrow_mut();
             at(c, T0_MS - 2000 + offset);
-            for call in hostile_calls(key, &value) {
+            let now = (T0_MS - 2000 + offset).to_string();
+            cmd(c, &["SET", "rl-test-clock", &now]).unwrap();
+            let calls = hostile_calls(key, &value).into_iter().flat_map(|call| {
+                let script = scripts.get(&call[1]).map(|sha| {
+                    let mut evalsha = call.clone();
+                    evalsha[0] = "EVALSHA".into();
+                    evalsha[1] = sha.clone();
+                    evalsha
+                });
+                std::iter::once(call).chain(script)
+            });
+            for call in calls {
                 plant(c, key, &value);
                 let length = match &value {
                     Planted::List(items) => items.len() as u64,
@@ -2438,7 +2478,7 @@ fn shares_and_demand_agree_with_the_module() {
 fn the_scripts_backend_shares_as_the_module() {
     let clock = LIBRARY
         .lines()
-        .find(|l| l.starts_with("local function now_ms()"))
+        .find(|l| l.starts_with("local function now_ms("))
         .expect("the clock line");
     let source = LIBRARY.replacen(
         clock,

@@ -4,13 +4,19 @@
 //! backends). A server that does not hold a script yet (`NOSCRIPT`: a restart, a failover, a
 //! new Cluster node) gets it with `EVAL`, which runs the call and caches the script there.
 //!
-//! The file's marks split it: the hot path (between `-- @scripts: hot` and `-- @scripts: end
-//! hot`) and the definitions before `-- @scripts: general` that it needs (a walk over their
-//! names) run on every call; the other definitions there and the rest of the file become the body
-//! of one function, run only when a call goes past the hot path (or has none), its
-//! `redis.register_function` collecting the library's functions in a table. A script keeps
-//! nothing between calls, so what the hot path does not use is not built on every call. The
-//! `#!lua` line is dropped: `EVAL` reads `#!lua` as its own shebang.
+//! The whole file (the `#!lua` line dropped: `EVAL` reads `#!lua` as its own shebang) is the
+//! body of one function, the general entry, its `redis.register_function` collecting the
+//! library's functions in a table and `fast` taken as no hot path (the script has run it). That
+//! function names nothing outside itself, so creating it on every call costs one closure: a
+//! script keeps nothing between calls, and what is not run is not built. Then, for a function
+//! with a hot path (its tag on the line `local HOT = { name = 'tag', ... }`), that path as the
+//! script's own code, not a closure (one with its upvalues cost more than the decision): the
+//! definitions before `-- @scripts: general` that the hot section (between `-- @scripts: hot`
+//! and `-- @scripts: end hot`) names (a walk over their names), the hot section up to `fast`,
+//! fast's parameters and its closure's bound to the tag, the general entry, `KEYS` and `ARGV`,
+//! fast's own lines before `-- @scripts: memory`, the memory's names declared without values
+//! (the line after that mark) and the lines between `-- @scripts: body` and
+//! `-- @scripts: end body`. A function without a hot path calls the general entry.
 //! scripts/benchkit/lua.py generates them the same way for the bench.
 
 use std::collections::HashMap;
@@ -31,7 +37,7 @@ pub fn generate(source: &str, entry: &str) -> Option<String> {
     if !lines.first()?.starts_with("#!lua") {
         return None;
     }
-    let at = |mark: &str| lines.iter().position(|l| *l == mark);
+    let at = |mark: &str| lines.iter().position(|l| l.trim() == mark);
     let (general, hot, end) = (
         at("-- @scripts: general")?,
         at("-- @scripts: hot")?,
@@ -40,11 +46,49 @@ pub fn generate(source: &str, entry: &str) -> Option<String> {
     if !(general < hot && hot < end) {
         return None;
     }
-    let mut rest = lines[general..hot].to_vec();
-    rest.extend_from_slice(&lines[end + 1..]);
-    let definitions = definitions(&lines[1..general]);
-    // The definitions the hot path names, and theirs, until none is added.
-    let mut used = code(&lines[hot..=end]);
+    let library = [
+        lines.get(1..=end)?,
+        // The script has run the hot path when the general entry does: registration takes the body.
+        &["local fast = function(_, body) return body end"],
+        lines.get(end + 1..)?,
+    ]
+    .concat()
+    .join("\n")
+    .replace("redis.register_function", "register_entry");
+    let general_entry = format!(
+        "local function general_entry(keys, args, now)\n\
+         local registered_entries = {{}}\n\
+         local function register_entry(name, callback)\n\
+         \x20 if type(name) == 'table' then name, callback = name.function_name, name.callback end\n\
+         \x20 registered_entries[name] = callback\n\
+         end\n\
+         {library}\n\
+         return registered_entries['{entry}'](keys, args, now)\n\
+         end"
+    );
+    let Some(tag) = hot_tag(&lines, entry) else {
+        return Some(format!(
+            "{general_entry}\nreturn general_entry(KEYS, ARGV)\n"
+        ));
+    };
+    let fast = (hot..end).find(|&i| {
+        lines
+            .get(i)
+            .is_some_and(|l| l.starts_with("local function fast("))
+    })?;
+    let (memory, body, body_end) = (
+        at("-- @scripts: memory")?,
+        at("-- @scripts: body")?,
+        at("-- @scripts: end body")?,
+    );
+    if !(fast < memory && memory + 1 < body && body < body_end && body_end < end) {
+        return None;
+    }
+    let forgotten = lines.get(memory + 1)?.trim().strip_prefix("local ")?;
+    let forgotten = forgotten.split(" = ").next()?;
+    let definitions = definitions(lines.get(1..general)?);
+    // The definitions the hot section names, and theirs, until none is added.
+    let mut used = code(lines.get(hot..=end)?);
     let mut needed = vec![false; definitions.len()];
     let mut grown = true;
     while grown {
@@ -57,35 +101,47 @@ pub fn generate(source: &str, entry: &str) -> Option<String> {
             }
         }
     }
-    let mut out = vec![
-        "local registered_entries = {}",
-        "local function register_entry(name, callback)",
-        "  if type(name) == 'table' then name, callback = name.function_name, name.callback end",
-        "  registered_entries[name] = callback",
-        "end",
-    ];
-    let pick = |want: bool| {
+    let mut out = vec![general_entry];
+    out.extend(
         definitions
             .iter()
             .zip(&needed)
-            .filter(move |(_, n)| **n == want)
-            .flat_map(|((_, text), _)| text.iter().copied())
-    };
-    out.extend(pick(true));
-    out.extend_from_slice(&lines[hot..=end]);
-    out.push("local function general_entry(keys, args, now)");
-    out.extend(pick(false));
-    // The hot path has run when the general entry does: the registration takes the body.
-    out.push("local fast = function(_, body) return body end");
-    let rest = rest
-        .join("\n")
-        .replace("redis.register_function", "register_entry");
-    let tail = format!(
-        "return registered_entries['{entry}'](keys, args, now)\nend\n\
-         if HOT['{entry}'] then return fast(HOT['{entry}'], general_entry)(KEYS, ARGV) end\n\
-         return general_entry(KEYS, ARGV)\n"
+            .filter(|(_, n)| **n)
+            .flat_map(|((_, text), _)| text.iter().map(|l| l.to_string())),
     );
-    Some(format!("{}\n{rest}\n{tail}", out.join("\n")))
+    out.extend(lines.get(hot..fast)?.iter().map(|l| l.to_string()));
+    out.push(format!(
+        "local {} = '{tag}', general_entry",
+        parameters(lines.get(fast)?)?
+    ));
+    out.extend(lines.get(fast + 1..memory)?.iter().map(|l| l.to_string()));
+    out.push(format!("local {forgotten}"));
+    out.push(format!(
+        "local {} = KEYS, ARGV",
+        parameters(lines.get(body - 1)?)?
+    ));
+    out.extend(lines.get(body + 1..body_end)?.iter().map(|l| l.to_string()));
+    out.push(String::new());
+    Some(out.join("\n"))
+}
+
+/// The parameters of the function a line opens: `... function name(a, b)` gives `a, b`.
+fn parameters(line: &str) -> Option<&str> {
+    let (_, rest) = line.split_once('(')?;
+    Some(rest.split_once(')')?.0)
+}
+
+/// The tag of `entry`'s hot path on the line `local HOT = { name = 'tag', ... }`, or None.
+fn hot_tag<'a>(lines: &[&'a str], entry: &str) -> Option<&'a str> {
+    let line = lines.iter().find(|l| l.starts_with("local HOT = {"))?;
+    let from = format!("{entry} = '");
+    let at = line.match_indices(&from).map(|(at, _)| at).find(|&at| {
+        !line
+            .get(..at)
+            .is_some_and(|l| l.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_'))
+    })?;
+    let rest = line.get(at + from.len()..)?;
+    Some(rest.split_once('\'')?.0)
 }
 
 /// The top-level `local` definitions of `lines` (comments dropped): each one's names and lines.
@@ -216,10 +272,24 @@ mod tests {
                 "{e}"
             );
         }
-        // The hot path builds only what it uses: no error texts or argument parsing per call.
+        // The hot path builds only what it uses, and no function but the clock: no error texts,
+        // no argument parsing, no closure per call.
         let gcra = &script("rl_gcra").unwrap().text;
-        let (hot, _) = gcra.split_once("local function general_entry").unwrap();
-        assert!(hot.contains("local function idiv(") && !hot.contains("local function parse_int("));
-        assert!(gcra.contains("local function parse_int("));
+        let (general, hot) = gcra
+            .split_once("return registered_entries['rl_gcra'](keys, args, now)\nend\n")
+            .unwrap();
+        assert!(general.contains("local function parse_int("));
+        let code: Vec<&str> = hot
+            .lines()
+            .map(|l| l.split("--").next().unwrap_or(""))
+            .collect();
+        let functions: Vec<&&str> = code.iter().filter(|l| l.contains("function")).collect();
+        assert_eq!(functions.len(), 1, "{functions:?}");
+        assert!(functions[0].starts_with("local function now_ms("));
+        // A function without a hot path is its general entry alone.
+        assert!(script("rl_peek")
+            .unwrap()
+            .text
+            .ends_with("end\nreturn general_entry(KEYS, ARGV)\n"));
     }
 }

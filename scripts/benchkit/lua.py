@@ -141,14 +141,19 @@ def with_shas(text, shas):
 
 
 # The scripts backend (docs/functions.md, backends): where FUNCTION is refused, each function of
-# the library is served as its own script, generated from the library's one source. The file's
-# marks split it: the hot path (between `-- @scripts: hot` and `-- @scripts: end hot`) and the
-# definitions before `-- @scripts: general` that it needs (a walk over their names) run on every
-# call; the other definitions there and the rest of the file are the body of one function, run
-# only when a call goes past the hot path (or has none), its `redis.register_function` collecting
-# the library's functions in a table. A script keeps nothing between calls, so what the hot path
-# does not use is not built on every call. The `#!lua name=` line is dropped (EVAL reads `#!lua`
-# as its own shebang). The client generates its scripts the same way (client/src/scripts.rs).
+# the library is served as its own script, generated from the library's one source. The whole
+# file (the `#!lua` line dropped: EVAL reads it as its own shebang) is the body of one function,
+# the general entry, its `redis.register_function` collecting the library's functions in a table
+# and `fast` taken as no hot path (the script has run it); that function names nothing outside
+# itself, so creating it on every call costs one closure. Then, for a function with a hot path
+# (its tag on the line `local HOT = { name = 'tag', ... }`), that path as the script's own code:
+# the definitions before `-- @scripts: general` that the hot section (between `-- @scripts: hot`
+# and `-- @scripts: end hot`) names, the hot section up to `fast`, fast's parameters and its
+# closure's bound to the tag, the general entry, KEYS and ARGV, fast's own lines before
+# `-- @scripts: memory`, the memory's names declared without values (the line after that mark: a
+# script keeps nothing between calls) and the lines between `-- @scripts: body` and
+# `-- @scripts: end body`. A function without a hot path calls the general entry.
+# The client generates its scripts the same way (client/src/scripts.rs).
 def prelude_definitions(lines):
     """The top-level `local` definitions of `lines` (comments dropped): [(names, text)]."""
     found, current, comment = [], None, False
@@ -171,6 +176,18 @@ def prelude_definitions(lines):
     return [(names, "\n".join(text)) for names, text in found]
 
 
+def parameters(line):
+    """The parameters of the function a line opens: `... function name(a, b)` -> "a, b"."""
+    return line[line.index("(") + 1:line.index(")")]
+
+
+def hot_tag(lines, entry):
+    """The tag of `entry`'s hot path on the line `local HOT = { name = 'tag', ... }`, or None."""
+    line = next(l for l in lines if l.startswith("local HOT = {"))
+    found = re.search(r"\b%s = '([^']*)'" % entry, line)
+    return found and found.group(1)
+
+
 def library_script(source, entry):
     """The script that serves the library function `entry` through EVALSHA."""
     lines = source.splitlines()
@@ -178,8 +195,13 @@ def library_script(source, entry):
         raise ValueError("the library starts with its #!lua line")
     general = lines.index("-- @scripts: general")
     hot, end = lines.index("-- @scripts: hot"), lines.index("-- @scripts: end hot")
+    marks = [line.strip() for line in lines]
+    tag = hot_tag(lines, entry)
+    fast = next(i for i in range(hot, end) if lines[i].startswith("local function fast("))
+    memory = marks.index("-- @scripts: memory")
+    body, body_end = marks.index("-- @scripts: body"), marks.index("-- @scripts: end body")
     definitions = prelude_definitions(lines[1:general])
-    # The definitions the hot path names, and theirs, until none is added.
+    # The definitions the hot section names, and theirs, until none is added.
     # (Comments dropped: a word in one is no use.)
     used = "\n".join(line.split("--")[0] for line in lines[hot:end + 1])
     needed = [False] * len(definitions)
@@ -190,22 +212,26 @@ def library_script(source, entry):
             if not needed[i] and any(re.search(r"\b%s\b" % n, used) for n in names):
                 needed[i], grown = True, True
                 used += "\n" + "\n".join(line.split("--")[0] for line in text.split("\n"))
-    rest = "\n".join(lines[general:hot] + lines[end + 1:])
-    return "\n".join([
+    # The script has run the hot path when the general entry does: registration takes the body.
+    library = "\n".join(lines[1:end + 1] + ["local fast = function(_, body) return body end"]
+                        + lines[end + 1:])
+    general_entry = "\n".join([
+        "local function general_entry(keys, args, now)",
         "local registered_entries = {}",
         "local function register_entry(name, callback)",
         "  if type(name) == 'table' then name, callback = name.function_name, name.callback end",
         "  registered_entries[name] = callback",
         "end",
-    ] + [text for (_, text), n in zip(definitions, needed) if n] + lines[hot:end + 1] + [
-        "local function general_entry(keys, args, now)",
-    ] + [text for (_, text), n in zip(definitions, needed) if not n] + [
-        # The hot path has run when the general entry does: the registration takes the body.
-        "local fast = function(_, body) return body end",
-        rest.replace("redis.register_function", "register_entry"),
+        library.replace("redis.register_function", "register_entry"),
         "return registered_entries['%s'](keys, args, now)" % entry,
         "end",
-        "if HOT['%s'] then return fast(HOT['%s'], general_entry)(KEYS, ARGV) end" % (entry, entry),
-        "return general_entry(KEYS, ARGV)",
-        "",
     ])
+    if tag is None:
+        return general_entry + "\nreturn general_entry(KEYS, ARGV)\n"
+    return "\n".join([general_entry] + [
+        text for (_, text), n in zip(definitions, needed) if n] + lines[hot:fast] + [
+        "local %s = '%s', general_entry" % (parameters(lines[fast]), tag),
+    ] + lines[fast + 1:memory] + [
+        "local " + lines[memory + 1].strip()[len("local "):].split(" = ")[0],
+        "local %s = KEYS, ARGV" % parameters(lines[body - 1]),
+    ] + lines[body + 1:body_end] + [""])
