@@ -134,7 +134,7 @@ async fn main() {
         let delivered = work
             .take_hold()
             .map_or(CAPACITY, |h| WORKERS as f64 / h.as_secs_f64());
-        let f: Flood = report::flood(&out, TENANTS, PHASE, delivered);
+        let f: Flood = report::flood(&out, &rates, PHASE, delivered);
         println!(
             "{name} flood: well-behaved {:.1} % (worst {:.1} %), flooder {:.2} of its share, limit {}",
             f.polite_ok * 100.0,

@@ -50,14 +50,18 @@ pub fn summarize(load: f64, out: &[Outcome], good_within: Duration, span: Durati
 }
 
 /// The flood phase: the well-behaved tenants' success (all, worst) and the flooder's served
-/// rate over its max-min fair share (what the others leave of what the workers delivered).
+/// rate over its max-min fair share of what the workers delivered, given what each tenant asked
+/// (`offered`, per second): the others asking less than an equal share get all of it, and the
+/// flooder what they leave. (Taking what the others were *served* instead calls any flooder fair
+/// that crowds them out, since it is then served exactly what they did not get.)
 pub struct Flood {
     pub polite_ok: f64,
     pub worst_polite: f64,
     pub flooder_over_share: f64,
 }
 
-pub fn flood(out: &[Outcome], tenants: usize, span: Duration, capacity: f64) -> Flood {
+pub fn flood(out: &[Outcome], offered: &[f64], span: Duration, capacity: f64) -> Flood {
+    let tenants = offered.len();
     let polite: Vec<&Outcome> = out.iter().filter(|o| o.tenant != 0).collect();
     let polite_ok = polite.iter().filter(|o| o.ok).count() as f64 / polite.len().max(1) as f64;
     let worst_polite = (1..tenants)
@@ -67,13 +71,27 @@ pub fn flood(out: &[Outcome], tenants: usize, span: Duration, capacity: f64) -> 
         })
         .fold(1.0, f64::min);
     let flooder = out.iter().filter(|o| o.tenant == 0 && o.ok).count() as f64 / span.as_secs_f64();
-    let polite_served = polite.iter().filter(|o| o.ok).count() as f64 / span.as_secs_f64();
-    let fair_share = (capacity - polite_served).max(capacity / tenants as f64);
     Flood {
         polite_ok,
         worst_polite,
-        flooder_over_share: flooder / fair_share,
+        flooder_over_share: flooder / max_min_share(offered, capacity, 0),
     }
+}
+
+/// Tenant `who`'s max-min fair share of `capacity` given what each asks: water-filling, the
+/// smallest asks met first, each of the rest an equal part of what is left.
+fn max_min_share(asks: &[f64], capacity: f64, who: usize) -> f64 {
+    let mut order: Vec<usize> = (0..asks.len()).collect();
+    order.sort_by(|a, b| asks[*a].total_cmp(&asks[*b]));
+    let mut left = capacity;
+    for (n, t) in order.iter().enumerate() {
+        let part = (left / (asks.len() - n) as f64).min(asks[*t]);
+        if *t == who {
+            return part.max(f64::MIN_POSITIVE);
+        }
+        left -= part;
+    }
+    f64::MIN_POSITIVE
 }
 
 /// From which 100 ms bucket of arrivals in `from..to` on every later bucket's p99 of successes
