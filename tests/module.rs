@@ -69,7 +69,7 @@ fn debug_clock_is_refused_without_the_load_argument() {
 
 #[test]
 fn unknown_module_arguments_fail_the_load() {
-    let dir = tempdir::Dir::new();
+    let dir = Scratch::new("test").unwrap();
     let status = std::process::Command::new("redis-server")
         .args([
             "--port",
