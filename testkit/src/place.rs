@@ -12,22 +12,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// (`Server::start`).
 pub fn free_port() -> Result<u16, String> {
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    const FIRST: u32 = 61_000;
-    const SPAN: u32 = 4_536;
-    // Test binaries of several packages run at once on one machine: each process starts
-    // somewhere else in the range.
-    let start = std::process::id().wrapping_mul(7919);
-    for _ in 0..SPAN {
-        let n = start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed));
-        let port = (FIRST + n % SPAN) as u16;
-        if port_free(port) {
-            return Ok(port);
-        }
+    match next_free(&NEXT, 61_000, 4_536, |_| true) {
+        Some(port) => Ok(port),
+        None => TcpListener::bind(("127.0.0.1", 0))
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .map_err(|e| format!("no free loopback port: {e}")),
     }
-    TcpListener::bind(("127.0.0.1", 0))
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| format!("no free loopback port: {e}"))
 }
 
 /// Port + this is a cluster node's bus port.
@@ -38,17 +29,19 @@ pub const BUS_OFFSET: u16 = 10_000;
 /// [`free_port`]'s. A node that still fails to bind is started again on another port.
 pub fn cluster_port() -> Result<u16, String> {
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    const FIRST: u32 = 10_000;
-    const SPAN: u32 = 12_768;
+    next_free(&NEXT, 10_000, 12_768, |port| port_free(port + BUS_OFFSET))
+        .ok_or_else(|| "no free port pair for a cluster node".into())
+}
+
+/// The next port of [first, first + span) after the last one `next` gave, free now and `also`.
+/// Test binaries of several packages run at once on one machine: each process starts somewhere
+/// else in the range.
+fn next_free(next: &AtomicU32, first: u32, span: u32, also: impl Fn(u16) -> bool) -> Option<u16> {
     let start = std::process::id().wrapping_mul(7919);
-    for _ in 0..SPAN {
-        let n = start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed));
-        let port = (FIRST + n % SPAN) as u16;
-        if port_free(port) && port_free(port + BUS_OFFSET) {
-            return Ok(port);
-        }
-    }
-    Err("no free port pair for a cluster node".into())
+    (0..span)
+        .map(|_| start.wrapping_add(next.fetch_add(1, Ordering::Relaxed)))
+        .map(|n| (first + n % span) as u16)
+        .find(|&port| port_free(port) && also(port))
 }
 
 fn port_free(port: u16) -> bool {

@@ -117,6 +117,31 @@ impl Options {
     }
 }
 
+/// A package's own server type on top of [`Server`]: `testkit::server_layer!(pub struct
+/// Server);` declares a newtype that dereferences to testkit's, so the package's
+/// `tests/support` adds the constructors its suites call (`Server::start()`: the module with
+/// its clock pinned) and keeps every method of testkit's.
+#[macro_export]
+macro_rules! server_layer {
+    ($(#[$attr:meta])* $vis:vis struct $name:ident) => {
+        $(#[$attr])*
+        $vis struct $name(pub $crate::server::Server);
+
+        impl ::std::ops::Deref for $name {
+            type Target = $crate::server::Server;
+            fn deref(&self) -> &$crate::server::Server {
+                &self.0
+            }
+        }
+
+        impl ::std::ops::DerefMut for $name {
+            fn deref_mut(&mut self) -> &mut $crate::server::Server {
+                &mut self.0
+            }
+        }
+    };
+}
+
 /// A running `redis-server`, killed when dropped.
 pub struct Server {
     pub port: u16,

@@ -4,7 +4,6 @@
 //! helpers (`support`), so that what needs a server (`support::registry`) names this file and
 //! not the harness that re-exports it.
 
-use std::ops::{Deref, DerefMut};
 use std::path::{Path, PathBuf};
 
 use testkit::Options;
@@ -26,21 +25,10 @@ pub const SERVER: &str = "redis-server";
 /// Debian's packaged server (7.0.15): the "old" side of the cross-version tests.
 pub const OLD_SERVER: &str = "/usr/bin/redis-server";
 
-/// A running server (testkit's, which it derefs to), killed on drop.
-pub struct Server(testkit::Server);
-
-impl Deref for Server {
-    type Target = testkit::Server;
-    fn deref(&self) -> &testkit::Server {
-        &self.0
-    }
-}
-
-impl DerefMut for Server {
-    fn deref_mut(&mut self) -> &mut testkit::Server {
-        &mut self.0
-    }
-}
+testkit::server_layer!(
+    /// A running server (testkit's, which it derefs to), killed on drop.
+    pub struct Server
+);
 
 /// The module with `DEBUG-CLOCK yes`, then `module_args`, and `extra` redis-server options.
 fn module_options(extra: &[&str], module_args: &[&str]) -> Options {

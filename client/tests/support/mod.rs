@@ -4,7 +4,6 @@
 //! drops and half-open connections (`proxy`).
 #![allow(dead_code)]
 
-use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,21 +17,10 @@ pub fn free_port() -> u16 {
     testkit::free_port().unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// A running server (testkit's, which it derefs to), killed on drop.
-pub struct Server(testkit::Server);
-
-impl Deref for Server {
-    type Target = testkit::Server;
-    fn deref(&self) -> &testkit::Server {
-        &self.0
-    }
-}
-
-impl DerefMut for Server {
-    fn deref_mut(&mut self) -> &mut testkit::Server {
-        &mut self.0
-    }
-}
+testkit::server_layer!(
+    /// A running server (testkit's, which it derefs to), killed on drop.
+    pub struct Server
+);
 
 impl Server {
     /// A server with the module (`DEBUG-CLOCK yes`), its clock pinned at `T0_MS`.
