@@ -15,7 +15,7 @@ use testkit::{ClientCerts, Options, Pki, Sentinel, Server, ServerCert, Tls};
 const PASSWORD: &str = "gw-S3cret!pw";
 
 fn pki() -> Pki {
-    Pki::create(&testkit::scratch_dir("pki").unwrap()).unwrap()
+    Pki::new().unwrap()
 }
 
 fn with_module(mut options: Options) -> Options {
