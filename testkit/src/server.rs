@@ -218,8 +218,10 @@ impl Server {
             // A replica's first sync at once, not after the default 5 s wait for more replicas.
             "--repl-diskless-sync-delay".into(),
             "0".into(),
+            // By its full path: a test may move `--dir` to another server's files (`extra`),
+            // and the log still says here when this one is ready.
             "--logfile".into(),
-            "redis.log".into(),
+            path(&dir.join("redis.log")),
         ];
         match &self.options.tls {
             Some(tls) => args.extend(tls.args(self.port)),
