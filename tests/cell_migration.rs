@@ -7,14 +7,15 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use support::cell::{redis_cell, FakeClock};
+use support::cell::redis_cell;
 use support::*;
+use testkit::WallClock;
 
 /// 2030-03-17, in ms: the instant both servers' wall clock starts at.
 const START_MS: u64 = 1_900_000_000_000;
 
 /// redis-cell's module and a clock at `START_MS`, or None after saying why the test skips.
-fn setup(test: &str) -> Option<(PathBuf, FakeClock)> {
+fn setup(test: &str) -> Option<(PathBuf, WallClock)> {
     let cell = match redis_cell() {
         Ok(path) => path,
         Err(e) => {
@@ -22,7 +23,7 @@ fn setup(test: &str) -> Option<(PathBuf, FakeClock)> {
             return None;
         }
     };
-    match FakeClock::new(START_MS) {
+    match WallClock::new(START_MS) {
         Ok(clock) => Some((cell, clock)),
         Err(e) => {
             eprintln!("SKIPPED {test}: the clock shim cannot be built: {e}");
@@ -31,10 +32,8 @@ fn setup(test: &str) -> Option<(PathBuf, FakeClock)> {
     }
 }
 
-fn start(clock: &FakeClock, extra: &[&str], module: Option<&Path>, args: &[&str]) -> Server {
-    let env = clock.env();
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    Server::custom(extra, module, args, &env)
+fn start(clock: &WallClock, extra: &[&str], module: Option<&Path>, args: &[&str]) -> Server {
+    Server::custom(extra, module, args, &clock.env())
 }
 
 const COMPAT: &[&str] = &["CELL-COMPAT", "yes"];
@@ -96,7 +95,7 @@ fn trace(seed: u64, prefix: &str, keys: u64, calls: usize, change_every: u64) ->
 /// Runs `calls` on every connection at the same instants; returns each call's replies, one
 /// per connection.
 fn drive(
-    clock: &FakeClock,
+    clock: &WallClock,
     now: &mut u64,
     cs: &mut [&mut Connection],
     calls: &[Call],
@@ -105,7 +104,7 @@ fn drive(
         .iter()
         .map(|call| {
             *now += call.advance_ms;
-            clock.set_ms(*now);
+            clock.set(*now);
             let words: Vec<&str> = call.words.iter().map(String::as_str).collect();
             cs.iter_mut().map(|c| rl(c, &words)).collect()
         })

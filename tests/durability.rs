@@ -54,7 +54,7 @@ fn aof_restart(preamble: &str, rewrite: bool) {
     }
     let before = snapshot(&mut c);
     if rewrite && preamble == "no" {
-        let base = std::fs::read_dir(s.dir.path().join("appendonlydir"))
+        let base = std::fs::read_dir(s.dir().join("appendonlydir"))
             .unwrap()
             .filter_map(|e| e.ok())
             .find(|e| e.file_name().to_string_lossy().contains(".base.aof"))

@@ -978,7 +978,7 @@ fn corrupt_setstate(file: &std::path::Path, key: &str) {
 }
 
 fn aof_file(s: &Server, kind: &str) -> std::path::PathBuf {
-    std::fs::read_dir(s.dir.path().join("appendonlydir"))
+    std::fs::read_dir(s.dir().join("appendonlydir"))
         .unwrap()
         .filter_map(|e| e.ok())
         .find(|e| e.file_name().to_string_lossy().ends_with(kind))

@@ -69,25 +69,11 @@ fn debug_clock_is_refused_without_the_load_argument() {
 
 #[test]
 fn unknown_module_arguments_fail_the_load() {
-    let dir = tempdir::Dir::new();
-    let status = std::process::Command::new("redis-server")
-        .args([
-            "--port",
-            &free_port().to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--dir",
-        ])
-        .arg(dir.path())
-        .arg("--loadmodule")
-        .arg(module_path())
-        .args(["DEBUG-CLOK", "yes"])
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(!status.success());
+    let e = match Server::on_port(free_port(), &[], &["DEBUG-CLOK", "yes"]) {
+        Err(e) => e,
+        Ok(_) => panic!("the load should fail"),
+    };
+    assert!(e.contains("exited"), "{e}");
 }
 
 #[test]

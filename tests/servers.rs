@@ -196,7 +196,7 @@ fn rdb_and_aof_written_by_redis_7_0_load_unchanged() {
     let at = clock_get(&mut o);
     let (want, want_peeks) = (portable_snapshot(&mut o), peeks(&mut o, at));
     assert!(want.len() >= 10, "{want:?}");
-    let dir = old.dir.path().display().to_string();
+    let dir = old.dir().display().to_string();
     let _ = cmd(&mut o, &["SHUTDOWN", "NOSAVE"]);
     drop(o);
 

@@ -142,7 +142,7 @@ fn an_admit_on_a_long_log_propagates_a_delta_not_the_log() {
 /// The incremental AOF files' contents, concatenated.
 fn incr_aof(s: &Server) -> Vec<u8> {
     let mut out = Vec::new();
-    for e in std::fs::read_dir(s.dir.path().join("appendonlydir")).unwrap() {
+    for e in std::fs::read_dir(s.dir().join("appendonlydir")).unwrap() {
         let e = e.unwrap();
         if e.file_name().to_string_lossy().contains(".incr.aof") {
             out.extend(std::fs::read(e.path()).unwrap());

@@ -396,7 +396,7 @@ fn cl_throttle_owner(dir: &std::path::Path) -> String {
 /// the log says why; without compat mode the two load side by side, each answering its own.
 #[test]
 fn cell_compat_refuses_a_cl_throttle_another_module_owns() {
-    let dir = tempdir::Dir::new();
+    let dir = Scratch::new("test").unwrap();
     let owner = cl_throttle_owner(dir.path());
     let extra = ["--loadmodule", owner.as_str()];
     let e = match Server::on_port(free_port(), &extra, &["CELL-COMPAT", "yes"]) {

@@ -15,7 +15,7 @@ use testkit::{ClientCerts, Options, Pki, Sentinel, Server, ServerCert, Tls};
 const PASSWORD: &str = "gw-S3cret!pw";
 
 fn pki() -> Pki {
-    Pki::create(&testkit::scratch_dir("pki").unwrap()).unwrap()
+    Pki::new().unwrap()
 }
 
 fn with_module(mut options: Options) -> Options {
@@ -508,10 +508,8 @@ async fn tls_to_every_node_of_a_cluster() {
         tls: Some(Tls::new(&pki)),
         acl: Some(acl),
         admin: Some(("admin".into(), "adminpass".into())),
-        extra: ["--cluster-enabled", "yes", "--tls-cluster", "yes"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect(),
+        cluster: true,
+        extra: vec!["--tls-cluster".into(), "yes".into()],
         ..Options::default()
     });
     let nodes: Vec<Server> = (0..3)

@@ -240,34 +240,9 @@ async fn errors_are_typed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_without_the_module_or_library_gets_the_scripts_backend() {
-    // A plain redis-server: the module's DEBUG-CLOCK is not there, so start it by hand.
-    let port = support::free_port();
-    let mut child = std::process::Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let url = format!("redis://127.0.0.1:{port}/");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let result = loop {
-        match Store::connect(&url).await {
-            Err(Error::Unreachable(_)) if Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(20)).await
-            }
-            other => break other,
-        }
-    };
-    let _ = child.kill();
-    let _ = child.wait();
+    // A plain redis-server: neither the module nor the library.
+    let s = Server::plain();
+    let result = Store::connect(&s.url()).await;
     // The library served through EVALSHA (docs/functions.md, backends): nothing to install.
     assert_eq!(
         result.map(|s| s.backend()),

@@ -35,7 +35,7 @@ fn share(s: &Server, c: &mut Connection, key: &str) -> u64 {
 
 fn a_cluster_region_is_read_and_written_per_slot(backend: Backend) {
     let cluster = ClusterStore::start_as(backend, false);
-    let others = [0, 1].map(|_| Server::launch(backend, true, false, &[], world::free_port));
+    let others = [0, 1].map(|_| Server::launch(backend, true, false, &[], false));
     let mut looks: Vec<Connection> = cluster
         .nodes
         .iter()

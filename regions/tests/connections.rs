@@ -59,7 +59,7 @@ fn once(region: &str, password: &str) -> (bool, String, String) {
 
 #[test]
 fn a_region_over_mutual_tls_as_an_acl_user_and_the_refusals() {
-    let pki = Pki::create(&testkit::scratch_dir("pki").unwrap()).unwrap();
+    let pki = Pki::new().unwrap();
     let server = Server::start(secure(&pki, ClientCerts::Required)).unwrap();
     let region = |ca: &std::path::Path| {
         format!(
@@ -89,7 +89,7 @@ fn a_region_over_mutual_tls_as_an_acl_user_and_the_refusals() {
 
 #[test]
 fn a_region_behind_a_sentinel() {
-    let pki = Pki::create(&testkit::scratch_dir("pki").unwrap()).unwrap();
+    let pki = Pki::new().unwrap();
     let options = secure(&pki, ClientCerts::Optional);
     let master = Server::start(options.clone()).unwrap();
     // The sentinel's password is the store's here: one variable for both.
@@ -110,7 +110,7 @@ fn a_region_behind_a_sentinel() {
 /// the permission, never the password (it was a cause in each period's report, the run going on).
 #[test]
 fn a_password_file_and_a_missing_permission() {
-    let pki = Pki::create(&testkit::scratch_dir("pki").unwrap()).unwrap();
+    let pki = Pki::new().unwrap();
     let server = Server::start(secure(&pki, ClientCerts::Optional)).unwrap();
     let dir = testkit::scratch_dir("regions-secret").unwrap();
     let file = dir.join("password");

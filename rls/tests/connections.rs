@@ -33,7 +33,7 @@ descriptors:
 ";
 
 fn pki() -> Pki {
-    Pki::create(&testkit::scratch_dir("pki").unwrap()).unwrap()
+    Pki::new().unwrap()
 }
 
 fn module(mut o: Options) -> Options {

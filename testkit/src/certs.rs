@@ -4,11 +4,14 @@
 //! directory; nothing in them outlives the test run.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
     KeyUsagePurpose,
 };
+
+use crate::place::Scratch;
 
 /// Which certificate a TLS server presents.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -40,10 +43,23 @@ pub struct Pki {
     pub wrong_host: Pair,
     /// A client certificate (for mutual TLS) signed by the CA.
     pub client: Pair,
+    /// The directory `Pki::new` made, removed with the last clone (when the test passed).
+    _dir: Option<Arc<Scratch>>,
 }
 
 impl Pki {
-    /// Makes the PKI in `dir` (created when missing).
+    /// Makes the PKI in a scratch directory of its own, which goes with the last clone of it
+    /// (servers started with it hold one).
+    pub fn new() -> Result<Pki, String> {
+        let dir = Scratch::new("pki")?;
+        let pki = Pki::create(dir.path())?;
+        Ok(Pki {
+            _dir: Some(Arc::new(dir)),
+            ..pki
+        })
+    }
+
+    /// Makes the PKI in `dir` (created when missing), which the caller owns.
     pub fn create(dir: &Path) -> Result<Pki, String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let err = |e: rcgen::Error| e.to_string();
@@ -113,6 +129,7 @@ impl Pki {
                 ExtendedKeyUsagePurpose::ClientAuth,
                 false,
             )?,
+            _dir: None,
         })
     }
 

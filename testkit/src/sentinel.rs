@@ -2,11 +2,12 @@
 //! is, authenticating to the master as its `admin`, with a password of its own when asked.
 //! Quick to decide: a master unreachable for [`DOWN_AFTER_MS`] is failed over.
 
-use std::path::PathBuf;
 use std::process::Child;
 use std::time::{Duration, Instant};
 
-use crate::server::{cli, path, spawn_ready, Server, START_TIMEOUT};
+use crate::place::Scratch;
+use crate::process::{cli, path, server_program, spawn_ready, START_TIMEOUT};
+use crate::server::Server;
 
 /// `sentinel down-after-milliseconds`: short, so a failover test waits little.
 pub const DOWN_AFTER_MS: u64 = 500;
@@ -23,18 +24,22 @@ pub struct Sentinel {
     /// `requirepass` of the sentinel itself, when set.
     pub password: Option<String>,
     tls: Option<crate::certs::Pki>,
-    dir: PathBuf,
+    dir: Scratch,
     child: Option<Child>,
 }
 
 impl Sentinel {
     /// A sentinel for `master` under `name`, quorum 1 (a test runs one).
     pub fn start(master: &Server, name: &str, password: Option<&str>) -> Result<Sentinel, String> {
-        let dir = crate::place::scratch_dir("sentinel")?;
+        let dir = Scratch::new("sentinel")?;
+        let dir_path = dir.path().to_path_buf();
         let mut last = String::new();
         for _ in 0..3 {
             let port = crate::place::free_port()?;
-            let mut conf = vec!["bind 127.0.0.1".to_string(), format!("dir {}", path(&dir))];
+            let mut conf = vec![
+                "bind 127.0.0.1".to_string(),
+                format!("dir {}", path(&dir_path)),
+            ];
             conf.push("logfile sentinel.log".into());
             match &master.options.tls {
                 Some(tls) => {
@@ -62,13 +67,13 @@ impl Sentinel {
                 conf.push(format!("sentinel auth-user {name} {user}"));
                 conf.push(format!("sentinel auth-pass {name} {pass}"));
             }
-            let file = dir.join("sentinel.conf");
+            let file = dir_path.join("sentinel.conf");
             std::fs::write(&file, conf.join("\n") + "\n").map_err(|e| e.to_string())?;
-            let _ = std::fs::remove_file(dir.join("sentinel.log"));
+            let _ = std::fs::remove_file(dir_path.join("sentinel.log"));
             let args = vec![path(&file), "--sentinel".to_string()];
             // `redis-server --sentinel` is what the `redis-sentinel` command runs.
-            let program = crate::server::server_program(master.options.tls.is_some());
-            match spawn_ready(&program, &args, &dir) {
+            let program = server_program(master.options.tls.is_some());
+            match spawn_ready(&program, &args, &dir_path, &[], 0) {
                 Ok(child) => {
                     return Ok(Sentinel {
                         port,
@@ -138,7 +143,7 @@ impl Sentinel {
     }
 
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("sentinel.log")).unwrap_or_default()
+        std::fs::read_to_string(self.dir.path().join("sentinel.log")).unwrap_or_default()
     }
 }
 
@@ -148,6 +153,5 @@ impl Drop for Sentinel {
             let _ = child.kill();
             let _ = child.wait();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -1,14 +1,16 @@
-//! One `redis-server`: plain or TLS-only, with the module or not, with ACL users from an
-//! aclfile, optionally a replica of another. Started on a free loopback port, killed on drop.
+//! One `redis-server`: plain or TLS-only, with the module (or another module) or none, with
+//! ACL users from an aclfile, optionally a replica of another, on the server found first on
+//! PATH or a given one. Started on a free loopback port in a scratch directory of its own,
+//! killed on drop.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use crate::certs::{Pki, ServerCert};
+use crate::place::Scratch;
+use crate::process::{cli, path, server_program, spawn_ready, START_TIMEOUT};
 
-/// How long a server may take to say it is ready before the start is a failure.
-pub const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// How many ports are tried when another process took the chosen one first.
 const PORT_ATTEMPTS: u32 = 5;
 
@@ -87,39 +89,100 @@ pub struct Options {
     pub replica_of: Option<u16>,
     /// More `redis.conf` directives as arguments (`--maxmemory 10mb`).
     pub extra: Vec<String>,
+    /// Another `redis-server` binary than the one `server_program` picks (an older release).
+    pub program: Option<String>,
+    /// Environment variables of the server process (`WallClock::env`).
+    pub env: Vec<(String, String)>,
+    /// A Redis Cluster node (`--cluster-enabled yes`): `Server::start` picks a port whose bus
+    /// port is free too and within 65535 (`cluster_port`).
+    pub cluster: bool,
+}
+
+impl Options {
+    /// The module (`module_path`) loaded with its debug clock on (`DEBUG-CLOCK yes`), then
+    /// `args`: where a test of a limiter starts. A later `DEBUG-CLOCK` in `args` overrides it.
+    pub fn debug_module(args: &[&str]) -> Result<Options, String> {
+        let mut load = vec!["DEBUG-CLOCK".to_string(), "yes".to_string()];
+        load.extend(args.iter().map(|a| a.to_string()));
+        Ok(Options {
+            module: Some((crate::rules::module_path()?, load)),
+            ..Options::default()
+        })
+    }
+
+    /// These options with `extra` directives added (`["--appendonly", "yes"]`).
+    pub fn extra(mut self, extra: &[&str]) -> Options {
+        self.extra.extend(extra.iter().map(|s| s.to_string()));
+        self
+    }
+}
+
+/// A package's own server type on top of [`Server`]: `testkit::server_layer!(pub struct
+/// Server);` declares a newtype that dereferences to testkit's, so the package's
+/// `tests/support` adds the constructors its suites call (`Server::start()`: the module with
+/// its clock pinned) and keeps every method of testkit's.
+#[macro_export]
+macro_rules! server_layer {
+    ($(#[$attr:meta])* $vis:vis struct $name:ident) => {
+        $(#[$attr])*
+        $vis struct $name(pub $crate::server::Server);
+
+        impl ::std::ops::Deref for $name {
+            type Target = $crate::server::Server;
+            fn deref(&self) -> &$crate::server::Server {
+                &self.0
+            }
+        }
+
+        impl ::std::ops::DerefMut for $name {
+            fn deref_mut(&mut self) -> &mut $crate::server::Server {
+                &mut self.0
+            }
+        }
+    };
 }
 
 /// A running `redis-server`, killed when dropped.
 pub struct Server {
     pub port: u16,
     pub options: Options,
-    dir: PathBuf,
+    dir: Scratch,
     child: Option<Child>,
 }
 
 impl Server {
     /// Starts a server with `options` on a free port and waits until it accepts connections.
     pub fn start(options: Options) -> Result<Server, String> {
-        let dir = crate::place::scratch_dir("server")?;
         let mut last = String::new();
         for _ in 0..PORT_ATTEMPTS {
-            let mut server = Server {
-                port: crate::place::free_port()?,
-                options: options.clone(),
-                dir: dir.clone(),
-                child: None,
+            let port = if options.cluster {
+                crate::place::cluster_port()?
+            } else {
+                crate::place::free_port()?
             };
-            match server.spawn() {
-                Ok(()) if options.replica_of.is_some() => {
-                    server.wait_synced()?;
-                    return Ok(server);
-                }
-                Ok(()) => return Ok(server),
+            match Server::start_on(port, options.clone()) {
                 Err(e) if e.contains("Address already in use") => last = e,
-                Err(e) => return Err(e),
+                started => return started,
             }
         }
         Err(last)
+    }
+
+    /// Starts a server on the given port, once: cluster nodes pick their ports themselves
+    /// (`cluster_port`: the bus port must be free too), and a test of a start that must fail
+    /// reads the error (with the server's log).
+    pub fn start_on(port: u16, options: Options) -> Result<Server, String> {
+        let mut server = Server {
+            port,
+            options,
+            dir: Scratch::new("server")?,
+            child: None,
+        };
+        server.spawn()?;
+        if server.options.replica_of.is_some() {
+            server.wait_synced()?;
+        }
+        Ok(server)
     }
 
     /// Waits (a condition, bounded by [`START_TIMEOUT`]) until a replica's first sync with its
@@ -139,33 +202,38 @@ impl Server {
     }
 
     fn spawn(&mut self) -> Result<(), String> {
+        let dir = self.dir();
         let mut args: Vec<String> = vec![
             "--bind".into(),
             "127.0.0.1".into(),
             "--dir".into(),
-            path(&self.dir),
+            path(dir),
             "--save".into(),
             "".into(),
             "--appendonly".into(),
             "no".into(),
+            // DEBUG RELOAD, DEBUG DIGEST-VALUE…: the durability tests' tools (loopback only).
+            "--enable-debug-command".into(),
+            "yes".into(),
             // A replica's first sync at once, not after the default 5 s wait for more replicas.
             "--repl-diskless-sync-delay".into(),
             "0".into(),
+            // By its full path: a test may move `--dir` to another server's files (`extra`),
+            // and the log still says here when this one is ready.
             "--logfile".into(),
-            "redis.log".into(),
+            path(&dir.join("redis.log")),
         ];
         match &self.options.tls {
             Some(tls) => args.extend(tls.args(self.port)),
             None => args.extend(["--port".into(), self.port.to_string()]),
         }
+        if self.options.cluster {
+            args.extend(["--cluster-enabled".into(), "yes".into()]);
+        }
         if let Some(text) = &self.options.acl {
-            let file = self.dir.join("users.acl");
+            let file = dir.join("users.acl");
             std::fs::write(&file, format!("{text}\n")).map_err(|e| e.to_string())?;
             args.extend(["--aclfile".into(), path(&file)]);
-        }
-        if let Some((module, margs)) = &self.options.module {
-            args.extend(["--loadmodule".into(), path(module)]);
-            args.extend(margs.iter().cloned());
         }
         if let Some(master) = self.options.replica_of {
             args.extend(["--replicaof".into(), "127.0.0.1".into(), master.to_string()]);
@@ -179,9 +247,21 @@ impl Server {
             }
         }
         args.extend(self.options.extra.iter().cloned());
-        let _ = std::fs::remove_file(self.dir.join("redis.log"));
-        let program = server_program(self.options.tls.is_some());
-        self.child = Some(spawn_ready(&program, &args, &self.dir)?);
+        // Last: a module that `extra` loads is loaded before it (a test of a command name that
+        // another module took first).
+        if let Some((module, margs)) = &self.options.module {
+            args.extend(["--loadmodule".into(), path(module)]);
+            args.extend(margs.iter().cloned());
+        }
+        // A restart appends to the log of the runs before (a test may read both): only what
+        // this run wrote says whether it is ready.
+        let log_from = std::fs::metadata(dir.join("redis.log")).map_or(0, |m| m.len() as usize);
+        let program = match &self.options.program {
+            Some(program) => program.clone(),
+            None => server_program(self.options.tls.is_some()),
+        };
+        let child = spawn_ready(&program, &args, dir, &self.options.env, log_from)?;
+        self.child = Some(child);
         Ok(())
     }
 
@@ -195,16 +275,25 @@ impl Server {
         format!("{scheme}://127.0.0.1:{}/", self.port)
     }
 
+    /// Its directory: `--dir`, the log, RDB and AOF files.
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.dir.path()
     }
 
+    /// The log of every run of this server so far.
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default()
+        std::fs::read_to_string(self.dir().join("redis.log")).unwrap_or_default()
     }
 
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
+    }
+
+    /// True while the process runs.
+    pub fn alive(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     /// One command through `redis-cli` (over TLS with the client certificate, as `admin` when
@@ -218,12 +307,45 @@ impl Server {
         )
     }
 
+    /// A connection of the `redis` crate to a plain server (as `admin` when set): how a test
+    /// sends the commands it checks. A TLS server is reached through the client under test.
+    pub fn try_connect(&self) -> redis::RedisResult<redis::Connection> {
+        let user = match &self.options.admin {
+            Some((name, pass)) => format!("{name}:{pass}@"),
+            None => String::new(),
+        };
+        let url = format!("redis://{user}127.0.0.1:{}/", self.port);
+        redis::Client::open(url)?.get_connection_with_timeout(Duration::from_secs(5))
+    }
+
+    pub fn connect(&self) -> redis::Connection {
+        self.try_connect()
+            .unwrap_or_else(|e| panic!("connect to redis-server on port {}: {e}", self.port))
+    }
+
     /// Kills the process at once, as a crash would.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+
+    /// Stops the server as an operator would (`SHUTDOWN mode`: `NOSAVE`, `SAVE`) and waits
+    /// until the process has exited.
+    pub fn shutdown(&mut self, mode: &str) -> Result<(), String> {
+        // The connection closes under redis-cli: what it says then is no error.
+        let _ = self.cli(&["SHUTDOWN", mode]);
+        let mut child = self.child.take().ok_or("the server is not running")?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        while matches!(child.try_wait(), Ok(None)) {
+            if Instant::now() > deadline {
+                self.child = Some(child);
+                return Err(format!("SHUTDOWN {mode}: still running: {}", self.log()));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(())
     }
 
     /// Stops the process without closing its connections (`SIGSTOP`), as a host that drops off
@@ -250,7 +372,8 @@ impl Server {
         }
     }
 
-    /// Starts it again on the same port with the same options (after `kill`).
+    /// Starts it again on the same port, directory and options (after `kill` or `shutdown`;
+    /// a running one is killed first).
     pub fn restart(&mut self) -> Result<(), String> {
         self.kill();
         self.spawn()
@@ -259,106 +382,7 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        // The directory goes with `dir` (kept when the test failed).
         self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-pub(crate) fn path(p: &Path) -> String {
-    p.display().to_string()
-}
-
-/// Starts `program args` in `dir` and waits until its log (`dir/redis.log`, or `sentinel.log`)
-/// says it accepts connections; its exit or the timeout is an error carrying the log.
-/// The `redis-server` to run: the first on PATH, except for a TLS server, which runs Debian's
-/// (`/usr/bin/redis-server`, built with TLS) when it is there: the matrix's servers
-/// (`make test-servers`) are built offline without TLS, and what a TLS test checks is our
-/// client's side, not the server's. `RL_TLS_REDIS_SERVER` names another.
-pub(crate) fn server_program(tls: bool) -> String {
-    if tls {
-        if let Ok(program) = std::env::var("RL_TLS_REDIS_SERVER") {
-            return program;
-        }
-        if Path::new("/usr/bin/redis-server").exists() {
-            return "/usr/bin/redis-server".into();
-        }
-    }
-    "redis-server".into()
-}
-
-pub(crate) fn spawn_ready(program: &str, args: &[String], dir: &Path) -> Result<Child, String> {
-    let mut child = Command::new(program)
-        .args(args)
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("{program}: {e}"))?;
-    let log = || {
-        ["redis.log", "sentinel.log"]
-            .iter()
-            .map(|f| std::fs::read_to_string(dir.join(f)).unwrap_or_default())
-            .collect::<String>()
-    };
-    let deadline = Instant::now() + START_TIMEOUT;
-    loop {
-        let text = log();
-        if text.contains("Ready to accept connections") || text.contains("Sentinel ID is") {
-            return Ok(child);
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("{program} {args:?} exited ({status}): {text}"));
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!("{program} did not start: {text}"));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// `redis-cli` against a loopback port.
-pub(crate) fn cli(
-    port: u16,
-    pki: Option<&Pki>,
-    user: Option<&(String, String)>,
-    command: &[&str],
-) -> Result<String, String> {
-    let mut args: Vec<String> = vec![
-        "-h".into(),
-        "127.0.0.1".into(),
-        "-p".into(),
-        port.to_string(),
-    ];
-    if let Some(pki) = pki {
-        args.extend([
-            "--tls".into(),
-            "--cacert".into(),
-            path(&pki.ca),
-            "--cert".into(),
-            path(&pki.client.cert),
-            "--key".into(),
-            path(&pki.client.key),
-        ]);
-    }
-    if let Some((name, pass)) = user {
-        args.extend(["--user".into(), name.clone(), "--pass".into(), pass.clone()]);
-    }
-    // A TLS server's redis-cli is the one beside its redis-server (see `server_program`).
-    let program = server_program(pki.is_some()).replace("redis-server", "redis-cli");
-    let out = Command::new(program)
-        .args(&args)
-        .arg("--no-auth-warning")
-        .args(command)
-        .output()
-        .map_err(|e| format!("redis-cli: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    if !out.status.success() || text.starts_with("ERR") || text.starts_with("(error)") {
-        return Err(format!(
-            "redis-cli {command:?}: {text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(text)
 }

@@ -4,7 +4,7 @@
 use testkit::{ClientCerts, Options, Pki, Sentinel, Server, Tls};
 
 fn pki() -> Pki {
-    Pki::create(&testkit::scratch_dir("pki").unwrap()).unwrap()
+    Pki::new().unwrap()
 }
 
 #[test]

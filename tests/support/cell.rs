@@ -1,5 +1,5 @@
-//! The real redis-cell, built from its crates.io source at test time, and a wall clock shared by
-//! several servers (an LD_PRELOAD shim compiled with gcc), for the migration tests.
+//! The real redis-cell, built from its crates.io source at test time, for the migration tests
+//! (which run it beside the module on one wall clock, `testkit::WallClock`).
 //!
 //! crates.io holds redis-cell 0.2.2 only (later releases are on GitHub, which neither CI nor a
 //! developer's machine reaches). Its algorithm is the current release's, line for line (the
@@ -16,11 +16,9 @@
 //! redis-module). First build: ~3 s of compile
 //! plus the download of four small crates; later runs find the library there.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 const VERSION: &str = "0.2.2";
@@ -205,75 +203,4 @@ fn patch(file: &Path, edits: &[(&str, &str)], tail: &str) -> Result<(), String> 
     }
     text.push_str(tail);
     std::fs::write(file, text).map_err(|e| e.to_string())
-}
-
-/// A wall clock several servers share: they preload the shim (`env()`), and `set_ms` moves
-/// them all at once. Starts at `start_ms`.
-pub struct FakeClock {
-    file: File,
-    path: PathBuf,
-    shim: PathBuf,
-    _dir: super::tempdir::Dir,
-}
-
-impl FakeClock {
-    pub fn new(start_ms: u64) -> Result<FakeClock, String> {
-        let shim = shim()?;
-        let dir = super::tempdir::Dir::new();
-        let path = dir.path().join("clock");
-        std::fs::write(&path, [0u8; 8]).map_err(|e| e.to_string())?;
-        let file = OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .map_err(|e| e.to_string())?;
-        let clock = FakeClock {
-            file,
-            path,
-            shim,
-            _dir: dir,
-        };
-        clock.set_ms(start_ms);
-        Ok(clock)
-    }
-
-    /// Every server preloading the shim reads this instant from now on.
-    pub fn set_ms(&self, ms: u64) {
-        let ns = i64::try_from(ms * 1_000_000).expect("instant in range");
-        self.file
-            .write_all_at(&ns.to_le_bytes(), 0)
-            .expect("write the clock");
-    }
-
-    /// The environment that makes a server read this clock.
-    pub fn env(&self) -> Vec<(String, String)> {
-        vec![
-            ("LD_PRELOAD".into(), self.shim.display().to_string()),
-            ("RL_FAKE_CLOCK".into(), self.path.display().to_string()),
-        ]
-    }
-}
-
-/// The clock shim, compiled once per test binary with gcc.
-fn shim() -> Result<PathBuf, String> {
-    static SHIM: Mutex<Option<PathBuf>> = Mutex::new(None);
-    let mut built = SHIM.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(path) = built.as_ref() {
-        return Ok(path.clone());
-    }
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/fake_clock.c");
-    // Built under a name of this process, then renamed into place: another test binary may
-    // be building it at the same time, and a server still mapping the old file keeps it.
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let tmp = dir.join(format!("fake_clock.so.{}", std::process::id()));
-    run(
-        Command::new("gcc")
-            .args(["-shared", "-fPIC", "-O2", "-Wall", "-o"])
-            .arg(&tmp)
-            .arg(&source),
-        "gcc fake_clock.c",
-    )?;
-    let out = dir.join("fake_clock.so");
-    std::fs::rename(&tmp, &out).map_err(|e| e.to_string())?;
-    *built = Some(out.clone());
-    Ok(out)
 }

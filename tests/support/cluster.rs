@@ -3,22 +3,12 @@
 //! clock pinned at `T0_MS`. Every node is killed on drop, also when a test fails.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::TcpListener;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::cluster::{ClusterClient, ClusterConnection};
 
 use super::{wait_for, Connection, Server, T0_MS};
-
-/// Port + this is the node's cluster bus port.
-const BUS_OFFSET: u16 = 10_000;
-
-/// Node ports come from [10000, 22767]: their bus ports (+10000) then stay below the kernel's
-/// ephemeral range (32768 and up), where outgoing connections and `free_port()` take theirs.
-const FIRST_PORT: u32 = 10_000;
-const PORT_SPAN: u32 = 12_768;
 
 /// One slot range and who serves it, as `CLUSTER SLOTS` reports it (ports identify nodes).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -33,22 +23,6 @@ pub struct Cluster {
     /// Indexed by node number. A killed node keeps its place (see `killed`).
     pub nodes: Vec<Server>,
     killed: Vec<bool>,
-}
-
-/// A port whose bus port is free too (checked by binding both; a node that still fails to bind
-/// is started again on another port).
-fn cluster_port() -> u16 {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let start = std::process::id().wrapping_mul(7919);
-    for _ in 0..PORT_SPAN {
-        let n = start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed));
-        let port = (FIRST_PORT + n % PORT_SPAN) as u16;
-        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
-        if free(port) && free(port + BUS_OFFSET) {
-            return port;
-        }
-    }
-    panic!("no free port pair for a cluster node");
 }
 
 /// Runs a program to completion within `limit`, or kills it and panics.
@@ -143,8 +117,11 @@ impl Cluster {
         let nodes: Vec<Server> = (0..6)
             .map(|_| {
                 let mut last = String::new();
+                // A node that still loses its port (or bus port) to another process meanwhile
+                // is started again on another pair (`testkit::cluster_port`).
                 for _ in 0..20 {
-                    match Server::on_port(cluster_port(), &options, &[]) {
+                    let port = testkit::cluster_port().unwrap_or_else(|e| panic!("{e}"));
+                    match Server::on_port(port, &options, &[]) {
                         Ok(server) => return server,
                         Err(e) => last = e,
                     }

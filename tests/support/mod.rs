@@ -1,5 +1,6 @@
-//! A real `redis-server` per test, with the module loaded, on a free loopback port; killed on
-//! drop. Time is driven through the module's debug clock, never by sleeping.
+//! The module's test helpers on testkit's servers: a real `redis-server` per test, with the
+//! module loaded, on a free loopback port; killed on drop. Time is driven through the module's
+//! debug clock, never by sleeping.
 #![allow(dead_code)]
 
 use std::time::{Duration, Instant};
@@ -17,11 +18,9 @@ pub mod server;
 pub use registry::{algorithm, algorithms, assert_covers, limiter_algorithms, module_commands};
 // Every suite takes the server through `use support::*`; not every suite uses each name.
 #[allow(unused_imports)]
-pub use server::{free_port, module_path, tempdir, Server, OLD_SERVER, SERVER};
-
-/// A far-future instant for the debug clock (2096): keys' absolute expiries then lie beyond
-/// the server's real clock, so Redis never expires them during a test.
-pub const T0_MS: u64 = 4_000_000_000_000;
+pub use server::{free_port, module_path, Server, OLD_SERVER, SERVER};
+#[allow(unused_imports)]
+pub use testkit::{clock_advance, clock_set, Scratch, T0_MS};
 
 /// A server with its module clock pinned at `T0_MS`, and a connection to it: where most tests
 /// start.
@@ -154,24 +153,6 @@ impl Rng {
     pub fn pick<T: Copy>(&mut self, from: &[T]) -> T {
         from[self.below(from.len() as u64) as usize]
     }
-}
-
-pub fn clock_set(c: &mut Connection, ms: u64) {
-    let _: i64 = redis::cmd("RL.DEBUG")
-        .arg("CLOCK")
-        .arg("SET")
-        .arg(ms)
-        .query(c)
-        .unwrap();
-}
-
-pub fn clock_advance(c: &mut Connection, ms: i64) {
-    let _: i64 = redis::cmd("RL.DEBUG")
-        .arg("CLOCK")
-        .arg("ADVANCE")
-        .arg(ms)
-        .query(c)
-        .unwrap();
 }
 
 /// `DUMP key` bytes (None for a missing key).

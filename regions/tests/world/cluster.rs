@@ -1,11 +1,9 @@
 //! A region whose store is a Redis Cluster: three masters on loopback (no replicas), each
 //! answering through one backend (the module and its debug clock, or the library on the real
 //! clock, which the nodes' gossip needs), slots split in three (`CLUSTER ADDSLOTSRANGE`), joined with
-//! `CLUSTER MEET`. Each node has its own directory (its nodes.conf), removed on drop.
+//! `CLUSTER MEET`. Each node is a testkit cluster node (a port whose bus port is free too) in a
+//! directory of its own (its nodes.conf).
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use ratelimit_client::Backend;
@@ -13,25 +11,8 @@ use redis::Value;
 
 use super::Server;
 
-/// A node's cluster bus listens on its port + 10000: both must be free, and the bus port below
-/// the kernel's ephemeral range, so node ports come from [10000, 22767].
-fn node_port() -> u16 {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let start = std::process::id().wrapping_mul(104_729);
-    for _ in 0..12_768 {
-        let n = start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed));
-        let port = (10_000 + n % 12_768) as u16;
-        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
-        if free(port) && free(port + 10_000) {
-            return port;
-        }
-    }
-    panic!("no free port pair for a cluster node");
-}
-
 pub struct ClusterStore {
     pub nodes: Vec<Server>,
-    dirs: Vec<PathBuf>,
 }
 
 impl ClusterStore {
@@ -41,31 +22,16 @@ impl ClusterStore {
 
     /// `install`: the library loaded by the test (else the controller is to load it).
     pub fn start_as(backend: Backend, install: bool) -> ClusterStore {
-        let mut nodes = Vec::new();
-        let mut dirs = Vec::new();
-        static STARTED: AtomicU32 = AtomicU32::new(0);
-        for _ in 0..3 {
-            let n = STARTED.fetch_add(1, Ordering::Relaxed);
-            let dir =
-                std::env::temp_dir().join(format!("rl-regions-cluster-{}-{n}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).expect("node dir");
-            let options: Vec<String> = [
-                "--cluster-enabled",
-                "yes",
-                "--cluster-node-timeout",
-                "5000",
-                "--cluster-config-file",
-                "nodes.conf",
-            ]
-            .map(String::from)
-            .into_iter()
-            .chain(["--dir".to_string(), dir.display().to_string()])
+        let options = [
+            "--cluster-node-timeout",
+            "5000",
+            "--cluster-config-file",
+            "nodes.conf",
+        ];
+        let nodes = (0..3)
+            .map(|_| Server::launch(backend, install, false, &options, true))
             .collect();
-            nodes.push(Server::launch(backend, install, false, &options, node_port));
-            dirs.push(dir);
-        }
-        let store = ClusterStore { nodes, dirs };
+        let store = ClusterStore { nodes };
         let ranges = [(0, 5460), (5461, 10922), (10923, 16383)];
         for (node, (start, end)) in store.nodes.iter().zip(ranges) {
             let mut c = node.connect().expect("node");
@@ -129,16 +95,5 @@ impl ClusterStore {
                     .is_ok()
             })
             .expect("a node serves the key")
-    }
-}
-
-impl Drop for ClusterStore {
-    fn drop(&mut self) {
-        for node in &mut self.nodes {
-            node.kill();
-        }
-        for dir in &self.dirs {
-            let _ = std::fs::remove_dir_all(dir);
-        }
     }
 }

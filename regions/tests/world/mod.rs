@@ -9,11 +9,6 @@
 pub mod cluster;
 pub mod proxy;
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
 use ratelimit_client::Backend;
 use ratelimit_regions::{Config, Controller};
 use redis::{Connection, Value};
@@ -48,37 +43,15 @@ macro_rules! on_every_backend {
 
 pub use proxy::Proxy;
 
-/// A far-future instant (2096) for the debug clocks: Redis never expires keys on its own clock.
-pub const T0_MS: u64 = 4_000_000_000_000;
+pub use testkit::T0_MS;
 
-/// The module: `$RL_MODULE`, else the workspace's debug build (`cargo build` first).
-fn module_path() -> PathBuf {
-    if let Ok(path) = std::env::var("RL_MODULE") {
-        return PathBuf::from(path);
-    }
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/debug/libredis_ratelimit.so");
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build` first",
-        path.display()
-    );
-    path
-}
-
+/// A region's store: testkit's server, answering through `backend`.
 pub struct Server {
     pub port: u16,
-    child: Child,
+    server: testkit::Server,
     pub backend: Backend,
     /// The wall clock of a server without the module (None: the module's debug clock).
     clock: Option<WallClock>,
-}
-
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 impl Server {
@@ -89,77 +62,45 @@ impl Server {
     /// A server answering through `backend`; `install`: the Functions library loaded by the test
     /// (else the controller's `load_library` is to load it).
     pub fn start_as(backend: Backend, install: bool) -> Server {
-        Server::launch(backend, install, true, &[], free_port)
+        Server::launch(backend, install, true, &[], false)
     }
 
-    /// A server with the module on a port `port()` picks, with `extra` options.
-    pub fn start_with(extra: &[String], port: impl Fn() -> u16) -> Server {
-        Server::launch(Backend::Module, true, true, extra, port)
-    }
-
-    /// As [`Server::start_as`], on a port `port()` picks, with `extra` options; `wall`: without
-    /// the module, on a wall clock the test sets (else on the real clock, which a Cluster's
-    /// nodes need to find each other: their gossip runs on it).
+    /// As [`Server::start_as`], with `extra` options; `wall`: without the module, on a wall
+    /// clock the test sets (else on the real clock, which a Cluster's nodes need to find each
+    /// other: their gossip runs on it); `cluster`: a Cluster node (testkit's `Options::cluster`).
     pub fn launch(
         backend: Backend,
         install: bool,
         wall: bool,
-        extra: &[String],
-        port: impl Fn() -> u16,
+        extra: &[&str],
+        cluster: bool,
     ) -> Server {
-        for _ in 0..5 {
-            let port = port();
-            let mut command = Command::new("redis-server");
-            command
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no", "--dir", "/tmp"])
-                .args(extra);
-            let clock = match backend {
-                Backend::Module => {
-                    command
-                        .arg("--loadmodule")
-                        .arg(module_path())
-                        .args(["DEBUG-CLOCK", "yes"]);
-                    None
+        let (mut options, clock) = match backend {
+            Backend::Module => (
+                testkit::Options::debug_module(&[]).expect("the module"),
+                None,
+            ),
+            Backend::Functions | Backend::Scripts => {
+                let mut options = testkit::Options::default();
+                if backend == Backend::Scripts {
+                    // A locked-down service: FUNCTION renamed away.
+                    options = options.extra(&["--rename-command", "FUNCTION", ""]);
                 }
-                Backend::Functions | Backend::Scripts => {
-                    if backend == Backend::Scripts {
-                        // A locked-down service: FUNCTION renamed away.
-                        command.args(["--rename-command", "FUNCTION", ""]);
-                    }
-                    let clock = wall.then(|| WallClock::new(T0_MS).expect("the wall clock"));
-                    command.envs(clock.iter().flat_map(WallClock::env));
-                    clock
-                }
-            };
-            let child = command
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("redis-server");
-            let mut server = Server {
-                port,
-                child,
-                backend,
-                clock,
-            };
-            let began = Instant::now();
-            while began.elapsed() < Duration::from_secs(10) {
-                if let Ok(mut c) = server.connect() {
-                    if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                        server.install(&mut c, install);
-                        return server;
-                    }
-                }
-                if let Ok(Some(_)) = server.child.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
+                let clock = wall.then(|| WallClock::new(T0_MS).expect("the wall clock"));
+                options.env = clock.iter().flat_map(WallClock::env).collect();
+                (options, clock)
             }
-            let _ = server.child.kill();
-            let _ = server.child.wait();
-        }
-        panic!("redis-server did not start");
+        };
+        options.cluster = cluster;
+        let server = testkit::Server::start(options.extra(extra)).unwrap_or_else(|e| panic!("{e}"));
+        let server = Server {
+            port: server.port,
+            server,
+            backend,
+            clock,
+        };
+        server.install(&mut server.connect().expect("connect"), install);
+        server
     }
 
     /// The library where the backend needs it: the shipped file by `FUNCTION LOAD` when
@@ -212,19 +153,11 @@ impl Server {
 
     /// Kills the server (a node down).
     pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.server.kill();
     }
 
     pub fn connect(&self) -> redis::RedisResult<Connection> {
-        redis::Client::open(format!("redis://127.0.0.1:{}", self.port))?.get_connection()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.server.try_connect()
     }
 }
 

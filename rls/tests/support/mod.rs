@@ -5,10 +5,9 @@
 //! client talking to it.
 #![allow(dead_code)]
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,56 +20,26 @@ use ratelimit_rls::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLim
 use ratelimit_rls::pb::google::protobuf::UInt64Value;
 use ratelimit_rls::server::{self, Running};
 use ratelimit_rls::settings::Settings;
+use testkit::Options;
 use tonic::transport::Channel;
 
 /// The debug clock's pinned instant (2096, a multiple of every unit up to a day).
 pub const T0_MS: u64 = 4_000_000_000_000 - 4_000_000_000_000 % 86_400_000;
 
-pub fn module_path() -> PathBuf {
-    if let Ok(path) = std::env::var("RL_MODULE") {
-        return PathBuf::from(path);
-    }
-    let debug = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/debug/libredis_ratelimit.so");
-    assert!(
-        debug.exists(),
-        "{} is missing: run `cargo build` first",
-        debug.display()
-    );
-    debug
-}
-
+/// A free loopback port (testkit's: above the kernel's ephemeral range, one per call).
 pub fn free_port() -> u16 {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let start = std::process::id().wrapping_mul(7919);
-    for _ in 0..4_000 {
-        let n = start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed));
-        let port = (57_000 + n % 4_000) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free loopback port");
+    testkit::free_port().unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A new directory of this test (`rl-testkit-rls-<what>-…` in the temporary directory).
 pub fn scratch(what: &str) -> PathBuf {
-    static N: AtomicU32 = AtomicU32::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "rl-rls-{what}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+    testkit::scratch_dir(&format!("rls-{what}")).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A store: testkit's server, answering through `backend`.
 pub struct Redis {
     pub port: u16,
-    dir: PathBuf,
-    extra: Vec<String>,
-    child: Option<Child>,
-    /// Whether the module is loaded (else a managed service's server, for the library).
-    module: bool,
+    server: testkit::Server,
     /// What the RLS answers through on it.
     pub backend: Backend,
     /// The wall clock of a server without the module that a test moves (`Redis::on`), and
@@ -104,25 +73,10 @@ macro_rules! on_every_backend {
     };
 }
 
-/// A port for a Cluster node: its bus port (+10000) free too and below 65536.
-fn cluster_port() -> u16 {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let start = std::process::id().wrapping_mul(104_729);
-    for _ in 0..10_000 {
-        let n = start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed));
-        let port = (20_000 + n % 10_000) as u16;
-        let free = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
-        if free(port) && free(port + 10_000) {
-            return port;
-        }
-    }
-    panic!("no free port pair for a cluster node");
-}
-
 impl Redis {
     /// A server with the module, its clock pinned at `T0_MS`.
     pub fn start() -> Redis {
-        Redis::start_with(&[], free_port)
+        Redis::start_args(&[])
     }
 
     /// A server answering through `backend`, its clock at `T0_MS`: the module (debug clock), or
@@ -132,154 +86,80 @@ impl Redis {
         if backend == Backend::Module {
             return Redis::start();
         }
-        let extra: &[&str] = match backend {
-            Backend::Scripts => &["--rename-command", "FUNCTION", ""],
-            _ => &[],
-        };
-        for _ in 0..5 {
-            let mut r = Redis {
-                port: free_port(),
-                dir: scratch("redis"),
-                extra: extra.iter().map(|s| s.to_string()).collect(),
-                child: None,
-                module: false,
-                backend,
-                wall: None,
-            };
-            let wall = testkit::WallClock::new(T0_MS).expect("the wall clock");
-            r.wall = Some((wall, AtomicU64::new(T0_MS)));
-            if r.spawn() {
-                if backend == Backend::Functions {
-                    let _: String = r.cmd(
-                        redis::cmd("FUNCTION")
-                            .arg("LOAD")
-                            .arg(ratelimit_client::LIBRARY_SOURCE),
-                    );
-                }
-                return r;
-            }
+        let mut options = Options::default();
+        if backend == Backend::Scripts {
+            options = options.extra(&["--rename-command", "FUNCTION", ""]);
         }
-        panic!("redis-server did not start");
+        let wall = testkit::WallClock::new(T0_MS).expect("the wall clock");
+        options.env = wall.env().to_vec();
+        let mut r = Redis::started(options, None, backend);
+        r.wall = Some((wall, AtomicU64::new(T0_MS)));
+        if backend == Backend::Functions {
+            let _: String = r.cmd(
+                redis::cmd("FUNCTION")
+                    .arg("LOAD")
+                    .arg(ratelimit_client::LIBRARY_SOURCE),
+            );
+        }
+        r
     }
 
     /// A server with the module and these arguments too (`--unixsocket …`).
     pub fn start_args(extra: &[&str]) -> Redis {
-        Redis::start_with(extra, free_port)
+        Redis::with_module(module().extra(extra), None)
     }
 
     /// A scratch path for this server (a unix socket, a file).
     pub fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
+        self.server.dir().join(name)
     }
 
     /// A Cluster node (not yet part of a cluster).
     pub fn cluster_node() -> Redis {
-        Redis::start_with(
-            &[
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-            ],
-            cluster_port,
-        )
+        Redis::with_module(cluster(module()), None)
     }
 
     /// A server on a port chosen beforehand (a store that comes up after the RLS).
     pub fn start_at(port: u16) -> Redis {
-        Redis::start_with(&[], move || port)
+        Redis::with_module(module(), Some(port))
     }
 
     /// A Cluster node without the module (not yet part of a cluster).
     pub fn plain_cluster_node() -> Redis {
-        Redis::spawned(
-            &[
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                "nodes.conf",
-            ],
-            cluster_port,
-            false,
-        )
+        Redis::started(cluster(Options::default()), None, Backend::Functions)
     }
 
     /// A server without the module, on the real clock, with more configuration
     /// (`--rename-command FUNCTION ""`): the library's backends.
     pub fn plain(extra: &[&str]) -> Redis {
-        Redis::spawned(extra, free_port, false)
+        Redis::started(Options::default().extra(extra), None, Backend::Functions)
     }
 
-    fn start_with(extra: &[&str], port: impl Fn() -> u16) -> Redis {
-        Redis::spawned(extra, port, true)
+    /// A server with the module, its debug clock pinned at `T0_MS`.
+    fn with_module(options: Options, port: Option<u16>) -> Redis {
+        let r = Redis::started(options, port, Backend::Module);
+        r.clock_set(T0_MS);
+        r
     }
 
-    fn spawned(extra: &[&str], port: impl Fn() -> u16, module: bool) -> Redis {
-        for _ in 0..5 {
-            let mut r = Redis {
-                port: port(),
-                dir: scratch("redis"),
-                extra: extra.iter().map(|s| s.to_string()).collect(),
-                child: None,
-                module,
-                backend: if module {
-                    Backend::Module
-                } else {
-                    Backend::Functions
-                },
-                wall: None,
-            };
-            if r.spawn() {
-                if module {
-                    r.clock_set(T0_MS);
-                }
-                return r;
-            }
+    /// Started on `port`, or on a free one.
+    fn started(options: Options, port: Option<u16>, backend: Backend) -> Redis {
+        let server = match port {
+            Some(port) => testkit::Server::start_on(port, options),
+            None => testkit::Server::start(options),
         }
-        panic!("redis-server did not start");
-    }
-
-    fn spawn(&mut self) -> bool {
-        let child = Command::new("redis-server")
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--dir", &self.dir.display().to_string(), "--save", ""])
-            .args(["--appendonly", "no", "--logfile", "redis.log"])
-            .args(if self.module {
-                vec![
-                    "--loadmodule".to_string(),
-                    module_path().display().to_string(),
-                    "DEBUG-CLOCK".to_string(),
-                    "yes".to_string(),
-                ]
-            } else {
-                Vec::new()
-            })
-            .args(&self.extra)
-            .envs(self.wall.iter().flat_map(|(w, _)| w.env()))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server on PATH");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(mut c) = self.conn() {
-                if redis::cmd("PING").query::<String>(&mut c).is_ok() {
-                    return true;
-                }
-            }
-            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
-                self.child = None;
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        .unwrap_or_else(|e| panic!("{e}"));
+        Redis {
+            port: server.port,
+            server,
+            backend,
+            wall: None,
         }
-        false
     }
 
     /// A scratch directory of this test (removed with the server).
     pub fn scratch(&self, what: &str) -> PathBuf {
-        let dir = self.dir.join(what);
+        let dir = self.server.dir().join(what);
         std::fs::create_dir_all(&dir).unwrap();
         dir
     }
@@ -289,8 +169,7 @@ impl Redis {
     }
 
     pub fn conn(&self) -> redis::RedisResult<redis::Connection> {
-        let client = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))?;
-        client.get_connection_with_timeout(Duration::from_secs(2))
+        self.server.try_connect()
     }
 
     pub fn cmd<T: redis::FromRedisValue>(&self, cmd: &mut redis::Cmd) -> T {
@@ -303,7 +182,7 @@ impl Redis {
             wall.set(ms);
             return;
         }
-        let _: i64 = self.cmd(redis::cmd("RL.DEBUG").arg("CLOCK").arg("SET").arg(ms));
+        testkit::clock_set(&mut self.conn().unwrap(), ms);
     }
 
     pub fn clock_advance(&self, ms: u64) {
@@ -311,7 +190,8 @@ impl Redis {
             wall.set(now.fetch_add(ms, Ordering::SeqCst) + ms);
             return;
         }
-        let _: i64 = self.cmd(redis::cmd("RL.DEBUG").arg("CLOCK").arg("ADVANCE").arg(ms));
+        let ms = i64::try_from(ms).expect("a step of the clock within i64");
+        testkit::clock_advance(&mut self.conn().unwrap(), ms);
     }
 
     /// How many times `command` ran (INFO commandstats; the module's names are upper case).
@@ -343,36 +223,30 @@ impl Redis {
         }
     }
 
-    fn signal(&self, sig: &str) {
-        if let Some(c) = &self.child {
-            let _ = Command::new("kill")
-                .args([sig, &c.id().to_string()])
-                .status();
-        }
-    }
-
     /// SIGSTOP: connections stay open, nothing is answered.
     pub fn freeze(&self) {
-        self.signal("-STOP");
+        let _ = self.server.pause();
     }
 
     pub fn thaw(&self) {
-        self.signal("-CONT");
+        let _ = self.server.resume();
     }
 
     pub fn kill(&mut self) {
-        self.signal("-CONT");
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.server.kill();
     }
 }
 
-impl Drop for Redis {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
+/// The module with its debug clock.
+fn module() -> Options {
+    Options::debug_module(&[]).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A Cluster node (its bus port free too), not yet part of a cluster.
+fn cluster(options: Options) -> Options {
+    Options {
+        cluster: true,
+        ..options.extra(&["--cluster-config-file", "nodes.conf"])
     }
 }
 

@@ -2,7 +2,7 @@
  * (redis-cell's and ours) then read the very same instants. libfaketime aborts redis-server 7.0,
  * hence this.
  *
- * $RL_FAKE_CLOCK names a file whose first 8 bytes are the instant, in nanoseconds since the
+ * $RL_FAKE_CLOCK names a file (testkit's WallClock) whose first 8 bytes are the instant, in nanoseconds since the
  * epoch, as a little-endian int64; it is mapped shared, so a write by the test is seen at once.
  * Only the wall clock is replaced (CLOCK_REALTIME and its variants, gettimeofday, time): the
  * monotonic clocks Redis times its event loop with keep running. Without the variable, or with
@@ -29,10 +29,9 @@ __attribute__((constructor)) static void fake_clock_init(void) {
     if (m != MAP_FAILED) fake_ns = m;
 }
 
-/* A file of two copies of the instant (testkit's WallClock writes the second, then the first) is
- * read only when both agree: a write to the file is not atomic, and a read in its middle would
- * see a torn instant. A file of one (the second reads 0, past its end in the mapped page) is read
- * as it is. */
+/* The file holds two copies of the instant (WallClock writes the second, then the first), read
+ * only when both agree: a write to the file is not atomic, and a read in its middle would see a
+ * torn instant. A second copy of 0 (a file of one instant) reads the first as it is. */
 static int64_t fake_now(void) {
     if (!fake_ns) return 0;
     for (;;) {
