@@ -15,8 +15,7 @@ impl Steps<'_> {
         let now = self.clock.now_ns();
         // A slot taken by a request another rule denies would be held until the stream-done
         // report: a request with a concurrency rule is always decided all or nothing.
-        let atomic = self.settings.stop_increment_when_overlimit
-            || items.iter().any(|i| i.rule.concurrency.is_some());
+        let atomic = self.settings.stop_increment_when_overlimit || items.iter().any(Item::is_slot);
         self.answer_here(items, now);
         let pending: Vec<usize> = (0..items.len())
             .filter(|i| items.get(*i).is_some_and(|it| it.outcome.is_none()))
@@ -66,7 +65,7 @@ impl Steps<'_> {
     /// without a holder.
     fn answer_here(&self, items: &mut [Item], now: u64) {
         for item in items.iter_mut() {
-            if item.rule.concurrency.is_some() {
+            if item.is_slot() {
                 self.refuse_without_holder(item);
                 continue;
             }

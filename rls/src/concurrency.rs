@@ -75,11 +75,9 @@ impl Steps<'_> {
         which: &[usize],
         peek: bool,
     ) -> Result<(), Refusal> {
-        let (slots, rates): (Vec<usize>, Vec<usize>) = which.iter().partition(|i| {
-            items
-                .get(**i)
-                .is_some_and(|it| it.rule.concurrency.is_some())
-        });
+        let (slots, rates): (Vec<usize>, Vec<usize>) = which
+            .iter()
+            .partition(|i| items.get(**i).is_some_and(Item::is_slot));
         let checks: Vec<_> = rates
             .iter()
             .filter_map(|i| items.get(*i)?.check(peek))

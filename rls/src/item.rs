@@ -115,6 +115,11 @@ impl Item {
         matches!(self.hits, Hits::Settle(_))
     }
 
+    /// A concurrency rule's item: it takes (or gives back) a slot rather than a rate's amount.
+    pub(crate) fn is_slot(&self) -> bool {
+        self.rule.concurrency.is_some()
+    }
+
     /// Takes `other`'s descriptors when it names the same key and asks the same way: then
     /// `None`, else `other` back.
     pub(crate) fn absorb(&mut self, other: Item) -> Option<Item> {

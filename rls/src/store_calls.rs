@@ -39,11 +39,7 @@ impl Steps<'_> {
         which: &[usize],
         peek: bool,
     ) -> Result<(), Refusal> {
-        let has_slots = |i: &usize| {
-            items
-                .get(*i)
-                .is_some_and(|it| it.rule.concurrency.is_some())
-        };
+        let has_slots = |i: &usize| items.get(*i).is_some_and(Item::is_slot);
         if which.iter().any(has_slots) {
             if limiter.store().backend() != Backend::Module && which.len() > 1 {
                 return self.decide_in_steps(limiter, items, which, peek).await;
@@ -119,11 +115,9 @@ impl Steps<'_> {
         which: &[usize],
         peek: bool,
     ) -> Result<(), Refusal> {
-        let (slots, rates): (Vec<usize>, Vec<usize>) = which.iter().partition(|i| {
-            items
-                .get(**i)
-                .is_some_and(|it| it.rule.concurrency.is_some())
-        });
+        let (slots, rates): (Vec<usize>, Vec<usize>) = which
+            .iter()
+            .partition(|i| items.get(**i).is_some_and(Item::is_slot));
         for i in &slots {
             self.decide_with_slots(limiter, items, &[*i], peek).await?;
         }
