@@ -1,8 +1,8 @@
 //! The admission core, synchronous and clock-free (the caller passes `now`): counts requests in
 //! flight, asks the limit algorithm for the limit, and when the service is full decides who
 //! waits, who is shed, and who goes next. The order, best first: a tenant within its fair share
-//! before one over it (a flood costs the others nothing, whatever tiers it claims); then the
-//! higher tier; then the tenant furthest below its share; then the one that waited longest.
+//! before one over it (a flood costs the others nothing, whatever tiers it claims: see
+//! `precedence` for what over means); then the higher tier; then the tenant furthest below its share; then the one that waited longest.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,6 +13,12 @@ use crate::queue::{Entry, Queue, Waiter};
 use crate::rejection::{Reason, Rejection};
 use crate::tenants::Tenants;
 use crate::tier::Tier;
+
+/// The places kept for tenants within their share, in spreads (square roots) of the limit; see
+/// `Admission::reserved`. Measured in a discrete-event run of this core (19 tenants at 0.8 C, one
+/// at 10 × its share): 1 spread kept the well-behaved at 98.2 % success, 1.5 at 99.3 %, 2 at
+/// 99.7 % with the flooder at 0.97 of its max-min share.
+const RESERVE_SPREADS: f64 = 2.0;
 
 /// What the admission knows of a request.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,11 +31,13 @@ pub struct Ticket {
 /// The queue and tenant settings (none required).
 #[derive(Clone, Debug, PartialEq)]
 pub struct QueueSettings {
-    /// The longest wait under a standing queue (default 5 ms).
-    pub target: Duration,
+    /// The longest wait under a standing queue (default: `interval`, no standing cut; see
+    /// `queue.rs` for why).
+    pub target: Option<Duration>,
     /// The longest wait otherwise, and how long waits must stay above `target` to call the
-    /// queue standing (default 100 ms).
-    pub interval: Duration,
+    /// queue standing (default: half the service's no-load latency, the whole of it for a
+    /// critical request; 100 ms until measured).
+    pub interval: Option<Duration>,
     /// The most requests waiting; `None` (default) is the current limit. `Some(0)`: no queue,
     /// a request finding the service full is shed at once (tiers then order nothing).
     pub max_queue: Option<usize>,
@@ -42,8 +50,8 @@ pub struct QueueSettings {
 impl Default for QueueSettings {
     fn default() -> QueueSettings {
         QueueSettings {
-            target: Duration::from_millis(5),
-            interval: Duration::from_millis(100),
+            target: None,
+            interval: None,
             max_queue: None,
             max_tenants: 10_000,
             weights: HashMap::new(),
@@ -127,21 +135,40 @@ impl<W: Waiter> Admission<W> {
     pub fn algorithm(&self) -> &dyn LimitAlgorithm {
         &*self.alg
     }
-    pub fn allowed_wait(&self) -> Duration {
-        self.queue.allowed_wait()
+    /// The longest a request of `tier` may wait in the queue now.
+    pub fn allowed_wait(&self, tier: Tier) -> Duration {
+        self.queue.allowed_wait(tier)
     }
 
     fn queue_cap(&self) -> usize {
         self.max_queue.unwrap_or_else(|| self.limit())
     }
 
-    fn precedence(&self, tier: Tier, tenant: &str, extra: usize) -> Precedence {
-        let used = self.tenants.share_used(tenant, extra, self.limit());
+    /// A tenant is over its share when it holds more than its share of the limit now *and* took
+    /// more than its share of the recent admissions (`Tenants::heavy`): the first alone puts a
+    /// well-behaved tenant's second request beside a flooder's once a share is about one place
+    /// (20 tenants on a limit of 12); the second alone flickers for tenants sharing an
+    /// overloaded service evenly, letting their low tiers pass others' critical requests.
+    fn precedence(&self, tier: Tier, tenant: &str) -> Precedence {
+        let used = self.tenants.share_used(tenant, 0, self.limit());
         Precedence {
-            within_share: used <= 1.0,
+            within_share: used <= 1.0 || !self.tenants.heavy(tenant),
             tier: tier.rank(),
             room: -used,
         }
+    }
+
+    /// The places kept for tenants within their share (2 √limit, rounded up, leaving at least
+    /// one for anyone): a tenant over its share fills the limit only up to the rest, so a
+    /// well-behaved tenant's request finds a place at once instead of waiting for a completion
+    /// behind a flood. The others' requests in flight come and go like Poisson arrivals, whose
+    /// spread is about the square root of their number: two spreads cover their bursts.
+    /// Nobody is over its share while tenants share evenly, so this costs a service under even
+    /// overload nothing; under a flood, the limit algorithm sees the kept places' lower latency
+    /// and raises the limit, so the service stays busy.
+    fn reserved(&self) -> usize {
+        let limit = self.limit();
+        ((RESERVE_SPREADS * (limit as f64).sqrt()).ceil() as usize).min(limit - 1)
     }
 
     fn admit(&mut self, tenant: Arc<str>, tier: Tier, now: Duration) -> Grant {
@@ -158,7 +185,7 @@ impl<W: Waiter> Admission<W> {
     /// Over its share is the reason only when other tenants are waiting or running: a lone
     /// tenant is simply more than the service can take.
     fn shed(&self, tier: Tier, tenant: &str) -> Rejection {
-        let p = self.precedence(tier, tenant, 0);
+        let p = self.precedence(tier, tenant);
         let others = self.tenants.active() > 1;
         Rejection::new(if others && !p.within_share {
             Reason::OverShare
@@ -176,16 +203,28 @@ impl<W: Waiter> Admission<W> {
     ) -> Arrival {
         self.expire(now, settled);
         let tenant = self.tenants.key(&ticket.tenant);
-        if self.in_flight < self.limit() && self.queue.is_empty() {
+        // Counted before it is ranked, so its own share and the evicted one's reason see the
+        // newcomer's tenant among the active ones.
+        self.tenants.queue(&tenant);
+        let mine = self.precedence(ticket.tier, &tenant);
+        let open = if mine.within_share {
+            self.limit()
+        } else {
+            self.limit() - self.reserved()
+        };
+        // After `expire`, whoever still waits cannot have a place: the service is full, or they
+        // are over their share and only the reserved places are left. So a place open to this
+        // request passes nobody who could take it.
+        if self.in_flight < open && (self.queue.is_empty() || mine.within_share) {
+            self.tenants.unqueue(&tenant);
             return Arrival::Admitted(self.admit(tenant, ticket.tier, now));
         }
-        let mine = self.precedence(ticket.tier, &tenant, 1);
         let full = self.queue.len() >= self.queue_cap();
         if full && self.worst().is_none_or(|(_, p)| p >= mine) {
-            return Arrival::Rejected(self.shed(ticket.tier, &tenant));
+            let rejection = self.shed(ticket.tier, &tenant);
+            self.tenants.unqueue(&tenant);
+            return Arrival::Rejected(rejection);
         }
-        // Counted before an eviction, so the evicted one's reason sees the newcomer.
-        self.tenants.queue(&tenant);
         if full {
             // Full queue: the newcomer takes the place of the queue's last.
             let worst = self.worst().map_or(0, |(i, _)| i);
@@ -228,6 +267,7 @@ impl<W: Waiter> Admission<W> {
     /// Drops the queue's cancelled entries, sheds those that waited too long, and admits the
     /// best waiting requests while there is room.
     pub fn expire(&mut self, now: Duration, settled: &mut Vec<Settled<W>>) {
+        self.queue.set_no_load(self.alg.observed().min_rtt);
         let (gone, late) = self.queue.expire(now);
         for e in gone {
             self.tenants.unqueue(&e.tenant);
@@ -237,7 +277,11 @@ impl<W: Waiter> Admission<W> {
             settled.push(settle(e, Err(Rejection::new(Reason::QueueTimeout))));
         }
         while self.in_flight < self.limit() {
-            let Some((i, _)) = self.best() else { break };
+            let Some((i, p)) = self.best() else { break };
+            if !p.within_share && self.in_flight >= self.limit() - self.reserved() {
+                // The best is over its share, so all are: the last places wait for the others.
+                break;
+            }
             let Some(e) = self.queue.take(i, now) else {
                 break;
             };
@@ -258,7 +302,7 @@ impl<W: Waiter> Admission<W> {
             .entries
             .iter()
             .enumerate()
-            .map(|(i, e)| (i, self.precedence(e.tier, &e.tenant, 0)))
+            .map(|(i, e)| (i, self.precedence(e.tier, &e.tenant)))
     }
 
     /// The entry to admit next: the best precedence, the oldest among equals.

@@ -105,7 +105,7 @@ impl Shedder {
             let now = self.inner.clock.now();
             let arrival = s.arrive(now, ticket, tx, &mut settled);
             publish(&s);
-            (arrival, s.allowed_wait())
+            (arrival, s.allowed_wait(ticket.tier))
         };
         self.inner.deliver(settled);
         match arrival {

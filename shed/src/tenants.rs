@@ -3,6 +3,18 @@
 //! none, so the table holds at most `in flight + queued` entries, and never more than
 //! `max_tenants` plus one: past that, new keys share one overflow entry (a cardinality attack gets one
 //! share, not one per key).
+//!
+//! Beside the counts at this instant, a history holds each tenant's part of the recent admissions
+//! (the last thousand or so, decaying geometrically, counted in admissions rather than seconds so
+//! that it means the same for a 1 ms and a 1 s service). A count at one instant cannot tell a
+//! flooder from a well-behaved tenant once a share is about one place (20 tenants on a limit of
+//! 12): both are over it with their second request. Over time they differ: the well-behaved
+//! tenant's part of the admissions is about its share, the flooder's several times it. `heavy`
+//! is that test. The history outlives a tenant's active entry: a flooder held back until it has
+//! nothing in flight would otherwise come back with a clean slate and its tier's precedence, and
+//! take the others' places again (measured: a flooder at 10 × its share then got 1.9 × its
+//! max-min share). It is bounded like the active table (`max_tenants` entries) and forgets a
+//! tenant once its part has decayed to almost nothing.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,11 +22,39 @@ use std::sync::Arc;
 /// The key every tenant beyond `max_tenants` shares.
 pub const OVERFLOW: &str = "\u{0}overflow";
 
+/// How many recent admissions the history weighs, about: each older one counts `1 − 1/N` of the
+/// next. Enough that 20 tenants sharing a service evenly stay well within `HEAVY` of their share
+/// by chance alone (about 50 admissions each, a spread of about 7).
+const REMEMBERED_ADMISSIONS: f64 = 1000.0;
+const DECAY: f64 = 1.0 - 1.0 / REMEMBERED_ADMISSIONS;
+/// A tenant whose part of the recent admissions is above this many times its share is heavy.
+const HEAVY: f64 = 1.5;
+/// A tenant whose decayed count fell below this is forgotten (about 3,000 admissions of others
+/// after its last one).
+const FORGOTTEN: f64 = 0.05;
+/// The history is swept for forgotten tenants once per this many admissions.
+const SWEEP_EVERY: u64 = 1_000;
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Usage {
     pub in_flight: usize,
     pub queued: usize,
     pub weight: u32,
+}
+
+/// A tenant's decayed count of admissions, as of admission number `at`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct Recent {
+    count: f64,
+    at: u64,
+    weight: u32,
+}
+
+impl Recent {
+    /// The count after admission number `now`.
+    fn count_at(&self, now: u64) -> f64 {
+        self.count * DECAY.powf(now.saturating_sub(self.at) as f64)
+    }
 }
 
 impl Usage {
@@ -30,6 +70,13 @@ pub struct Tenants {
     total_weight: u64,
     max_tenants: usize,
     overflow: Arc<str>,
+    /// Admissions so far, every tenant's (the history's clock).
+    admissions: u64,
+    history: HashMap<Arc<str>, Recent>,
+    /// The weights of the tenants in `history` and of the active tenants not in it (not
+    /// admitted yet, say, behind a flood): a share of the admissions is a part of their sum.
+    history_weight: u64,
+    unrecorded_weight: u64,
 }
 
 impl Tenants {
@@ -41,6 +88,10 @@ impl Tenants {
             total_weight: 0,
             max_tenants: max_tenants.max(1),
             overflow: Arc::from(OVERFLOW),
+            admissions: 0,
+            history: HashMap::new(),
+            history_weight: 0,
+            unrecorded_weight: 0,
         }
     }
 
@@ -61,10 +112,14 @@ impl Tenants {
 
     fn entry(&mut self, key: &Arc<str>) -> &mut Usage {
         let weights = &self.weights;
-        let total = &mut self.total_weight;
+        let (total, unrecorded) = (&mut self.total_weight, &mut self.unrecorded_weight);
+        let recorded = self.history.contains_key(key);
         self.active.entry(key.clone()).or_insert_with(|| {
             let weight = weights.get(&**key).copied().unwrap_or(1).max(1);
             *total += u64::from(weight);
+            if !recorded {
+                *unrecorded += u64::from(weight);
+            }
             Usage {
                 weight,
                 ..Usage::default()
@@ -76,6 +131,10 @@ impl Tenants {
         if let Some(u) = self.active.get(key) {
             if u.total() == 0 {
                 self.total_weight -= u64::from(u.weight);
+                if !self.history.contains_key(key) {
+                    self.unrecorded_weight =
+                        self.unrecorded_weight.saturating_sub(u64::from(u.weight));
+                }
                 self.active.remove(key);
             }
         }
@@ -92,8 +151,51 @@ impl Tenants {
         self.tidy(key);
     }
 
+    /// An admission of `key`'s: one more in flight, and one more in its history.
     pub fn start(&mut self, key: &Arc<str>) {
-        self.entry(key).in_flight += 1;
+        let weight = {
+            let u = self.entry(key);
+            u.in_flight += 1;
+            u.weight
+        };
+        self.admissions += 1;
+        let now = self.admissions;
+        if let Some(r) = self.history.get_mut(key) {
+            r.count = r.count_at(now) + 1.0;
+            r.at = now;
+        } else if self.history.len() < self.max_tenants {
+            self.history.insert(
+                key.clone(),
+                Recent {
+                    count: 1.0,
+                    at: now,
+                    weight,
+                },
+            );
+            self.history_weight += u64::from(weight);
+            self.unrecorded_weight = self.unrecorded_weight.saturating_sub(u64::from(weight));
+        }
+        if now.is_multiple_of(SWEEP_EVERY) {
+            self.forget(now);
+        }
+    }
+
+    /// Drops the tenants whose part of the recent admissions decayed to almost nothing.
+    fn forget(&mut self, now: u64) {
+        let (mut gone, mut still_active) = (0, 0);
+        let active = &self.active;
+        self.history.retain(|key, r| {
+            let keep = r.count_at(now) >= FORGOTTEN;
+            if !keep {
+                gone += u64::from(r.weight);
+                if active.contains_key(key) {
+                    still_active += u64::from(r.weight);
+                }
+            }
+            keep
+        });
+        self.history_weight = self.history_weight.saturating_sub(gone);
+        self.unrecorded_weight += still_active;
     }
 
     pub fn finish(&mut self, key: &Arc<str>) {
@@ -108,6 +210,18 @@ impl Tenants {
             weight: self.weights.get(key).copied().unwrap_or(1).max(1),
             ..Usage::default()
         })
+    }
+
+    /// Whether `key` took more than `HEAVY` times its share (its weight of the weights of the
+    /// tenants admitted recently or waiting now) of the recent admissions.
+    pub fn heavy(&self, key: &str) -> bool {
+        let Some(r) = self.history.get(key) else {
+            return false;
+        };
+        let all = (1.0 - DECAY.powf(self.admissions as f64)) / (1.0 - DECAY);
+        let weights = self.history_weight + self.unrecorded_weight;
+        let share = f64::from(r.weight) / weights.max(1) as f64;
+        all > 0.0 && r.count_at(self.admissions) / all > HEAVY * share
     }
 
     /// How far `key`'s requests (in flight and queued, plus `extra` about to be) are into its
@@ -162,5 +276,94 @@ mod tests {
         assert_eq!(t.share_used("small", 1, 8), 1.0);
         // A newcomer counts its own weight in the total: 8 · 1 / 5.
         assert_eq!(t.share_used("new", 1, 8), 1.0 / 1.6);
+    }
+
+    /// Admits `n` rounds of one request per tenant in `round`, each finishing at once.
+    fn admit_rounds(t: &mut Tenants, n: usize, round: &[&str]) {
+        for _ in 0..n {
+            for name in round {
+                let k = t.key(name);
+                t.start(&k);
+                t.finish(&k);
+            }
+        }
+    }
+
+    #[test]
+    fn a_tenant_taking_several_times_its_share_of_admissions_is_heavy() {
+        let mut t = Tenants::new(10, HashMap::new());
+        let (a, b, flood) = (t.key("a"), t.key("b"), t.key("flood"));
+        for k in [&a, &b, &flood] {
+            t.queue(k);
+        }
+        // Even shares over a long run: nobody is heavy.
+        admit_rounds(&mut t, 2_000, &["a", "b", "flood"]);
+        assert!(!t.heavy("a") && !t.heavy("b") && !t.heavy("flood"));
+        // The flooder then takes four admissions to each of the others' one.
+        admit_rounds(
+            &mut t,
+            1_000,
+            &["a", "b", "flood", "flood", "flood", "flood"],
+        );
+        assert!(t.heavy("flood"));
+        assert!(!t.heavy("a") && !t.heavy("b"));
+        // An unknown or inactive tenant has no history to hold against it.
+        assert!(!t.heavy("newcomer"));
+    }
+
+    #[test]
+    fn weights_raise_the_bar_for_heavy() {
+        let weights = HashMap::from([("gold".to_string(), 3)]);
+        let mut t = Tenants::new(10, weights);
+        for name in ["gold", "tin"] {
+            let k = t.key(name);
+            t.queue(&k);
+        }
+        // gold takes three of every four admissions: its weighted share.
+        admit_rounds(&mut t, 1_000, &["gold", "gold", "gold", "tin"]);
+        assert!(!t.heavy("gold") && !t.heavy("tin"));
+    }
+
+    #[test]
+    fn the_history_outlives_a_tenants_last_request() {
+        let mut t = Tenants::new(10, HashMap::new());
+        let others: Vec<Arc<str>> = ["a", "b", "c"].iter().map(|n| t.key(n)).collect();
+        for k in &others {
+            t.queue(k);
+        }
+        admit_rounds(&mut t, 300, &["flood", "flood", "flood", "a", "b", "c"]);
+        assert!(t.heavy("flood"));
+        // The flooder has nothing in flight or queued (admit_rounds finishes each request): its
+        // entry is gone, its history is not.
+        assert_eq!(t.usage("flood").total(), 0);
+        let k = t.key("flood");
+        t.queue(&k);
+        assert!(t.heavy("flood"));
+    }
+
+    #[test]
+    fn a_tenant_waiting_behind_a_flood_counts_in_the_shares_before_its_first_admission() {
+        let mut t = Tenants::new(10, HashMap::new());
+        // Alone, the flooder took every admission: that is its whole share, not a flood.
+        admit_rounds(&mut t, 500, &["flood"]);
+        assert!(!t.heavy("flood"));
+        // A second tenant waits, never admitted yet: the flooder's share is now half.
+        let k = t.key("newcomer");
+        t.queue(&k);
+        assert!(t.heavy("flood"));
+        assert!(!t.heavy("newcomer"));
+        // It gives up: the flooder is alone again.
+        t.unqueue(&k);
+        assert!(!t.heavy("flood"));
+    }
+
+    #[test]
+    fn forgotten_tenants_leave_the_history() {
+        let mut t = Tenants::new(10, HashMap::new());
+        admit_rounds(&mut t, 1, &["once"]);
+        admit_rounds(&mut t, 5_000, &["steady"]);
+        assert!(!t.history.contains_key("once"));
+        assert_eq!(t.history_weight, 1);
+        assert!(!t.heavy("steady"));
     }
 }

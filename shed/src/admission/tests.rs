@@ -1,10 +1,10 @@
 //! The admission core on a fixed limit and explicit times: who is admitted, queued, shed, and
 //! in which order.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use super::*;
-use crate::limit::FixedLimit;
+use crate::limit::{FixedLimit, LimitAlgorithm, Sample};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -197,15 +197,20 @@ fn weights_give_a_tenant_a_larger_share() {
     // the gold one is better placed (3 + 1 of 3 vs 1 + 1 of 1 is equal; the older goes first).
     arrive(&mut a, &mut out, ticket(Tier::Default, "gold"), "gold");
     arrive(&mut a, &mut out, ticket(Tier::Default, "tin"), "tin");
-    assert!(a.precedence(Tier::Default, "gold", 0) > a.precedence(Tier::Default, "tin", 0));
+    assert!(a.precedence(Tier::Default, "gold") > a.precedence(Tier::Default, "tin"));
 }
 
 #[test]
 fn a_queue_that_stands_is_cut_to_the_target() {
-    let mut a = core(1, None);
+    let settings = QueueSettings {
+        target: Some(5 * MS),
+        interval: Some(100 * MS),
+        ..QueueSettings::default()
+    };
+    let mut a: Admission<W> = Admission::new(Box::new(FixedLimit(1)), settings);
     let mut out = Vec::new();
     let mut g = grant(arrive(&mut a, &mut out, ticket(Tier::Default, "t"), "run"));
-    assert_eq!(a.allowed_wait(), 100 * MS);
+    assert_eq!(a.allowed_wait(Tier::Default), 100 * MS);
     // Each request waits 20 ms (> target 5 ms) for 100 ms: the queue stands.
     let mut now = Duration::ZERO;
     for _ in 0..6 {
@@ -218,7 +223,7 @@ fn a_queue_that_stands_is_cut_to_the_target() {
             _ => panic!("not admitted"),
         };
     }
-    assert_eq!(a.allowed_wait(), 5 * MS);
+    assert_eq!(a.allowed_wait(Tier::Default), 5 * MS);
     // A request now waits at most 5 ms.
     a.arrive(now, &ticket(Tier::Default, "t"), W::new("late"), &mut out);
     out.clear();
@@ -233,7 +238,7 @@ fn a_queue_that_stands_is_cut_to_the_target() {
     );
     out.clear();
     a.complete(now + 7 * MS, &g, Completion::Answered, &mut out);
-    assert_eq!(a.allowed_wait(), 100 * MS);
+    assert_eq!(a.allowed_wait(Tier::Default), 100 * MS);
 }
 
 #[test]
@@ -284,4 +289,143 @@ fn a_cardinality_attack_is_held_to_bounded_memory() {
         grants.extend(out.drain(..).filter_map(|s| s.outcome.ok()));
     }
     assert_eq!((a.in_flight(), a.active_tenants()), (0, 0));
+}
+
+/// A limit the test sets between steps, reporting a no-load latency once one is given.
+struct SharedLimit(Arc<AtomicUsize>, Option<Duration>);
+
+impl LimitAlgorithm for SharedLimit {
+    fn on_sample(&mut self, _: Sample) {}
+    fn limit(&self) -> usize {
+        self.0.load(Ordering::SeqCst).max(1)
+    }
+    fn observed(&self) -> crate::limit::Observed {
+        crate::limit::Observed {
+            min_rtt: self.1,
+            ..Default::default()
+        }
+    }
+}
+
+/// Builds a history of admissions on a core of limit 100 whose limit the test then sets: each
+/// tenant in `holders` holds one place throughout (a tenant's history lasts while it is
+/// active), and another place serves `round` `n` times over, each request finishing at once.
+fn history(n: usize, holders: &[&str], round: &[&str]) -> (Admission<W>, Arc<AtomicUsize>) {
+    let limit = Arc::new(AtomicUsize::new(100));
+    let mut a: Admission<W> = Admission::new(
+        Box::new(SharedLimit(limit.clone(), None)),
+        QueueSettings::default(),
+    );
+    let mut out = Vec::new();
+    for t in holders {
+        grant(arrive(&mut a, &mut out, ticket(Tier::Default, t), "holder"));
+    }
+    for _ in 0..n {
+        for t in round {
+            let g = grant(arrive(&mut a, &mut out, ticket(Tier::Default, t), "old"));
+            a.complete(MS, &g, Completion::Answered, &mut out);
+        }
+    }
+    (a, limit)
+}
+
+#[test]
+fn a_tenants_second_request_is_not_taken_for_a_flood_when_its_history_is_light() {
+    // The flooder took four of every five admissions; each holds one of 3 places.
+    let round = ["flood", "flood", "flood", "flood", "light"];
+    let (mut a, limit) = history(200, &["flood", "light"], &round);
+    limit.store(3, Ordering::SeqCst);
+    let mut out = Vec::new();
+    // The flooder's critical requests wait for the last place, which is kept for tenants
+    // within their share.
+    for _ in 0..2 {
+        assert!(matches!(
+            arrive(&mut a, &mut out, ticket(Tier::Critical, "flood"), "f"),
+            Arrival::Queued
+        ));
+    }
+    // The light tenant's second request puts it over its share of places at this instant
+    // (2 of 1.5), as the flooder is; their histories tell them apart, whatever the tiers.
+    assert!(matches!(
+        arrive(&mut a, &mut out, ticket(Tier::Batch, "light"), "second"),
+        Arrival::Admitted(_)
+    ));
+    assert!(out.is_empty());
+}
+
+#[test]
+fn a_tenant_over_its_share_leaves_the_last_places_to_the_others() {
+    let round = ["flood", "flood", "flood", "flood", "light"];
+    let (mut a, limit) = history(200, &["flood", "light"], &round);
+    // Limit 16: 2 √16 = 8 places kept for tenants within their share.
+    limit.store(16, Ordering::SeqCst);
+    let mut out = Vec::new();
+    // The flooder takes its share of places (8 of 16 with the light tenant active), then waits
+    // though places are free: it is over its share, and the last 8 are kept for the others.
+    let mut admitted = 0;
+    for _ in 0..10 {
+        if let Arrival::Admitted(_) = arrive(&mut a, &mut out, ticket(Tier::Critical, "flood"), "f")
+        {
+            admitted += 1;
+        }
+    }
+    assert_eq!((admitted, a.in_flight(), a.queued()), (7, 9, 3));
+    // Tenants within their share are admitted at once, passing the flooder's queued requests.
+    for name in ["new1", "new2", "light"] {
+        assert!(matches!(
+            arrive(&mut a, &mut out, ticket(Tier::Batch, name), name),
+            Arrival::Admitted(_)
+        ));
+    }
+    assert_eq!((a.in_flight(), a.queued()), (12, 3));
+    assert!(out.is_empty());
+}
+
+#[test]
+fn tenants_sharing_evenly_are_ordered_by_tier() {
+    let (mut a, limit) = history(500, &["a", "b"], &["a", "b"]);
+    limit.store(3, Ordering::SeqCst);
+    let mut out = Vec::new();
+    grant(arrive(&mut a, &mut out, ticket(Tier::Default, "b"), "run"));
+    for _ in 0..3 {
+        arrive(&mut a, &mut out, ticket(Tier::Critical, "a"), "a-critical");
+    }
+    // b is over its share of places now, as a is, and neither is heavy: b's batch request does
+    // not pass a's critical ones.
+    let Arrival::Rejected(r) = arrive(&mut a, &mut out, ticket(Tier::Batch, "b"), "b-batch") else {
+        panic!("not shed");
+    };
+    assert_eq!(r.reason, Reason::Overloaded);
+    assert!(out.is_empty());
+}
+
+#[test]
+fn waits_follow_the_no_load_latency_and_critical_waits_longest() {
+    let limit = Arc::new(AtomicUsize::new(1));
+    let unmeasured: Admission<W> = Admission::new(
+        Box::new(SharedLimit(limit.clone(), None)),
+        QueueSettings::default(),
+    );
+    assert_eq!(unmeasured.allowed_wait(Tier::Critical), 100 * MS);
+    assert_eq!(unmeasured.allowed_wait(Tier::Batch), 100 * MS);
+
+    let settings = QueueSettings {
+        max_queue: Some(2),
+        ..QueueSettings::default()
+    };
+    let mut a: Admission<W> = Admission::new(Box::new(SharedLimit(limit, Some(12 * MS))), settings);
+    let mut out = Vec::new();
+    grant(arrive(&mut a, &mut out, ticket(Tier::Default, "a"), "run"));
+    arrive(&mut a, &mut out, ticket(Tier::Critical, "b"), "critical");
+    arrive(&mut a, &mut out, ticket(Tier::Default, "c"), "default");
+    assert_eq!(a.allowed_wait(Tier::Default), 6 * MS);
+    assert_eq!(a.allowed_wait(Tier::Critical), 24 * MS);
+    // Half the no-load latency sheds the default request; the critical one waits two.
+    a.expire(7 * MS, &mut out);
+    assert_eq!(names(&out), [("default", Some(Reason::QueueTimeout))]);
+    out.clear();
+    a.expire(24 * MS, &mut out);
+    assert!(out.is_empty());
+    a.expire(25 * MS, &mut out);
+    assert_eq!(names(&out), [("critical", Some(Reason::QueueTimeout))]);
 }
