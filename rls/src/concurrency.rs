@@ -75,9 +75,7 @@ impl Steps<'_> {
         which: &[usize],
         peek: bool,
     ) -> Result<(), Refusal> {
-        let (slots, rates): (Vec<usize>, Vec<usize>) = which
-            .iter()
-            .partition(|i| items.get(**i).is_some_and(Item::is_slot));
+        let (slots, rates) = Item::slots_and_rates(items, which);
         let checks: Vec<_> = rates
             .iter()
             .filter_map(|i| items.get(*i)?.check(peek))

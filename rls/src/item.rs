@@ -120,6 +120,13 @@ impl Item {
         self.rule.concurrency.is_some()
     }
 
+    /// `which` split into the concurrency items (slots) and the rest (rates), each in order.
+    pub(crate) fn slots_and_rates(items: &[Item], which: &[usize]) -> (Vec<usize>, Vec<usize>) {
+        which
+            .iter()
+            .partition(|i| items.get(**i).is_some_and(Item::is_slot))
+    }
+
     /// Takes `other`'s descriptors when it names the same key and asks the same way: then
     /// `None`, else `other` back.
     pub(crate) fn absorb(&mut self, other: Item) -> Option<Item> {

@@ -115,9 +115,7 @@ impl Steps<'_> {
         which: &[usize],
         peek: bool,
     ) -> Result<(), Refusal> {
-        let (slots, rates): (Vec<usize>, Vec<usize>) = which
-            .iter()
-            .partition(|i| items.get(**i).is_some_and(Item::is_slot));
+        let (slots, rates) = Item::slots_and_rates(items, which);
         for i in &slots {
             self.decide_with_slots(limiter, items, &[*i], peek).await?;
         }
