@@ -23,7 +23,12 @@ pub struct Outcome {
     pub ok: bool,
     pub tier: Tier,
     pub tenant: usize,
+    /// Why it failed: the shedder's `x-shed-reason`, or "status"/"timeout" when none said.
+    pub failed: Option<&'static str>,
 }
+
+/// The `x-shed-reason` values, as the bench counts them.
+const REASONS: [&str; 3] = ["overloaded", "over_share", "queue_timeout"];
 
 /// A small xorshift: the load is the same for every system.
 struct Rng(u64);
@@ -101,14 +106,21 @@ pub async fn load(
                 .header("x-tenant", format!("tenant-{tenant}"))
                 .body(Full::new(Bytes::new()))
                 .unwrap();
-            let ok = match tokio::time::timeout(TIMEOUT, client.request(req)).await {
+            let failed = match tokio::time::timeout(TIMEOUT, client.request(req)).await {
                 Ok(Ok(resp)) => {
-                    let ok = resp.status() == StatusCode::OK;
+                    let reason = resp
+                        .headers()
+                        .get("x-shed-reason")
+                        .and_then(|v| v.to_str().ok())
+                        .map(|v| REASONS.into_iter().find(|r| *r == v).unwrap_or("other"));
+                    let failed =
+                        (resp.status() != StatusCode::OK).then(|| reason.unwrap_or("status"));
                     let _ = resp.into_body().collect().await;
-                    ok
+                    failed
                 }
-                _ => false,
+                _ => Some("timeout"),
             };
+            let ok = failed.is_none();
             // Latency from the planned arrival: open loop, no coordinated omission.
             let latency = start.elapsed().saturating_sub(at);
             Outcome {
@@ -117,6 +129,7 @@ pub async fn load(
                 ok,
                 tier,
                 tenant,
+                failed,
             }
         }));
     }

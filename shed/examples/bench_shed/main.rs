@@ -142,6 +142,7 @@ async fn main() {
             f.flooder_over_share,
             limit_now()
         );
+        println!("{name} flood: {}", report::losses(&out));
         floods.push(f);
         // 1× C for 6 s: the service slows 2× at 2 s and is back to normal at 4 s.
         let (slow_at, fast_at, end) = (PHASE, 2 * PHASE, 3 * PHASE);

@@ -78,6 +78,37 @@ pub fn flood(out: &[Outcome], offered: &[f64], span: Duration, capacity: f64) ->
     }
 }
 
+/// The well-behaved tenants' failures in the flood by tier and reason, as "tier reason n, …".
+pub fn losses(out: &[Outcome]) -> String {
+    let mut counts: std::collections::BTreeMap<(&str, &str), usize> = Default::default();
+    for o in out.iter().filter(|o| o.tenant != 0) {
+        if let Some(why) = o.failed {
+            *counts.entry((o.tier.name(), why)).or_default() += 1;
+        }
+    }
+    let polite = out.iter().filter(|o| o.tenant != 0).count();
+    // Where in the phase: losses that bunch in a few 100 ms buckets are a probe's or a
+    // stall's; spread ones are the limit's.
+    let mut buckets: std::collections::BTreeMap<u128, usize> = Default::default();
+    for o in out.iter().filter(|o| o.tenant != 0 && o.failed.is_some()) {
+        *buckets.entry(o.at.as_millis() / 100).or_default() += 1;
+    }
+    let when: Vec<String> = buckets
+        .iter()
+        .map(|(b, n)| format!("{}ms:{n}", b * 100))
+        .collect();
+    let listed: Vec<String> = counts
+        .iter()
+        .map(|((tier, why), n)| format!("{tier} {why} {n}"))
+        .collect();
+    format!(
+        "well-behaved lost {} of {polite}: {}; by 100 ms of arrival: {}",
+        counts.values().sum::<usize>(),
+        listed.join(", "),
+        when.join(" ")
+    )
+}
+
 /// Tenant `who`'s max-min fair share of `capacity` given what each asks: water-filling, the
 /// smallest asks met first, each of the rest an equal part of what is left.
 fn max_min_share(asks: &[f64], capacity: f64, who: usize) -> f64 {
