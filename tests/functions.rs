@@ -14,18 +14,25 @@ use support::*;
 
 const LIBRARY: &str = include_str!("../functions/ratelimit.lua");
 
-/// The library as shipped, with the one line that reads `TIME` replaced by a clock that the
-/// extra function `rl_test_clock` sets: what the differential tests load.
-fn test_library() -> String {
-    let clock = LIBRARY
+/// The clock of the scripts under test: a script keeps nothing between calls, so it reads the
+/// instant the test set in the key `rl-test-clock`.
+const CLOCK_FROM_KEY: &str =
+    "local function now_ms() return tonumber(redis.call('GET', 'rl-test-clock')) end";
+
+/// The library with its one line that reads `TIME` (`local function now_ms(…`) replaced by
+/// `clock`.
+fn with_clock(clock: &str) -> String {
+    let line = LIBRARY
         .lines()
         .find(|l| l.starts_with("local function now_ms("))
         .expect("the clock line");
-    let replaced = LIBRARY.replacen(
-        clock,
-        "local test_now = 0 local function now_ms() return test_now end",
-        1,
-    );
+    LIBRARY.replacen(line, clock, 1)
+}
+
+/// The library as shipped, with the one line that reads `TIME` replaced by a clock that the
+/// extra function `rl_test_clock` sets: what the differential tests load.
+fn test_library() -> String {
+    let replaced = with_clock("local test_now = 0 local function now_ms() return test_now end");
     format!(
         "{replaced}\nredis.register_function{{function_name = 'rl_test_clock', \
          flags = {{ 'no-writes' }}, callback = function(_, args) \
@@ -329,15 +336,7 @@ fn traces_agree_with_the_module() {
 /// keeps nothing between calls, so its test copy's clock reads a key the test sets.
 #[test]
 fn the_scripts_backend_agrees_with_the_module() {
-    let clock = LIBRARY
-        .lines()
-        .find(|l| l.starts_with("local function now_ms("))
-        .expect("the clock line");
-    let source = LIBRARY.replacen(
-        clock,
-        "local function now_ms() return tonumber(redis.call('GET', 'rl-test-clock')) end",
-        1,
-    );
+    let source = with_clock(CLOCK_FROM_KEY);
     let (_s, mut c) = both();
     let mut shas = std::collections::HashMap::new();
     for entry in ratelimit_client::scripts::ENTRIES {
@@ -1827,15 +1826,7 @@ fn commands_run(c: &mut Connection) -> u64 {
 /// The SHA of each function's script on the scripts backend that has a hot path, loaded on `c`,
 /// its clock read from the key `rl-test-clock` (a script keeps nothing between calls).
 fn hot_scripts(c: &mut Connection) -> std::collections::HashMap<String, String> {
-    let clock = LIBRARY
-        .lines()
-        .find(|l| l.starts_with("local function now_ms("))
-        .expect("the clock line");
-    let source = LIBRARY.replacen(
-        clock,
-        "local function now_ms() return tonumber(redis.call('GET', 'rl-test-clock')) end",
-        1,
-    );
+    let source = with_clock(CLOCK_FROM_KEY);
     ["rl_gcra", "rl_tokenbucket"]
         .into_iter()
         .map(|entry| {
@@ -2476,15 +2467,7 @@ fn shares_and_demand_agree_with_the_module() {
 /// The same on the scripts backend (its test copy's clock reads a key, as above).
 #[test]
 fn the_scripts_backend_shares_as_the_module() {
-    let clock = LIBRARY
-        .lines()
-        .find(|l| l.starts_with("local function now_ms("))
-        .expect("the clock line");
-    let source = LIBRARY.replacen(
-        clock,
-        "local function now_ms() return tonumber(redis.call('GET', 'rl-test-clock')) end",
-        1,
-    );
+    let source = with_clock(CLOCK_FROM_KEY);
     let (_s, mut c) = both();
     let mut shas = std::collections::HashMap::new();
     for entry in ratelimit_client::scripts::ENTRIES {
