@@ -203,6 +203,10 @@ impl<W: Waiter> Admission<W> {
     ) -> Arrival {
         self.expire(now, settled);
         let tenant = self.tenants.key(&ticket.tenant);
+        // Below the kept places with nobody waiting, any request is admitted: no need to rank it.
+        if self.queue.is_empty() && self.in_flight + self.reserved() < self.limit() {
+            return Arrival::Admitted(self.admit(tenant, ticket.tier, now));
+        }
         // Counted before it is ranked, so its own share and the evicted one's reason see the
         // newcomer's tenant among the active ones.
         self.tenants.queue(&tenant);

@@ -72,6 +72,9 @@ pub struct Tenants {
     overflow: Arc<str>,
     /// Admissions so far, every tenant's (the history's clock).
     admissions: u64,
+    /// Every admission's decayed count together (the history's whole), kept as it goes rather
+    /// than summed again by each `heavy`, which ranking the queue asks once per entry.
+    all_recent: f64,
     history: HashMap<Arc<str>, Recent>,
     /// The weights of the tenants in `history` and of the active tenants not in it (not
     /// admitted yet, say, behind a flood): a share of the admissions is a part of their sum.
@@ -89,6 +92,7 @@ impl Tenants {
             max_tenants: max_tenants.max(1),
             overflow: Arc::from(OVERFLOW),
             admissions: 0,
+            all_recent: 0.0,
             history: HashMap::new(),
             history_weight: 0,
             unrecorded_weight: 0,
@@ -159,6 +163,7 @@ impl Tenants {
             u.weight
         };
         self.admissions += 1;
+        self.all_recent = self.all_recent * DECAY + 1.0;
         let now = self.admissions;
         if let Some(r) = self.history.get_mut(key) {
             r.count = r.count_at(now) + 1.0;
@@ -218,7 +223,7 @@ impl Tenants {
         let Some(r) = self.history.get(key) else {
             return false;
         };
-        let all = (1.0 - DECAY.powf(self.admissions as f64)) / (1.0 - DECAY);
+        let all = self.all_recent;
         let weights = self.history_weight + self.unrecorded_weight;
         let share = f64::from(r.weight) / weights.max(1) as f64;
         all > 0.0 && r.count_at(self.admissions) / all > HEAVY * share
