@@ -40,7 +40,7 @@ impl Steps<'_> {
     /// when that store is set (the peer's split), else the main store's.
     pub(crate) fn limiter_of(&self, rule: &Rule) -> &Limiter {
         match self.per_second {
-            Some(l) if rule.unit == Unit::Second && rule.concurrency.is_none() => l,
+            Some(l) if per_second_rule(rule) => l,
             _ => self.limiter,
         }
     }
@@ -58,4 +58,10 @@ impl Steps<'_> {
     pub(crate) fn count(&self, stats_key: &str, rule: &Rule, counts: &RuleCounts) {
         self.metrics.rule(stats_key, rule.class_name(), counts);
     }
+}
+
+/// A rule the per-second store decides when one is set: a rate whose unit is a second (a
+/// concurrency rule's slots stay on the main store, whatever its unit).
+pub(crate) fn per_second_rule(rule: &Rule) -> bool {
+    rule.unit == Unit::Second && rule.concurrency.is_none()
 }

@@ -6,9 +6,8 @@
 
 use ratelimit_client::{Backend, Limiter};
 
-use crate::config::Unit;
 use crate::item::{Item, Outcome};
-use crate::steps::{Refusal, Steps};
+use crate::steps::{per_second_rule, Refusal, Steps};
 
 impl Steps<'_> {
     /// The store decisions over `which` items: per-second rules and the others apart when a
@@ -22,11 +21,9 @@ impl Steps<'_> {
         let Some(per_second) = self.per_second else {
             return self.decide_on(self.limiter, items, which, peek).await;
         };
-        let (second, other): (Vec<usize>, Vec<usize>) = which.iter().partition(|i| {
-            items
-                .get(**i)
-                .is_some_and(|it| it.rule.unit == Unit::Second && it.rule.concurrency.is_none())
-        });
+        let (second, other): (Vec<usize>, Vec<usize>) = which
+            .iter()
+            .partition(|i| items.get(**i).is_some_and(|it| per_second_rule(&it.rule)));
         self.decide_on(per_second, items, &second, peek).await?;
         self.decide_on(self.limiter, items, &other, peek).await
     }
