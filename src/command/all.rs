@@ -19,19 +19,20 @@
 //! order, describing it after the call (field 1: whether it would admit this request).
 
 use super::args::{parse_i64, parse_limiter, Ask, Options, Request};
-use super::charge::{self, Creator, Given};
+use super::charge::Given;
 use super::concurrency;
 use super::key::{accepts, at_key};
 use super::plan::{self, Plan};
 use super::reply::{fields, Reply};
 use super::settle;
 use crate::algo::concurrency::{Concurrency, Op};
+use crate::algo::listed::{self, Listed};
 use crate::algo::{Algorithm, Amount, Decision, Policy, MAX_LIMIT};
 use crate::clock;
 use crate::error::{echo, Error};
 use crate::host::call::Key;
 use crate::host::call::{Args, Ctx, RString};
-use crate::state::{Limiter, Stored};
+use crate::state::{for_tag, ForAlgorithm, Limiter, Stored};
 
 /// The most limiters one call may name.
 pub const MAX_LIMITERS: u64 = 32;
@@ -85,55 +86,30 @@ impl Planned for concurrency::Plan {
     }
 }
 
-type Planner = fn(Option<&Limiter>, &Policy, u64, Amount) -> Result<Box<dyn Planned>, Error>;
-
 /// What limiter `A` would do with a request of `amount` under `policy`, as a limiter command
 /// decides it (the log bound checked first), with the decision for when another limiter
 /// denies.
-fn plan_for<A: Stored + 'static>(
-    stored: Option<&Limiter>,
-    policy: &Policy,
+struct PlanFor<'s> {
+    stored: Option<&'s Limiter>,
+    policy: &'s Policy,
     now_ns: u64,
     amount: Amount,
-) -> Result<Box<dyn Planned>, Error> {
-    accepts::<A>(policy)?;
-    let planned = plan::plan::<A>(stored, policy, amount, now_ns, true)?;
-    Ok(Box::new(planned))
 }
 
-/// An algorithm `RL.ALL` takes: the name of its own command without `RL.`, its name in errors,
-/// whether it takes BURST, and its planner.
-type Entry = (&'static str, &'static str, bool, Planner);
+impl ForAlgorithm for PlanFor<'_> {
+    type Out = Result<Box<dyn Planned>, Error>;
 
-/// The entry of a registry algorithm: every `limiter` (the five-integer commands) is offered.
-macro_rules! entry {
-    (limiter, $state:ty, $word:literal) => {
-        Some((
-            $word,
-            <$state as Algorithm>::NAME,
-            <$state as Algorithm>::BURST,
-            plan_for::<$state> as Planner,
-        ))
-    };
-    ($other:ident, $state:ty, $word:literal) => {
-        None
-    };
+    fn run<A: Stored + 'static>(self) -> Self::Out {
+        accepts::<A>(self.policy)?;
+        let planned = plan::plan::<A>(self.stored, self.policy, self.amount, self.now_ns, true)?;
+        Ok(Box::new(planned))
+    }
 }
 
-/// The algorithms of the registry (`algo::registry!`), in its order; `RL.SHAPE`'s shaper is not
-/// among them (its reply has a sixth field).
-macro_rules! all_table {
-    ($($module:ident::$variant:ident, $word:literal, $event:literal, $kind:ident, $summary:literal;)*) => {
-        const ALGORITHMS: &[Option<Entry>] =
-            &[$(entry!($kind, crate::algo::$module::$variant, $word),)*];
-    };
-}
-
-crate::algo::registry!(all_table);
-
-/// "GCRA, TOKENBUCKET, … or FIXEDWINDOW": the words `RL.ALL` takes, for its error.
+/// "GCRA, TOKENBUCKET, … or FIXEDWINDOW": the words `RL.ALL` takes (the registry's limiters),
+/// for its error.
 fn expected() -> String {
-    let words: Vec<&str> = ALGORITHMS.iter().flatten().map(|e| e.0).collect();
+    let words: Vec<&str> = listed::limiters().map(|l| l.word).collect();
     match words.split_last() {
         Some((last, [])) => (*last).to_string(),
         Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
@@ -141,27 +117,20 @@ fn expected() -> String {
     }
 }
 
-fn algorithm(word: &[u8]) -> Option<&'static Entry> {
-    ALGORITHMS
-        .iter()
-        .flatten()
-        .find(|(command, ..)| command.as_bytes().eq_ignore_ascii_case(word))
-}
-
 /// One limiter of the call: its key, policy, cost and algorithm; in `RL.SETTLE` (see
-/// `settle`), the difference it is settled by, and its algorithm's creator.
+/// `settle`), the difference it is settled by.
 struct Part<'a> {
     request: Request<'a>,
     name: &'static str,
     plan: How,
-    settle: Option<(i64, &'static Creator)>,
+    settle: Option<i64>,
 }
 
 /// How a part is planned: a limiter of the registry by its planner, or a concurrency slot
 /// (`CONCURRENCY N TTL ACQUIRE id | PEEK`) by its operation.
 #[derive(Clone, Copy)]
 enum How {
-    Limiter(Planner),
+    Limiter(&'static Listed),
     Slot(Op),
 }
 
@@ -173,10 +142,13 @@ pub fn settle(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     let limiters: Vec<_> = parts
         .iter()
         .filter_map(|p| {
-            p.settle.map(|(by, creator)| settle::Limiter {
+            let How::Limiter(rule) = p.plan else {
+                return None;
+            };
+            p.settle.map(|by| settle::Limiter {
                 key: p.request.key,
                 given: Given {
-                    creator,
+                    rule,
                     policy: p.request.policy,
                 },
                 by,
@@ -203,7 +175,15 @@ pub fn all(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
         let plan = match part.plan {
             How::Slot(op) => concurrency::plan(stored, policy, now_ns, op)
                 .map(|p| Box::new(p) as Box<dyn Planned>),
-            How::Limiter(planner) => planner(stored, policy, now_ns, amount),
+            How::Limiter(rule) => {
+                let plan = PlanFor {
+                    stored,
+                    policy,
+                    now_ns,
+                    amount,
+                };
+                for_tag(rule.tag, plan).ok_or(Error::Internal)?
+            }
         }
         .map_err(|e| at_key(e, name))?;
         plans.push(plan);
@@ -320,7 +300,7 @@ fn parse<'a>(args: &mut Args<'a>, settling: bool) -> Result<Vec<Part<'a>>, Error
         let cost_given = std::cell::Cell::new(false);
         let is_algorithm = |word: &[u8]| {
             cost_given.set(cost_given.get() || word.eq_ignore_ascii_case(b"COST"));
-            algorithm(word).is_some()
+            listed::limiter_by_word(word).is_some()
                 || (settling && word.eq_ignore_ascii_case(b"BY"))
                 || (more
                     && !word.eq_ignore_ascii_case(b"BURST")
@@ -337,7 +317,7 @@ fn parse<'a>(args: &mut Args<'a>, settling: bool) -> Result<Vec<Part<'a>>, Error
             parts.push(slot(key, args)?);
             continue;
         }
-        let Some(&(_, name, burst, plan)) = algorithm(word) else {
+        let Some(rule) = listed::limiter_by_word(word) else {
             return Err(Error::Syntax(format!(
                 "unknown algorithm '{}'; expected {}",
                 echo(word),
@@ -346,7 +326,7 @@ fn parse<'a>(args: &mut Args<'a>, settling: bool) -> Result<Vec<Part<'a>>, Error
         };
         args.next_bytes()?;
         let options = Options {
-            burst,
+            burst: rule.burst,
             ask: Ask::Cost,
         };
         let request = parse_limiter(key, args, options, is_algorithm)?;
@@ -370,14 +350,14 @@ fn parse<'a>(args: &mut Args<'a>, settling: bool) -> Result<Vec<Part<'a>>, Error
             };
             let by = parse_i64("BY", by, MAX_LIMIT)?;
             args.next_bytes()?;
-            Some((by, charge::creator(word).ok_or(Error::Internal)?))
+            Some(by)
         } else {
             None
         };
         parts.push(Part {
             request,
-            name,
-            plan: How::Limiter(plan),
+            name: rule.name,
+            plan: How::Limiter(rule),
             settle,
         });
     }

@@ -20,12 +20,13 @@ use super::effect;
 use super::key::accepts;
 use super::reply::Reply;
 use super::share;
-use crate::algo::{settle, Algorithm, Decision, Policy, MAX_LIMIT};
+use crate::algo::listed::{limiter_by_word, limiter_list, Listed};
+use crate::algo::{settle, Decision, Policy, MAX_LIMIT};
 use crate::clock;
 use crate::error::{echo, Error};
 use crate::host::call::{Args, Ctx, Key, RString};
 use crate::metrics;
-use crate::state::{AlgoState, Limiter, Stored, Visit};
+use crate::state::{for_tag, AlgoState, ForAlgorithm, Limiter, Stored, Visit};
 
 pub fn charge(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     let name = args.next_string()?;
@@ -51,61 +52,50 @@ pub fn charge(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     })
 }
 
-/// An algorithm a settle may create a key with: its word (`RL.<WORD>`), its name in errors, its
-/// stored tag, whether it takes BURST, and how to make a limiter that has spent nothing.
-pub struct Creator {
-    pub word: &'static str,
-    pub name: &'static str,
-    pub tag: u8,
-    pub burst: bool,
-    pub fresh: fn(&Policy, u64) -> Result<Limiter, Error>,
-}
-
 /// A limiter of algorithm `A` under `policy` that has spent nothing at `now_ns`.
-fn fresh<A: Stored>(policy: &Policy, now_ns: u64) -> Result<Limiter, Error> {
-    accepts::<A>(policy)?;
-    let state = settle::fresh::<A>(policy, now_ns).ok_or(Error::Internal)?;
-    Ok(Limiter::new(*policy, state.wrap()))
+struct Fresh<'p> {
+    policy: &'p Policy,
+    now_ns: u64,
 }
 
-macro_rules! creator {
-    (limiter, $state:ty, $word:literal) => {
-        Some(Creator {
-            word: $word,
-            name: <$state as Algorithm>::NAME,
-            tag: <$state as Algorithm>::TAG,
-            burst: <$state as Algorithm>::BURST,
-            fresh: fresh::<$state>,
-        })
-    };
-    ($other:ident, $state:ty, $word:literal) => {
-        None
-    };
-}
+impl ForAlgorithm for Fresh<'_> {
+    type Out = Result<Limiter, Error>;
 
-/// The algorithms of the registry (`algo::registry!`) a key can be created with: the
-/// five-integer limiters, as `RL.ALL` offers them.
-macro_rules! creator_table {
-    ($($module:ident::$variant:ident, $word:literal, $event:literal, $kind:ident, $summary:literal;)*) => {
-        const CREATORS: &[Option<Creator>] =
-            &[$(creator!($kind, crate::algo::$module::$variant, $word),)*];
-    };
-}
-
-crate::algo::registry!(creator_table);
-
-/// The creator named `word` (case-insensitive).
-pub fn creator(word: &[u8]) -> Option<&'static Creator> {
-    CREATORS
-        .iter()
-        .flatten()
-        .find(|c| c.word.as_bytes().eq_ignore_ascii_case(word))
+    fn run<A: Stored + 'static>(self) -> Self::Out {
+        accepts::<A>(self.policy)?;
+        let state = settle::fresh::<A>(self.policy, self.now_ns).ok_or(Error::Internal)?;
+        Ok(Limiter::new(*self.policy, state.wrap()))
+    }
 }
 
 /// The policy a settle creates a missing key with, and its algorithm.
 pub struct Given {
-    pub creator: &'static Creator,
+    /// The registry's rule for its algorithm (a limiter: `RL.ALL`'s words).
+    pub rule: &'static Listed,
     pub policy: Policy,
+}
+
+impl Given {
+    /// A limiter under this policy that has spent nothing at `now_ns` (the log bound checked).
+    pub fn fresh(&self, now_ns: u64) -> Result<Limiter, Error> {
+        let fresh = Fresh {
+            policy: &self.policy,
+            now_ns,
+        };
+        for_tag(self.rule.tag, fresh).ok_or(Error::Internal)?
+    }
+
+    /// WRONGTYPE unless `held` holds this policy's algorithm.
+    pub fn same_algorithm(&self, held: &Limiter) -> Result<(), Error> {
+        if held.state.tag() == self.rule.tag {
+            return Ok(());
+        }
+        Err(Error::WrongType {
+            holds: format!("a {} limiter", held.state.name()),
+            wanted: self.rule.name,
+            key: None,
+        })
+    }
 }
 
 /// `POLICY algorithm L W [BURST B]`.
@@ -121,24 +111,23 @@ fn parse_policy<'a>(key: RString<'a>, args: &mut Args<'a>) -> Result<Given, Erro
         return Err(Error::MissingValue("POLICY"));
     }
     let word = args.next_bytes()?;
-    let Some(creator) = creator(word) else {
-        let words: Vec<&str> = CREATORS.iter().flatten().map(|c| c.word).collect();
+    let Some(rule) = limiter_by_word(word) else {
         return Err(Error::Syntax(format!(
             "unknown algorithm '{}'; expected one of {}",
             echo(word),
-            words.join(", ")
+            limiter_list(|l| l.word, |_| true, ", ")
         )));
     };
     let options = Options {
-        burst: creator.burst,
+        burst: rule.burst,
         ask: Ask::Cost,
     };
     // A charge has no COST (its n is the cost): BURST is the policy's one option.
     let request = parse_limiter(key, args, options, |w| {
-        !(creator.burst && w.eq_ignore_ascii_case(b"BURST"))
+        !(rule.burst && w.eq_ignore_ascii_case(b"BURST"))
     })?;
     if let Some(word) = args.peek_bytes() {
-        let expected = if creator.burst {
+        let expected = if rule.burst {
             "expected BURST (the cost is n)"
         } else {
             "the policy ends at W (the cost is n)"
@@ -149,7 +138,7 @@ fn parse_policy<'a>(key: RString<'a>, args: &mut Args<'a>) -> Result<Given, Erro
         )));
     }
     Ok(Given {
-        creator,
+        rule,
         policy: request.policy,
     })
 }
@@ -174,16 +163,10 @@ pub fn settle_key(
     now_ns: u64,
     by: i64,
 ) -> Result<Option<KeySettled>, Error> {
-    let wanted = given.map_or("", |g| g.creator.name);
+    let wanted = given.map_or("", |g| g.rule.name);
     if let Some(limiter) = key.limiter(wanted)? {
         if let Some(g) = given {
-            if limiter.state.tag() != g.creator.tag {
-                return Err(Error::WrongType {
-                    holds: format!("a {} limiter", limiter.state.name()),
-                    wanted: g.creator.name,
-                    key: None,
-                });
-            }
+            g.same_algorithm(limiter)?;
         }
         // A key holding a share is settled under the policy it is decided under now.
         let moved = share::carry_for_settle(limiter, given.map(|g| &g.policy), now_ns, true)?;
@@ -202,7 +185,7 @@ pub fn settle_key(
         }));
     }
     let Some(g) = given else { return Ok(None) };
-    let mut limiter = (g.creator.fresh)(&g.policy, now_ns)?;
+    let mut limiter = g.fresh(now_ns)?;
     let out = settle_limiter(&mut limiter, now_ns, by);
     if out.changed {
         let limiter = key.store(limiter)?;

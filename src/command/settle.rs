@@ -72,18 +72,15 @@ pub fn all(ctx: &Ctx, limiters: &[Limiter<'_>]) -> Result<Reply, Error> {
 
 /// What `settle_key` would refuse, found before any key changes.
 fn check(key: &mut Key<'_>, limiter: &Limiter<'_>, now_ns: u64) -> Result<(), Error> {
-    let creator = limiter.given.creator;
-    match key.limiter(creator.name)? {
-        Some(held) if held.state.tag() != creator.tag => Err(Error::WrongType {
-            holds: format!("a {} limiter", held.state.name()),
-            wanted: creator.name,
-            key: None,
-        }),
-        // A key holding a share is carried to its share's policy: the log bound must accept it.
+    let given = &limiter.given;
+    match key.limiter(given.rule.name)? {
         Some(held) => {
-            share::carry_for_settle(held, Some(&limiter.given.policy), now_ns, false).map(|_| ())
+            given.same_algorithm(held)?;
+            // A key holding a share is carried to its share's policy: the log bound must accept
+            // it.
+            share::carry_for_settle(held, Some(&given.policy), now_ns, false).map(|_| ())
         }
-        None => (creator.fresh)(&limiter.given.policy, now_ns).map(|_| ()),
+        None => given.fresh(now_ns).map(|_| ()),
     }
 }
 

@@ -19,13 +19,14 @@ use super::args::policy;
 use super::effect;
 use super::key::{accepts, wrong_type};
 use super::reply::Reply;
-use crate::algo::{Algorithm, Policy, MAX_LIMIT, MAX_WINDOW_MS};
+use crate::algo::listed::{limiter_by_word, limiter_list};
+use crate::algo::{Policy, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::clock;
 use crate::error::{echo, Error};
 use crate::host::call::{Args, Ctx, RString};
 use crate::metrics;
 use crate::state::share::{scaled, Share, MAX_EXPIRE_AT_MS};
-use crate::state::{AlgoState, Limiter, Stored, Visit};
+use crate::state::{for_tag, AlgoState, ForAlgorithm, Limiter, Stored, Visit};
 
 /// Keys one call may name: bounds the work of one call (the controller batches).
 pub const MAX_KEYS: usize = 10_000;
@@ -111,50 +112,22 @@ pub fn keep_ns(limiter: &Limiter, now_ns: u64) -> u64 {
     limiter.shared().map_or(0, |s| s.share.keep_ns(now_ns))
 }
 
-/// One algorithm `RL.SHARE` accepts: its word and its handler for one key.
-type Entry = (&'static str, bool, Setter);
-type Setter = fn(&Ctx, RString<'_>, &Policy, Option<Share>, u64) -> Result<[i64; 4], Error>;
-
-macro_rules! entry {
-    (limiter, $state:ty, $word:literal) => {
-        Some(($word, <$state as Algorithm>::BURST, set::<$state> as Setter))
-    };
-    ($other:ident, $state:ty, $word:literal) => {
-        None
-    };
-}
-
-/// The limiter algorithms of the registry (`algo::registry!`); the shaper takes no share.
-macro_rules! share_table {
-    ($($module:ident::$variant:ident, $word:literal, $event:literal, $kind:ident, $summary:literal;)*) => {
-        const ALGORITHMS: &[Option<Entry>] =
-            &[$(entry!($kind, crate::algo::$module::$variant, $word),)*];
-    };
-}
-
-crate::algo::registry!(share_table);
-
 /// Where the keys are: every third argument from the fifth (for a keys-position request).
 pub const FIRST_KEY: usize = 5;
 
 pub fn share(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     let word = args.next_bytes()?;
-    let Some((_, burst, set)) = ALGORITHMS
-        .iter()
-        .flatten()
-        .find(|(w, ..)| w.as_bytes().eq_ignore_ascii_case(word))
-    else {
-        let words: Vec<&str> = ALGORITHMS.iter().flatten().map(|e| e.0).collect();
+    let Some(rule) = limiter_by_word(word) else {
         return Err(Error::Syntax(format!(
             "unknown algorithm '{}'; expected one of {}",
             echo(word),
-            words.join(", ")
+            limiter_list(|l| l.word, |_| true, ", ")
         )));
     };
     let limit = args.next_u64("L", 1, MAX_LIMIT)?;
     let window_ms = args.next_u64("W", 1, MAX_WINDOW_MS)?;
     let capacity = args.next_u64("B", 1, MAX_LIMIT)?;
-    if !burst && capacity != limit {
+    if !rule.burst && capacity != limit {
         return Err(Error::Syntax(format!("B must equal L for {}", echo(word))));
     }
     let safe = policy(limit, window_ms, capacity)?;
@@ -196,13 +169,43 @@ pub fn share(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     }
     let mut out = Vec::with_capacity(rows.len());
     for (key, share) in rows {
-        out.push(set(ctx, key, &safe, share, now_ns)?.to_vec());
+        let set = Set {
+            ctx,
+            name: key,
+            safe: &safe,
+            share,
+            now_ns,
+        };
+        out.push(for_tag(rule.tag, set).ok_or(Error::Internal)??.to_vec());
     }
     metrics::note(metrics::Outcome::Call);
     Ok(Reply::Rows(out))
 }
 
 /// Stores `share` (None: removes it) in the key `name` holding a limiter of algorithm `A`.
+struct Set<'a, 'c> {
+    ctx: &'c Ctx,
+    name: RString<'a>,
+    safe: &'c Policy,
+    share: Option<Share>,
+    now_ns: u64,
+}
+
+impl ForAlgorithm for Set<'_, '_> {
+    type Out = Result<[i64; 4], Error>;
+
+    fn run<A: Stored + 'static>(self) -> Self::Out {
+        let Set {
+            ctx,
+            name,
+            safe,
+            share,
+            now_ns,
+        } = self;
+        set::<A>(ctx, name, safe, share, now_ns)
+    }
+}
+
 fn set<A: Stored>(
     ctx: &Ctx,
     name: RString<'_>,

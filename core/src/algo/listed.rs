@@ -55,10 +55,12 @@ pub fn limiters() -> impl Iterator<Item = &'static Listed> {
     REGISTRY.iter().filter(|l| l.limiter)
 }
 
-/// The limiter a command word names, in any case (`GCRA`, `tokenbucket`): the regions
-/// controller's configuration word.
-pub fn limiter_by_word(word: &str) -> Option<&'static Listed> {
-    limiters().find(|l| l.word.eq_ignore_ascii_case(word))
+/// The limiter a command word names, in any case (`GCRA`, `tokenbucket`): the word inside
+/// `RL.ALL`, `RL.SETTLE`, `RL.CHARGE`'s `POLICY` and `RL.SHARE`, and the regions controller's
+/// configuration word.
+pub fn limiter_by_word(word: impl AsRef<[u8]>) -> Option<&'static Listed> {
+    let word = word.as_ref();
+    limiters().find(|l| l.word.as_bytes().eq_ignore_ascii_case(word))
 }
 
 /// The limiter an id names, exactly (`token_bucket`): the RLS's YAML `algorithm` word.

@@ -92,6 +92,15 @@ pub trait Visit {
     fn visit<A: Stored>(self, state: &mut A) -> Self::Out;
 }
 
+/// Work generic over the algorithm, for a command that names its algorithm in an argument
+/// (`RL.ALL`'s `GCRA …`, `RL.CHARGE`'s `POLICY TOKENBUCKET …`): the word is looked up once in the
+/// registry (`algo::listed::limiter_by_word`, the one rule value every such command takes) and
+/// [`for_tag`] runs the work with that algorithm's type.
+pub trait ForAlgorithm {
+    type Out;
+    fn run<A: Stored + 'static>(self) -> Self::Out;
+}
+
 /// Declares the stored algorithms from the registry (`algo::registry!`): the `AlgoState` enum,
 /// everything that dispatches on it, and each algorithm's [`Stored`] impl.
 macro_rules! algorithms {
@@ -175,6 +184,17 @@ macro_rules! algorithms {
         }
 
         pub use crate::algo::listed::ALGORITHM_IDS;
+
+        /// Runs `work` with the algorithm whose stored tag is `tag` (`Listed::tag`); None when
+        /// no algorithm of the registry has it.
+        pub fn for_tag<W: ForAlgorithm>(tag: u8, work: W) -> Option<W::Out> {
+            $(
+                if tag == $variant::TAG {
+                    return Some(work.run::<$variant>());
+                }
+            )*
+            None
+        }
 
         $(
             impl From<$variant> for AlgoState {
