@@ -147,7 +147,36 @@ mod sources;
 
 /// Circles left for later, by the files in them, each with why: the test fails on any other
 /// circle, and on one of these once it is gone (so the list stays true).
-const LEFT_FOR_LATER: &[(&[&str], &str)] = &[];
+const LEFT_FOR_LATER: &[(&[&str], &str)] = &[
+    (
+        &[
+            "shed/examples/bench_shed/main.rs",
+            "shed/examples/bench_shed/plot.rs",
+        ],
+        BENCH_SHED,
+    ),
+    (
+        &[
+            "shed/examples/bench_shed/main.rs",
+            "shed/examples/bench_shed/plot.rs",
+            "shed/examples/bench_shed/report.rs",
+        ],
+        BENCH_SHED,
+    ),
+    (
+        &[
+            "shed/examples/bench_shed/main.rs",
+            "shed/examples/bench_shed/report.rs",
+        ],
+        BENCH_SHED,
+    ),
+];
+
+/// Why the bench's circles are left: its main.rs holds constants its modules read (`LOADS` in
+/// plot.rs, `CAPACITY` in report.rs) while it calls them; seen once the checker read the crates
+/// that are directories (`examples/bench_shed/main.rs`). Moving the constants to a module ends
+/// them.
+const BENCH_SHED: &str = "main.rs holds the constants its modules read";
 
 /// No two files of one crate name each other, directly or round a circle: in every crate of
 /// every package of the workspace (libraries, binaries, tests, examples), `super::` and
@@ -224,6 +253,13 @@ fn the_checker_resolves_paths_to_files() {
     assert!(client
         .iter()
         .any(|a| a == "client/src/limiter.rs -> client/src/billing/ledger.rs"));
+    // A test that is a directory (`tests/functions/main.rs`) is a crate of its own.
+    assert!(sources::crate_roots("")
+        .iter()
+        .any(|r| sources::relative(r) == "tests/functions/main.rs"));
+    assert!(arrows("tests/functions/main.rs")
+        .iter()
+        .any(|a| a == "tests/functions/traces.rs -> tests/functions/calls.rs"));
     let a = |from: &str, to: &str| sources::imports::Arrow {
         from: from.into(),
         to: to.into(),

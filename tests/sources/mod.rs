@@ -182,8 +182,9 @@ fn raw_string(chars: &[char], i: usize) -> bool {
 }
 
 /// The crate roots of a package (its directory relative to the root, "" for the root
-/// package): `src/lib.rs`, `src/main.rs`, `src/bin/*.rs`, and each file of `tests/`,
-/// `examples/` and `benches/`: every crate cargo builds from it.
+/// package): `src/lib.rs`, `src/main.rs`, `src/bin/*.rs`, each file of `tests/`, `examples/`
+/// and `benches/`, and each `main.rs` one directory down in those (`tests/functions/main.rs`,
+/// the test `functions`): every crate cargo builds from it.
 pub fn crate_roots(package: &str) -> Vec<PathBuf> {
     let dir = root().join(package);
     let mut roots: Vec<PathBuf> = ["src/lib.rs", "src/main.rs"]
@@ -196,7 +197,13 @@ pub fn crate_roots(package: &str) -> Vec<PathBuf> {
             let mut files: Vec<PathBuf> = entries
                 .flatten()
                 .map(|e| e.path())
-                .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "rs"))
+                .filter_map(|p| {
+                    if p.is_dir() {
+                        Some(p.join("main.rs")).filter(|m| m.is_file())
+                    } else {
+                        Some(p).filter(|p| p.extension().is_some_and(|e| e == "rs"))
+                    }
+                })
                 .collect();
             files.sort();
             roots.extend(files);
