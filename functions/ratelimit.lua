@@ -56,7 +56,7 @@ policy's L, never by what a value claims.
 --[[
 Map: the sections in file order (each opens with a line of dashes and its title; search for an
 entry's name), and what each holds.
-  (top)        bounds (MAX_*), the clock (now_ms: tests/functions.rs swaps that one line),
+  (top)        bounds (MAX_*), the clock (now_ms: tests/functions/ swaps that one line),
                integer helpers: idiv, cdiv, num
   Errors       the module's texts: fail, arity, echo, invalid, parse_int
   The algorithms  pure functions of (state, policy, now, cost): decision, ms_up,
@@ -103,7 +103,7 @@ local MIN_TTL_MS = 1000
 -- more (`overflowed`).
 local MAX_CONFIGURATIONS = 8
 
--- The clock: whole milliseconds of the server's TIME. tests/functions.rs replaces the next line
+-- The clock: whole milliseconds of the server's TIME. tests/functions/ replaces the next line
 -- in the copy it loads (and only there) with a clock it sets; nothing else reads the time.
 -- `seconds`, when given, keeps the second TIME last answered, as its text and in ms, so that the
 -- calls of one second convert it once (FCALL's hot path: fast). It is an argument, not an
@@ -1029,7 +1029,7 @@ end
 -- The one list of algorithms, in the module's registry order (core/src/algo/mod.rs): each
 -- table's `tag` names it in stored values, its `word` in commands (inside rl_all for a limiter),
 -- `fname` its function (`rl_<word>` in lower case: the loading environment has no `string`); `shaper` marks the one that is not a limiter, `hot` the ones with a
--- fast path. Everything below that names algorithms is derived from it; tests/functions.rs
+-- fast path. Everything below that names algorithms is derived from it; tests/functions/
 -- checks the functions it registers against the registry.
 local LIST = { gcra, bucket, log, counter, fixed, shape }
 

@@ -318,7 +318,7 @@ pub const WORKLOAD: &[&[&str]] = &[
     &["RL.CONCURRENCY", "cc:a", "3", "1000", "RELEASE", "b"],
     &["RL.CONCURRENCY", "cc:b", "1", "60000", "ACQUIRE", "only"],
     &["RL.CONCURRENCY", "cc:b", "1", "60000", "ACQUIRE", "denied"],
-    // Settles: overages charged into debt, and one given back (tests/charge.rs creates keys).
+    // Settles: overages charged into debt, and one given back (tests/charge/ creates keys).
     &["RL.CHARGE", "gcra:a", "25"],
     &["RL.CHARGE", "tb:a", "30"],
     &["RL.CHARGE", "sl:a", "12"],
