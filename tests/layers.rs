@@ -145,39 +145,6 @@ fn the_checker_sees_a_path_up() {
 
 mod sources;
 
-/// Circles left for later, by the files in them, each with why: the test fails on any other
-/// circle, and on one of these once it is gone (so the list stays true).
-const LEFT_FOR_LATER: &[(&[&str], &str)] = &[
-    (
-        &[
-            "shed/examples/bench_shed/main.rs",
-            "shed/examples/bench_shed/plot.rs",
-        ],
-        BENCH_SHED,
-    ),
-    (
-        &[
-            "shed/examples/bench_shed/main.rs",
-            "shed/examples/bench_shed/plot.rs",
-            "shed/examples/bench_shed/report.rs",
-        ],
-        BENCH_SHED,
-    ),
-    (
-        &[
-            "shed/examples/bench_shed/main.rs",
-            "shed/examples/bench_shed/report.rs",
-        ],
-        BENCH_SHED,
-    ),
-];
-
-/// Why the bench's circles are left: its main.rs holds constants its modules read (`LOADS` in
-/// plot.rs, `CAPACITY` in report.rs) while it calls them; seen once the checker read the crates
-/// that are directories (`examples/bench_shed/main.rs`). Moving the constants to a module ends
-/// them.
-const BENCH_SHED: &str = "main.rs holds the constants its modules read";
-
 /// No two files of one crate name each other, directly or round a circle: in every crate of
 /// every package of the workspace (libraries, binaries, tests, examples), `super::` and
 /// `crate::` paths, re-exports and macro bodies included (see `tests/sources/imports.rs`).
@@ -202,16 +169,7 @@ fn no_files_import_each_other_in_a_circle() {
     }
     assert!(arrows > 100, "the sources were read");
     println!("{arrows} arrows between files (counted per crate)");
-    let mut problems = Vec::new();
-    for (files, why) in LEFT_FOR_LATER {
-        let files: Vec<String> = files.iter().map(|f| f.to_string()).collect();
-        if circles.remove(&files).is_none() {
-            problems.push(format!(
-                "{files:?} is no longer a circle ({why}): take it off LEFT_FOR_LATER"
-            ));
-        }
-    }
-    problems.extend(circles.into_values());
+    let problems: Vec<String> = circles.into_values().collect();
     assert!(
         problems.is_empty(),
         "import circles (file:line of the first name -> the file it names):\n{}",

@@ -12,6 +12,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use ratelimit_shed::Tier;
 
+/// The offered loads of the main table, as multiples of C.
+pub const LOADS: [f64; 4] = [0.5, 1.0, 2.0, 5.0];
+
 /// A client gives up on a request after this long (a failure, never a success).
 pub const TIMEOUT: Duration = Duration::from_secs(1);
 

@@ -20,14 +20,12 @@ use http::{Request, Response, StatusCode};
 use ratelimit_shed::{Completion, Settings, ShedLayer, Shedder, Ticket, Tier};
 use tower::{Layer, Service, ServiceExt};
 
-use load::{load, ms, pct, Event};
+use load::{load, ms, pct, Event, LOADS};
 use report::{Flood, Slowdown};
-use systems::{headers, System, SERVICE_MS, WORKERS};
+use systems::{headers, System, CAPACITY, SERVICE_MS, WORKERS};
 
-pub const CAPACITY: f64 = WORKERS as f64 * 1000.0 / SERVICE_MS as f64;
 const TENANTS: usize = 20;
 const PHASE: Duration = Duration::from_secs(2);
-pub const LOADS: [f64; 4] = [0.5, 1.0, 2.0, 5.0];
 
 /// The cost of a rejection, without HTTP: the shedder's `acquire` when full, and the layer's
 /// whole call (classify, acquire, build the 503).

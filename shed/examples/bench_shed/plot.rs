@@ -1,7 +1,7 @@
 //! docs/shed.svg: goodput and p99 against offered load, one line per system.
 
+use crate::load::LOADS;
 use crate::report::Row;
-use crate::LOADS;
 
 /// A plot's title, its top value and what it shows of a row.
 type Panel = (&'static str, f64, Box<dyn Fn(&Row) -> Option<f64>>);

@@ -7,7 +7,7 @@ use std::time::Duration;
 use ratelimit_shed::Tier;
 
 use crate::load::{ms, pct, Outcome};
-use crate::CAPACITY;
+use crate::systems::CAPACITY;
 
 pub struct Row {
     pub system: String,

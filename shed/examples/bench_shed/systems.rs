@@ -20,6 +20,8 @@ use tower::{Layer, ServiceBuilder, ServiceExt};
 
 pub const WORKERS: usize = 8;
 pub const SERVICE_MS: u64 = 10;
+/// C, the service's capacity in requests per second: its workers, each busy a service time.
+pub const CAPACITY: f64 = WORKERS as f64 * 1000.0 / SERVICE_MS as f64;
 
 /// The service: a worker each, then the service time.
 #[derive(Clone)]
