@@ -5,8 +5,9 @@
 //! `limit ← limit · gradient + ½ √limit`, half-smoothed. With a service of W workers the limit
 //! settles a little above W, where the queue in front of the workers adds about `tolerance` plus
 //! the headroom to the latency. The no-load latency (`min_rtt`) is the smallest window
-//! mean seen since it was last measured; it is measured again (a *probe*: one window at
-//! `min_limit` in flight) every `probe_interval`, and at once when windows keep showing even
+//! mean seen since it was last measured; it is measured again (a *probe*: one window with no
+//! more in flight than the service was seen to serve at once, ¾ of it, at least `min_limit`)
+//! every `probe_interval`, and at once when windows keep showing even
 //! their fastest request far above it, which is what a service that slowed down looks like.
 
 use std::time::Duration;
@@ -28,7 +29,13 @@ const HEADROOM: f64 = 0.5;
 const SMOOTHING: f64 = 0.5;
 /// A window with an overloaded answer (503, 504, timeout) multiplies the limit by this.
 const DROP_BACKOFF: f64 = 0.9;
-/// A probe that cannot get `window_samples` answers at `min_limit` in this many windows gives
+/// A probe runs at this fraction of the concurrency the service was last seen to sustain at its
+/// no-load latency (see `Gradient::sustained`), or at `min_limit` if that is more. Below 1 so
+/// that a no-load latency measured too high (the service sped up since) cannot confirm itself:
+/// a probe above the workers measures their queue, which then reads `PROBE_FRACTION` × the old
+/// latency, lower, and the next probe is lower still until it runs below the workers.
+const PROBE_FRACTION: f64 = 0.75;
+/// A probe that cannot get `window_samples` answers at its level in this many windows gives
 /// up (the in-flight requests are too long to drain) and keeps the old no-load latency.
 const PROBE_GIVE_UP_WINDOWS: u32 = 20;
 
@@ -42,7 +49,7 @@ pub struct GradientSettings {
     /// The latency above the no-load one the service may show before the limit shrinks, as a
     /// fraction (default 0.1).
     pub tolerance: f64,
-    /// How often the no-load latency is measured again at `min_limit` (default 10 s).
+    /// How often the no-load latency is measured again at reduced concurrency (default 10 s).
     pub probe_interval: Duration,
     /// Measure at once when this many windows in a row (default 10) had even their fastest
     /// request above `stale_ratio` × the no-load latency (default 1.8).
@@ -94,6 +101,8 @@ impl Window {
 #[derive(Clone, Copy, Debug)]
 struct Probe {
     saved_limit: f64,
+    /// The requests allowed in flight while probing.
+    level: usize,
     /// The first sample's time (unknown when the algorithm starts with a probe).
     started: Option<Duration>,
     samples: Window,
@@ -111,6 +120,12 @@ pub struct Gradient {
     probe: Option<Probe>,
     last_probe: Option<Duration>,
     stale: u32,
+    /// The last window's completions per second × the no-load latency: how many requests the
+    /// service completes at once, counted in no-load latencies (Little's law). A service that
+    /// serves W at a time, saturated, shows W; one with spare workers or one that slowed down
+    /// since the no-load latency was measured shows less. So a probe at or below it runs with
+    /// no request waiting for a worker, which is what measuring the no-load latency needs.
+    sustained: f64,
 }
 
 impl Gradient {
@@ -140,6 +155,7 @@ impl Gradient {
             probe: None,
             last_probe: None,
             stale: 0,
+            sustained: 0.0,
         };
         gradient.start_probe(None);
         Ok(gradient)
@@ -149,20 +165,29 @@ impl Gradient {
         limit.clamp(self.bounds.min_limit as f64, self.bounds.max_limit as f64)
     }
 
+    /// Starts measuring the no-load latency at a fraction of the concurrency the service was
+    /// seen to sustain rather than at `min_limit`: the probe's limit is what every tenant gets
+    /// while it runs, and at `min_limit` (3 on a service of 8 workers) it shed even
+    /// well-behaved tenants' requests for its few tens of milliseconds.
     fn start_probe(&mut self, now: Option<Duration>) {
+        let min = self.bounds.min_limit;
+        let level = ((self.sustained * PROBE_FRACTION).floor() as usize)
+            .min(self.clamp(self.limit).round() as usize)
+            .max(min);
         self.probe = Some(Probe {
             saved_limit: self.limit,
+            level,
             started: now,
             samples: Window::default(),
         });
         self.stale = 0;
     }
 
-    /// A sample while probing: only requests admitted at `min_limit` or below count.
+    /// A sample while probing: only requests admitted at the probe's level or below count.
     fn probe_sample(&mut self, mut probe: Probe, s: &Sample) {
         let give_up = self.settings.window * PROBE_GIVE_UP_WINDOWS;
         let started = *probe.started.get_or_insert(s.at);
-        if s.in_flight <= self.bounds.min_limit {
+        if s.in_flight <= probe.level {
             probe.samples.add(s);
         }
         if probe.samples.count >= self.settings.window_samples {
@@ -187,6 +212,11 @@ impl Gradient {
             _ => mean,
         };
         self.min_rtt = Some(min_rtt);
+        let span = now.saturating_sub(w.start.unwrap_or(now)).as_secs_f64();
+        if span > 0.0 {
+            // `count` samples span `count − 1` intervals between completions.
+            self.sustained = f64::from(w.count.saturating_sub(1)) / span * min_rtt.as_secs_f64();
+        }
         let last_probe = *self.last_probe.get_or_insert(now);
 
         let fastest = w.min.unwrap_or(mean).as_secs_f64();
@@ -238,8 +268,8 @@ impl LimitAlgorithm for Gradient {
     }
 
     fn limit(&self) -> usize {
-        if self.probe.is_some() {
-            return self.bounds.min_limit;
+        if let Some(probe) = &self.probe {
+            return probe.level;
         }
         // `limit` is kept within the bounds, so the conversion cannot overflow.
         self.clamp(self.limit).round() as usize

@@ -189,8 +189,10 @@ fn a_recorded_sequence_brings_the_limit_down() {
     assert!(*limits.last().unwrap() < 10);
 }
 
+/// A probe on a saturated service runs below its workers (no request waits for one, so the
+/// latency measured is the no-load one) but above `min_limit`, and gives the limit back after.
 #[test]
-fn a_probe_measures_at_the_minimum_and_restores_the_limit() {
+fn a_probe_measures_below_the_workers_and_restores_the_limit() {
     let settings = GradientSettings {
         probe_interval: Duration::from_secs(1),
         ..GradientSettings::default()
@@ -204,10 +206,12 @@ fn a_probe_measures_at_the_minimum_and_restores_the_limit() {
         svc.run(&mut alg, MS, 10 * MS, usize::MAX);
         saw_probe |= alg.observed().probing;
         if alg.observed().probing {
-            assert_eq!(alg.limit(), 3);
+            let level = alg.limit();
+            assert!((4..=8).contains(&level), "probe at {level}");
         }
     }
     assert!(saw_probe);
+    assert_eq!(alg.observed().min_rtt, Some(10 * MS));
     assert!(alg.limit() >= 8);
 }
 
