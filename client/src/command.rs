@@ -36,16 +36,20 @@ impl Algorithm {
 
     /// The algorithm a name (`GCRA`, any case) names.
     pub fn parse(name: &str) -> Option<Algorithm> {
-        [
-            Algorithm::Gcra,
-            Algorithm::TokenBucket,
-            Algorithm::SlidingLog,
-            Algorithm::SlidingCounter,
-            Algorithm::FixedWindow,
-        ]
-        .into_iter()
-        .find(|a| a.name().eq_ignore_ascii_case(name))
+        Algorithm::ALL
+            .into_iter()
+            .find(|a| a.name().eq_ignore_ascii_case(name))
     }
+
+    /// Every algorithm, in declaration order (the registry's order: `tests/registry.rs` holds
+    /// them to it).
+    pub const ALL: [Algorithm; 5] = [
+        Algorithm::Gcra,
+        Algorithm::TokenBucket,
+        Algorithm::SlidingLog,
+        Algorithm::SlidingCounter,
+        Algorithm::FixedWindow,
+    ];
 }
 
 /// The promise "no more than L requests in any window of W ms, plus a burst of B", as every

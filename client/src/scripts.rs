@@ -247,6 +247,34 @@ mod tests {
         assert!(generate("no marks", "rl_gcra").is_none());
     }
 
+    /// Every function the library registers that a client may call has a script: one per
+    /// algorithm of the registry (`rl_<word>`, registered by the library's loop over its list)
+    /// and each registered by name, but the module-only ones (they only say they need the
+    /// module). A new algorithm or entry fails here, naming it, until `ENTRIES` lists it.
+    #[test]
+    fn entries_are_every_function_of_the_library() {
+        let mut wanted: Vec<String> = ratelimit_core::algo::listed::REGISTRY
+            .iter()
+            .map(|l| format!("rl_{}", l.word.to_lowercase()))
+            .collect();
+        for line in LIBRARY_SOURCE.lines() {
+            let named = line
+                .split_once("redis.register_function('")
+                .or_else(|| line.split_once("function_name = '"))
+                .and_then(|(_, rest)| rest.split_once('\''));
+            if let Some((name, _)) = named {
+                wanted.push(name.to_string());
+            }
+        }
+        assert!(wanted.len() > ENTRIES.len() / 2, "the library was read");
+        for name in wanted {
+            assert!(
+                ENTRIES.contains(&name.as_str()),
+                "client/src/scripts.rs: ENTRIES lacks {name}, a function of the library"
+            );
+        }
+    }
+
     /// The bench's scripts (scripts/benchkit/lua.py) are the client's, text for text.
     #[test]
     fn the_bench_generates_the_same_scripts() {
