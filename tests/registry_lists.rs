@@ -146,3 +146,18 @@ fn the_librarys_algorithms_are_the_registrys() {
          registry's algorithms in its order (docs/development.md, Adding an algorithm)"
     );
 }
+
+/// The minimal ACL rule for the module backend (docs/operating.md, held word for word to
+/// `testkit::MODULE_COMMANDS` by `client/tests/connections.rs`) lets a gateway call every
+/// algorithm's own command: without `+rl.<word>` a gateway set up by the docs is refused NOPERM.
+#[test]
+fn the_minimal_acl_rule_names_every_algorithms_command() {
+    let granted: Vec<&str> = testkit::MODULE_COMMANDS.split_whitespace().collect();
+    for l in REGISTRY {
+        let wanted = format!("+rl.{}", l.word.to_lowercase());
+        assert!(
+            granted.contains(&wanted.as_str()),
+            "testkit/src/rules.rs MODULE_COMMANDS (and docs/operating.md's rule) lacks {wanted}"
+        );
+    }
+}

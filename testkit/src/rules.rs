@@ -30,7 +30,7 @@ pub fn minimal_module_acl(name: &str, password: &str, pattern: &str) -> String {
 /// The commands of the minimal rule for the module backend (docs/operating.md).
 pub const MODULE_COMMANDS: &str = "+command|info +rl.gcra +rl.tokenbucket +rl.slidinglog \
 +rl.slidingcounter +rl.fixedwindow +rl.lease +rl.refund +rl.charge +rl.settle +rl.all +rl.shape \
-+rl.peek";
++rl.concurrency +rl.peek";
 
 /// The rule of docs/operating.md for the Functions backend (a server without the module, the
 /// library loaded): detecting it (`FUNCTION LIST`), calling it (`FCALL`, `FCALL_RO`), and the
