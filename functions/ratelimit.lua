@@ -2402,13 +2402,20 @@ function log.charge(s, p, now, n)
   return log.rescale(m, span, span, now), take
 end
 
+-- The limiters of the list by their word (RL.ALL's, RL.SETTLE's, RL.CHARGE's POLICY, RL.SHARE's),
+-- and their words in the list's order.
+local ALL, ALL_WORDS = {}, {}
+for i = 1, #LIST do
+  local algo = LIST[i]
+  if not algo.shaper then
+    ALL[algo.word] = algo
+    ALL_WORDS[#ALL_WORDS + 1] = algo.word
+  end
+end
+
 -- FCALL rl_charge 1 key n [POLICY algorithm L W [BURST B]]: charges n under the stored policy
 -- (a response that cost more than its estimate); a missing key is created under POLICY, else
 -- the reply is nil. Field 1: the tokens charged.
-local CHARGE_POLICIES = {
-  GCRA = gcra, TOKENBUCKET = bucket, SLIDINGLOG = log, SLIDINGCOUNTER = counter, FIXEDWINDOW = fixed,
-}
-
 local function charge(keys, args, now)
   if #keys ~= 1 or #args < 1 then
     arity('rl_charge')
@@ -2421,9 +2428,9 @@ local function charge(keys, args, now)
     elseif args[3] == nil then
       fail('ERR option POLICY needs a value')
     end
-    given = CHARGE_POLICIES[string.upper(args[3])]
+    given = ALL[string.upper(args[3])]
     if not given then
-      fail("ERR unknown algorithm '" .. echo(args[3]) .. "'; expected one of GCRA, TOKENBUCKET, SLIDINGLOG, SLIDINGCOUNTER, FIXEDWINDOW")
+      fail("ERR unknown algorithm '" .. echo(args[3]) .. "'; expected one of " .. table.concat(ALL_WORDS, ', '))
     end
     local policy, _, i = parse_limiter('rl_charge', given, args, 4, false, function(w)
       return not (given.burst and string.upper(w) == 'BURST')
@@ -2646,14 +2653,6 @@ local function shaped(keys, args)
   return out
 end
 
-local ALL, ALL_WORDS = {}, {}
-for i = 1, #LIST do
-  local algo = LIST[i]
-  if not algo.shaper then
-    ALL[algo.word] = algo
-    ALL_WORDS[#ALL_WORDS + 1] = algo.word
-  end
-end
 -- As the module's error names them: "GCRA, TOKENBUCKET, … or FIXEDWINDOW".
 -- (Built by hand: the loading environment has no `table` library.)
 local ALL_EXPECTED = ALL_WORDS[1]
