@@ -423,6 +423,38 @@ function bucket.refund(s, p, now, n)
   return { t = t, tf = tf, last = now }
 end
 
+-- The bucket as the module stores it (src/algo/token_bucket.rs `holding`), so that two states
+-- compare as the module's do: a balance at or above empty as it is, (t, tf) at `last`; a debt
+-- as a refill that starts later, to the nanosecond: the first instant (ms, ns) its balance is
+-- at or above empty, and the units it holds then (below L, at most the capacity). Here a debt
+-- is the negative balance at the instant it was written, so two states of one debt written at
+-- different instants differ field by field, where the module's are equal.
+-- Returns tokens as (whole ms units, ns units) and the instant as (ms, ns).
+local function bucket_stored(s, p)
+  if s.t >= 0 then
+    return s.t, s.tf, s.last, 0
+  end
+  -- What is owed, -(t·10^6 + tf) = (q·L + r)·10^6 - tf ns units, takes q·10^6 + w ns to repay.
+  local owed = -s.t
+  local q = idiv(owed, p.l)
+  local rest = (owed - q * p.l) * NS - s.tf
+  if rest <= 0 then
+    q, rest = q - 1, rest + p.l * NS
+  end
+  local w = cdiv(rest, p.l)
+  local units = math.min(w * p.l - rest, p.b * p.w * NS)
+  local wm = idiv(w, NS)
+  local um = idiv(units, NS)
+  return um, units - um * NS, s.last + q + wm, w - wm * NS
+end
+
+-- Whether two states under `p` are the same bucket as the module stores it.
+function bucket.same(a, b, p)
+  local a1, a2, a3, a4 = bucket_stored(a, p)
+  local b1, b2, b3, b4 = bucket_stored(b, p)
+  return a1 == b1 and a2 == b2 and a3 == b3 and a4 == b4
+end
+
 -- A lease (src/algo/lease.rs): the bucket's own decision with cost min(want, whole tokens).
 function bucket.lease(s, p, now, want)
   local u = balance(s, p, now)
@@ -1561,9 +1593,18 @@ end
 
 -- Whether the remembered (p, s) can be dropped beside (cp, cs) (src/algo/step.rs `droppable`):
 -- as good as fresh, or kin of cp and exactly cs carried over to p.
+-- (A bucket compares as the module stores it: `bucket.same`.)
 local function droppable(algo, p, s, cp, cs, now)
-  return fresh(algo, p, s, now)
-    or (kin(algo, p, cp) and same_state(s, algo.rescale(cs, cp, p, now)))
+  if fresh(algo, p, s, now) then
+    return true
+  elseif not kin(algo, p, cp) then
+    return false
+  end
+  local carried = algo.rescale(cs, cp, p, now)
+  if algo.same then
+    return algo.same(s, carried, p)
+  end
+  return same_state(s, carried)
 end
 
 -- `others` less those droppable beside (cp, cs).

@@ -196,7 +196,7 @@ pub fn run_trace(c: &mut Connection, seed: u64, limiters: &[Limiter], calls: usi
 }
 
 pub fn limiters(rng: &mut Rng, policies: usize) -> Vec<Limiter> {
-    (0..5)
+    (0..ALGORITHMS.len())
         .map(|algo| {
             let burst = ALGORITHMS[algo].3;
             let mut policies: Vec<Policy> =

@@ -312,3 +312,45 @@ fn rollouts(limiters: &[(&str, &str, bool)], exact: bool) {
     }
     at(&mut c, T0_MS);
 }
+
+/// A token-bucket key in debt, switched to a kin configuration (the same L and W, a larger B)
+/// and back a second later: the larger one's state is then exactly the smaller one's carried
+/// over, so the module drops it (`core/src/algo/step.rs` `droppable`, rule b) and the key lives
+/// for the smaller one's reset. The library stores a debt as a negative balance at the instant
+/// it was written, the module as a refill that starts later (the same bucket whenever written),
+/// so comparing the stored fields kept the larger configuration, and its 30 s longer reset, in
+/// the library (`many_configurations_agree_with_the_module` found it with 6 limiters, seed 13).
+#[test]
+fn a_kin_bucket_in_debt_is_dropped_as_in_the_module() {
+    let (_s, mut c) = both();
+    let request = |b: &str, cost: &str| {
+        let args = ["2", "60000", "BURST", b, "COST", cost];
+        let mut module = words(&["RL.TOKENBUCKET", "m:k"]);
+        let mut library = words(&["FCALL", "rl_tokenbucket", "1", "f:k"]);
+        module.extend(words(&args));
+        library.extend(words(&args));
+        (module, library)
+    };
+    let charge = (
+        words(&["RL.CHARGE", "m:k", "1"]),
+        words(&["FCALL", "rl_charge", "1", "f:k", "1"]),
+    );
+    let calls = [
+        (0, request("2", "2")),
+        (0, charge),
+        (0, request("3", "1")),
+        (1000, request("2", "1")),
+        (1000, request("3", "0")),
+        (31_000, request("3", "1")),
+    ];
+    for (i, (after_ms, (module, library))) in calls.iter().enumerate() {
+        at(&mut c, T0_MS + after_ms);
+        let (m, f) = (reply(&mut c, module), reply(&mut c, library));
+        assert_eq!(m, f, "call {i}: {module:?}");
+        assert_eq!(
+            pexpiretime(&mut c, "m:k"),
+            pexpiretime(&mut c, "f:k"),
+            "call {i}: the expiry after {module:?}"
+        );
+    }
+}
