@@ -1,6 +1,7 @@
 //! Reading a command's arguments. Every hostile argument is stopped here with an error that
 //! names it; what comes out are values that cannot hold nonsense.
 
+use crate::algo::listed::{limiter_by_word, limiter_list, Listed};
 use crate::algo::{Amount, Policy, PolicyError, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::error::{echo, Error};
 use crate::host::call::{Args, RString};
@@ -37,6 +38,18 @@ impl Args<'_> {
         }
         Ok(())
     }
+}
+
+/// The registry's limiter named `word` (any case), as `RL.CHARGE`'s `POLICY` and `RL.SHARE` name
+/// one; else the error listing the words they take.
+pub fn limiter_rule(word: &[u8]) -> Result<&'static Listed, Error> {
+    limiter_by_word(word).ok_or_else(|| {
+        Error::Syntax(format!(
+            "unknown algorithm '{}'; expected one of {}",
+            echo(word),
+            limiter_list(|l| l.word, |_| true, ", ")
+        ))
+    })
 }
 
 /// The policy L per W ms with `capacity`, each already range-checked: the one refusal left is a

@@ -15,12 +15,12 @@
 //! the state propagates it as an effect with its absolute expiry; one that changes nothing (the
 //! debt was already at its bound) writes and propagates nothing.
 
-use super::args::{parse_limiter, Ask, Options};
+use super::args::{limiter_rule, parse_limiter, Ask, Options};
 use super::effect;
 use super::key::accepts;
 use super::reply::Reply;
 use super::share;
-use crate::algo::listed::{limiter_by_word, limiter_list, Listed};
+use crate::algo::listed::Listed;
 use crate::algo::{settle, Decision, Policy, MAX_LIMIT};
 use crate::clock;
 use crate::error::{echo, Error};
@@ -111,13 +111,7 @@ fn parse_policy<'a>(key: RString<'a>, args: &mut Args<'a>) -> Result<Given, Erro
         return Err(Error::MissingValue("POLICY"));
     }
     let word = args.next_bytes()?;
-    let Some(rule) = limiter_by_word(word) else {
-        return Err(Error::Syntax(format!(
-            "unknown algorithm '{}'; expected one of {}",
-            echo(word),
-            limiter_list(|l| l.word, |_| true, ", ")
-        )));
-    };
+    let rule = limiter_rule(word)?;
     let options = Options {
         burst: rule.burst,
         ask: Ask::Cost,

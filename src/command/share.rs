@@ -15,11 +15,10 @@
 //! [`carry_for_settle`] and [`count_settled`] (the same for the settles), [`count`] (the demand
 //! counters) and [`keep_ns`].
 
-use super::args::policy;
+use super::args::{limiter_rule, policy};
 use super::effect;
 use super::key::{accepts, wrong_type};
 use super::reply::Reply;
-use crate::algo::listed::{limiter_by_word, limiter_list};
 use crate::algo::{Policy, MAX_LIMIT, MAX_WINDOW_MS};
 use crate::clock;
 use crate::error::{echo, Error};
@@ -117,13 +116,7 @@ pub const FIRST_KEY: usize = 5;
 
 pub fn share(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     let word = args.next_bytes()?;
-    let Some(rule) = limiter_by_word(word) else {
-        return Err(Error::Syntax(format!(
-            "unknown algorithm '{}'; expected one of {}",
-            echo(word),
-            limiter_list(|l| l.word, |_| true, ", ")
-        )));
-    };
+    let rule = limiter_rule(word)?;
     let limit = args.next_u64("L", 1, MAX_LIMIT)?;
     let window_ms = args.next_u64("W", 1, MAX_WINDOW_MS)?;
     let capacity = args.next_u64("B", 1, MAX_LIMIT)?;
@@ -182,7 +175,8 @@ pub fn share(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     Ok(Reply::Rows(out))
 }
 
-/// Stores `share` (None: removes it) in the key `name` holding a limiter of algorithm `A`.
+/// Stores `share` (None: removes it) in the key `name` holding a limiter of the algorithm it
+/// runs with.
 struct Set<'a, 'c> {
     ctx: &'c Ctx,
     name: RString<'a>,
@@ -202,67 +196,57 @@ impl ForAlgorithm for Set<'_, '_> {
             share,
             now_ns,
         } = self;
-        set::<A>(ctx, name, safe, share, now_ns)
-    }
-}
-
-fn set<A: Stored>(
-    ctx: &Ctx,
-    name: RString<'_>,
-    safe: &Policy,
-    share: Option<Share>,
-    now_ns: u64,
-) -> Result<[i64; 4], Error> {
-    if let Some(share) = share {
-        accepts::<A>(&share.policy_for(safe, now_ns))?;
-    }
-    let mut key = ctx.open(name, true);
-    let expires_at_ms = key.expires_at_ms();
-    let limiter = match (key.limiter(A::NAME)?, share) {
-        (None, None) => return Ok([0; 4]),
-        (None, Some(share)) => {
-            // Full: what a first request under the share would start from.
-            let to = share.policy_for(safe, now_ns);
-            let Some(full) = A::check(None, &to, now_ns, 1)
-                .next
-                .map(|s| s.refund(&to, now_ns, 1))
-            else {
-                return Err(Error::Internal);
-            };
-            Limiter::new(to, AlgoState::shared(share, full.wrap()))
+        if let Some(share) = share {
+            accepts::<A>(&share.policy_for(safe, now_ns))?;
         }
-        (Some(held), share) => {
-            let from = held.policy;
-            let to = share.map_or(*safe, |s| s.policy_for(safe, now_ns));
-            let Some(state) = A::of(&held.state) else {
-                return Err(wrong_type::<A>(held));
-            };
-            let state = state.rescale(&from, &to, now_ns).wrap();
-            let (asked, admitted) = held.shared().map_or((0, 0), |s| (s.asked, s.admitted));
-            let state = match share {
-                Some(share) => AlgoState::shared(share, state),
-                None => state,
-            };
-            let mut limiter = Limiter::new(to, state);
-            if let Some(shared) = limiter.shared_mut() {
-                (shared.asked, shared.admitted) = (asked, admitted);
+        let mut key = ctx.open(name, true);
+        let expires_at_ms = key.expires_at_ms();
+        let limiter = match (key.limiter(A::NAME)?, share) {
+            (None, None) => return Ok([0; 4]),
+            (None, Some(share)) => {
+                // Full: what a first request under the share would start from.
+                let to = share.policy_for(safe, now_ns);
+                let Some(full) = A::check(None, &to, now_ns, 1)
+                    .next
+                    .map(|s| s.refund(&to, now_ns, 1))
+                else {
+                    return Err(Error::Internal);
+                };
+                Limiter::new(to, AlgoState::shared(share, full.wrap()))
             }
-            limiter
-        }
-    };
-    // The key lives as long as it had to, and at least until the share's expiry.
-    let until_ns =
-        expires_at_ms.map_or(0, |ms| ms.saturating_mul(1_000_000).saturating_sub(now_ns));
-    let keep = A::check(A::of(&limiter.state), &limiter.policy, now_ns, 0)
-        .decision
-        .reset_after_ns
-        .max(until_ns)
-        .max(keep_ns(&limiter, now_ns));
-    let stored = key.store(limiter)?;
-    let at = effect::commit(ctx, name, effect::Commit::State(stored), now_ns, keep);
-    let held = row(stored);
-    key.expire_at(Some(at));
-    Ok(held)
+            (Some(held), share) => {
+                let from = held.policy;
+                let to = share.map_or(*safe, |s| s.policy_for(safe, now_ns));
+                let Some(state) = A::of(&held.state) else {
+                    return Err(wrong_type::<A>(held));
+                };
+                let state = state.rescale(&from, &to, now_ns).wrap();
+                let (asked, admitted) = held.shared().map_or((0, 0), |s| (s.asked, s.admitted));
+                let state = match share {
+                    Some(share) => AlgoState::shared(share, state),
+                    None => state,
+                };
+                let mut limiter = Limiter::new(to, state);
+                if let Some(shared) = limiter.shared_mut() {
+                    (shared.asked, shared.admitted) = (asked, admitted);
+                }
+                limiter
+            }
+        };
+        // The key lives as long as it had to, and at least until the share's expiry.
+        let until_ns =
+            expires_at_ms.map_or(0, |ms| ms.saturating_mul(1_000_000).saturating_sub(now_ns));
+        let keep = A::check(A::of(&limiter.state), &limiter.policy, now_ns, 0)
+            .decision
+            .reset_after_ns
+            .max(until_ns)
+            .max(keep_ns(&limiter, now_ns));
+        let stored = key.store(limiter)?;
+        let at = effect::commit(ctx, name, effect::Commit::State(stored), now_ns, keep);
+        let held = row(stored);
+        key.expire_at(Some(at));
+        Ok(held)
+    }
 }
 
 /// `[share, expire_at_ms, limit, burst]` of a stored limiter.
