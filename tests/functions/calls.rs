@@ -105,19 +105,8 @@ pub fn random_call(rng: &mut Rng, limiters: &[Limiter]) -> Call {
         }
         3 | 4 => {
             // RL.ALL over 1 to 3 distinct keys.
-            let n = 1 + rng.below(3.min(limiters.len() as u64)) as usize;
-            let mut chosen: Vec<usize> = Vec::new();
-            while chosen.len() < n {
-                let j = rng.below(limiters.len() as u64) as usize;
-                if !chosen.contains(&j) {
-                    chosen.push(j);
-                }
-            }
-            let keys: Vec<String> = chosen.iter().map(|j| format!("k{j}")).collect();
-            let mut module = vec!["RL.ALL".to_string(), n.to_string()];
-            module.extend(keys.iter().map(|k| format!("m:{k}")));
-            let mut library = vec!["FCALL".into(), "rl_all".into(), n.to_string()];
-            library.extend(keys.iter().map(|k| format!("f:{k}")));
+            let (chosen, keys, mut module, mut library) =
+                multi_key_head(rng, limiters, "RL.ALL", "rl_all");
             for &j in &chosen {
                 let lim = &limiters[j];
                 let (_, _, name, burst) = ALGORITHMS[lim.algo];
@@ -154,6 +143,31 @@ pub fn random_call(rng: &mut Rng, limiters: &[Limiter]) -> Call {
 
 /// The next instant: mostly the same or a few ms later, sometimes much later, sometimes a
 /// little earlier (a clock stepped back).
+/// 1 to 3 distinct keys of `limiters` drawn at random for a call over several keys (`RL.ALL`,
+/// `RL.SETTLE`): their indices, their names, and the heads of the module's call (`command n
+/// m:k…`) and of the library's (`FCALL fname n f:k…`), each limiter's words to follow.
+pub fn multi_key_head(
+    rng: &mut Rng,
+    limiters: &[Limiter],
+    command: &str,
+    fname: &str,
+) -> (Vec<usize>, Vec<String>, Vec<String>, Vec<String>) {
+    let n = 1 + rng.below(3.min(limiters.len() as u64)) as usize;
+    let mut chosen: Vec<usize> = Vec::new();
+    while chosen.len() < n {
+        let j = rng.below(limiters.len() as u64) as usize;
+        if !chosen.contains(&j) {
+            chosen.push(j);
+        }
+    }
+    let keys: Vec<String> = chosen.iter().map(|j| format!("k{j}")).collect();
+    let mut module = vec![command.to_string(), n.to_string()];
+    module.extend(keys.iter().map(|k| format!("m:{k}")));
+    let mut library = vec!["FCALL".into(), fname.to_string(), n.to_string()];
+    library.extend(keys.iter().map(|k| format!("f:{k}")));
+    (chosen, keys, module, library)
+}
+
 pub fn next_instant(rng: &mut Rng, now: u64) -> u64 {
     match rng.below(20) {
         0..=7 => now,

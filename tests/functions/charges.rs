@@ -1,7 +1,7 @@
 //! rl_charge (RL.CHARGE): overages charged into debt, paid by the next requests.
 
 use super::*;
-use crate::calls::{cost, limiters, next_instant, Call, Limiter};
+use crate::calls::{cost, limiters, multi_key_head, next_instant, Call, Limiter};
 
 /// A call of a charge trace on key `k{i}`: a request, a charge (the POLICY form, which creates
 /// a missing key), a refund, or a peek.
@@ -59,19 +59,8 @@ pub fn charge_call(rng: &mut Rng, limiters: &[Limiter]) -> Call {
 
 /// RL.SETTLE over 1 to 3 distinct keys, each by a random signed difference (0 included).
 fn settle_call(rng: &mut Rng, limiters: &[Limiter]) -> Call {
-    let n = 1 + rng.below(3.min(limiters.len() as u64)) as usize;
-    let mut chosen: Vec<usize> = Vec::new();
-    while chosen.len() < n {
-        let j = rng.below(limiters.len() as u64) as usize;
-        if !chosen.contains(&j) {
-            chosen.push(j);
-        }
-    }
-    let keys: Vec<String> = chosen.iter().map(|j| format!("k{j}")).collect();
-    let mut module = vec!["RL.SETTLE".to_string(), n.to_string()];
-    module.extend(keys.iter().map(|k| format!("m:{k}")));
-    let mut library = vec!["FCALL".into(), "rl_settle".into(), n.to_string()];
-    library.extend(keys.iter().map(|k| format!("f:{k}")));
+    let (chosen, keys, mut module, mut library) =
+        multi_key_head(rng, limiters, "RL.SETTLE", "rl_settle");
     for &j in &chosen {
         let lim = &limiters[j];
         let (_, _, name, burst) = ALGORITHMS[lim.algo];
