@@ -3219,7 +3219,102 @@ function concurrency.call(keys, args)
   return concurrency.answer(key, n, now, live, free and 1 or 0, free)
 end
 
-redis.register_function('rl_concurrency', guarded(concurrency.call))
+-- ACQUIRE's hot path, outside the guard (it raises nothing of its own): the recipe's own steps,
+-- TIME, drop the expired (ZREMRANGEBYSCORE, nothing on a new key), ZADD, and the answer's one
+-- read, the latest expiry (none when the holder is the only one), then the key's expiry. ZCARD
+-- first, as the general path: a key of another type, or a sorted set larger than any of these,
+-- is not touched here. Anything else (another operation or spelling, an argument the general
+-- path would refuse or read otherwise, a leading zero) goes to the general path, which answers
+-- the same. ZADD's own answer (1 added, 0 renewed) says whether the id held a slot when there is
+-- room; a full set asks ZSCORE.
+concurrency.seconds = { false, 0 }
+
+function concurrency.fast(general)
+  -- (Looked up at the first call: while a library loads, only `redis` is reachable.)
+  local find, byte, format, call, pcall_redis
+  local max_holders, max_id, seconds = concurrency.max_holders, concurrency.max_id, concurrency.seconds
+  -- The N and TTL strings read before, as numbers (at most MAX_POLICIES, then forgotten): a
+  -- string is read once, when it is digits without a leading zero, at most 13 (TTL <= 10^12).
+  local read, count_read = {}, 0
+  -- The texts of the last instant and expiry formatted (the calls of one ms share them).
+  local last_now, now_text, last_exp, exp_text, after_exp = -1, nil, -1, nil, nil
+  local function number(s)
+    if #s == 0 or #s > 13 or byte(s) == 48 or find(s, '%D') then
+      return nil
+    end
+    if count_read >= MAX_POLICIES then
+      read, count_read = {}, 0
+    end
+    count_read = count_read + 1
+    local v = s + 0
+    read[s] = v
+    return v
+  end
+  return function(keys, args)
+    if not find then
+      find, byte, format, call, pcall_redis = string.find, string.byte, string.format, redis.call, redis.pcall
+    end
+    local ns, ts, id = args[1], args[2], args[4]
+    local key = keys[1]
+    if args[3] ~= 'ACQUIRE' or id == nil or args[5] ~= nil or key == nil or keys[2] ~= nil
+        or #id == 0 or #id > max_id then
+      return general(keys, args)
+    end
+    local n, ttl = read[ns] or number(ns), read[ts] or number(ts)
+    if not n or not ttl or n > max_holders or ttl > MAX_WINDOW then
+      return general(keys, args)
+    end
+    local count = pcall_redis('ZCARD', key)
+    if type(count) ~= 'number' or count > max_holders then
+      return general(keys, args)
+    end
+    local now = now_ms(seconds)
+    local live = count
+    if count > 0 then
+      if now ~= last_now then
+        last_now, now_text = now, format('%d', now)
+      end
+      live = count - call('ZREMRANGEBYSCORE', key, '-inf', now_text)
+    end
+    local exp = now + ttl
+    if exp ~= last_exp then
+      last_exp, exp_text, after_exp = exp, format('%d', exp), nil
+    end
+    local exps = exp_text
+    if live >= n then
+      -- Full: only a holder renews; else the answer says when the earliest slot a new id can
+      -- take frees (every member is live now: the (live - n + 1)-th by rank).
+      if not call('ZSCORE', key, id) then
+        local kth = call('ZRANGE', key, live - n, live - n, 'WITHSCORES')
+        local last = call('ZRANGE', key, -1, -1, 'WITHSCORES')
+        return { 0, n, 0, kth[2] - now, last[2] - now }
+      end
+      call('ZADD', key, exps, id)
+    else
+      live = live + call('ZADD', key, exps, id)
+    end
+    -- The latest expiry: this holder's unless another's is later (a longer TTL), which ZCOUNT
+    -- tells at less cost than reading the last score.
+    local latest, at = exp, exps
+    if live > 1 then
+      if not after_exp then
+        after_exp = '(' .. exps
+      end
+      if call('ZCOUNT', key, after_exp, '+inf') > 0 then
+        latest = call('ZRANGE', key, -1, -1, 'WITHSCORES')[2] + 0
+        at = format('%d', latest)
+      end
+    end
+    if latest - now < MIN_TTL_MS then
+      at = format('%d', now + MIN_TTL_MS)
+    end
+    call('PEXPIREAT', key, at)
+    local remaining = n - live
+    return { 1, n, remaining > 0 and remaining or 0, -1, latest - now }
+  end
+end
+
+redis.register_function('rl_concurrency', concurrency.fast(guarded(concurrency.call)))
 -- What only the module does (docs/functions.md, what differs): the call says so, where Redis would
 -- answer "Function not found".
 -- (Both spellings by hand: while a library loads, only `redis` is reachable.)

@@ -1,6 +1,7 @@
 """Part 5 of `make bench`: RL.CONCURRENCY's ACQUIRE + RELEASE pair beside one RL.GCRA admit,
 beside the sorted-set Lua recipe (an EVALSHA of ZREMRANGEBYSCORE + ZCARD + ZADD to acquire, a
-ZREM to release) and beside the Functions library's `rl_concurrency` pair, then the memory a holder costs (MEMORY USAGE at 1 and at 1,000 holders, and
+ZREM to release) and beside the Functions library's `rl_concurrency` pair (RELEASE through
+the library, and through a bare ZREM as the gateway client sends it), then the memory a holder costs (MEMORY USAGE at 1 and at 1,000 holders, and
 the recipe's sorted set the same way).
 
 A pair is two commands (a redis-benchmark run repeats one), so this part drives the server from
@@ -59,6 +60,12 @@ def rows(sha):
                      "id%d" % i),
                     ("FCALL", "rl_concurrency", 1, "f:%d" % (i % 1000), N, TTL_MS, "RELEASE",
                      "id%d" % i)]),
+        # The gateway client's pair on the Functions backend: the library's holders are a sorted
+        # set scored by expiry, so it releases with a bare ZREM, as the recipe's caller does.
+        ("FCALL rl_concurrency ACQUIRE + ZREM",
+         lambda i: [("FCALL", "rl_concurrency", 1, "f:%d" % (i % 1000), N, TTL_MS, "ACQUIRE",
+                     "id%d" % i),
+                    ("ZREM", "f:%d" % (i % 1000), "id%d" % i)]),
     ]
 
 
