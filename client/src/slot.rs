@@ -2,7 +2,8 @@
 //! request in flight and hands back a [`SlotGuard`], which renews the slot while the request
 //! lasts (a stream longer than the TTL keeps it) and gives it back when dropped, also when the
 //! future holding it is cancelled. A slot whose RELEASE is lost frees itself TTL after its last
-//! renewal.
+//! renewal. On the Functions library and the scripts backend the release is a bare `ZREM key
+//! id` (the library's holders are a sorted set scored by expiry): the module's RELEASE there.
 //!
 //! When the store does not answer the ACQUIRE, the limit's class decides on this gateway alone:
 //! - Contract: a local count per key of N ÷ gateways (`Config::gateways`; N when unset), so
@@ -178,6 +179,18 @@ impl StoreSlot {
         self.shared.call(&mut None, Mode::Background, call).await
     }
 
+    /// Gives the slot back (a bare ZREM on the library's backends: [`crate::Store::release_slot`]):
+    /// whether the store held it. Under the circuit and the longer deadline, as `call`.
+    async fn release(&self) -> Result<bool, Error> {
+        let store = self
+            .shared
+            .store
+            .clone()
+            .with_deadline(self.shared.config.shutdown_deadline);
+        let call = store.release_slot(&self.key, self.limit, self.ttl_ms, &self.id);
+        self.shared.call(&mut None, Mode::Background, call).await
+    }
+
     /// Renews every `every`; a slot found gone (it lapsed while renewals failed) is taken again
     /// when one is free.
     async fn renew(self: Arc<Self>, every: Duration) {
@@ -215,7 +228,7 @@ impl SlotGuard {
         match std::mem::replace(&mut self.held, Held::Released) {
             Held::Store { call, renewer } => {
                 renewer.abort();
-                Ok(call.call(SlotOp::Release(&call.id)).await?.allowed)
+                call.release().await
             }
             Held::Local { counts, key } => {
                 give_back(&counts, &key);
@@ -233,7 +246,7 @@ impl Drop for SlotGuard {
                 renewer.abort();
                 if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                     runtime.spawn(async move {
-                        let _ = call.call(SlotOp::Release(&call.id)).await;
+                        let _ = call.release().await;
                     });
                 }
             }

@@ -436,6 +436,34 @@ impl Store {
         Decision::from_value(&self.query(&cmd).await?)
     }
 
+    /// Gives back `id`'s slot of `key`: whether the store held it. The module answers
+    /// `RL.CONCURRENCY key N TTL RELEASE id`; the Functions library's holders are a plain sorted
+    /// set scored by expiry (functions/ratelimit.lua), so there, as on the scripts backend, a bare
+    /// `ZREM key id` gives the slot back, as the sorted-set recipe's caller does, at a fraction of
+    /// `FCALL rl_concurrency … RELEASE`'s cost (scripts/bench concurrency). It leaves the key's
+    /// expiry as it was (the key still goes by itself at the last holder's expiry), and a holder
+    /// that expired but was not dropped yet counts as held: 1 where RELEASE answers 0.
+    pub async fn release_slot(
+        &self,
+        key: &str,
+        limit: u64,
+        ttl_ms: u64,
+        id: &str,
+    ) -> Result<bool, Error> {
+        if self.backend == Backend::Module {
+            return Ok(self
+                .concurrency(key, limit, ttl_ms, SlotOp::Release(id))
+                .await?
+                .allowed);
+        }
+        let mut cmd = redis::cmd("ZREM");
+        cmd.arg(key).arg(id);
+        match self.query(&cmd).await? {
+            Value::Int(n) => Ok(n == 1),
+            other => Err(Error::Reply(format!("ZREM reply {other:?}"))),
+        }
+    }
+
     /// `RL.ALL numkeys key … limiter …`: one atomic decision over several limiters (all keys in
     /// one hash slot on a Cluster).
     pub async fn all(&self, limiters: &[(&str, Policy, u64)]) -> Result<AllDecision, Error> {

@@ -262,3 +262,47 @@ async fn the_library_is_loaded_replaced_or_refused() {
     assert!(d.allowed);
     assert_eq!(version_on(&s), Version::carried().to_string());
 }
+
+/// A slot given back on the library's backends is a bare `ZREM key id` (the holders are a sorted
+/// set scored by expiry), on FCALL and on the scripts backend alike: it answers whether the id
+/// held a slot, frees it for the next ACQUIRE, leaves the key's expiry as it was (the key goes
+/// by itself at the last holder's expiry) and takes the set with its last holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_goes_back_by_a_bare_zrem_on_functions_and_scripts() {
+    use ratelimit_client::SlotOp;
+    let functions = Server::plain();
+    library_on(&functions, LIBRARY_SOURCE, false);
+    let renamed = Server::plain_with(&["--rename-command", "FUNCTION", ""]);
+    for (s, load, backend) in [
+        (&functions, LoadLibrary::No, Backend::Functions),
+        (&renamed, LoadLibrary::Replace, Backend::Scripts),
+    ] {
+        let store = connect(s, load).await.unwrap();
+        assert_eq!(store.backend(), backend);
+        let acquire = |id| store.concurrency("jobs", 2, 60_000, SlotOp::Acquire(id));
+        assert!(acquire("a").await.unwrap().allowed);
+        assert!(acquire("b").await.unwrap().allowed);
+        assert!(!acquire("c").await.unwrap().allowed);
+        let pexpiretime = || -> i64 {
+            redis::cmd("PEXPIRETIME")
+                .arg("jobs")
+                .query(&mut s.connect())
+                .unwrap()
+        };
+        let expiry = pexpiretime();
+        let zrems = s.calls("zrem");
+        assert!(store.release_slot("jobs", 2, 60_000, "b").await.unwrap());
+        assert_eq!(s.calls("zrem"), zrems + 1, "{backend:?}: one bare ZREM");
+        assert!(!store.release_slot("jobs", 2, 60_000, "b").await.unwrap());
+        assert_eq!(pexpiretime(), expiry, "{backend:?}: the expiry as it was");
+        let c = acquire("c").await.unwrap();
+        assert!(c.allowed && c.remaining == 0, "{backend:?}: {c:?}");
+        assert!(store.release_slot("jobs", 2, 60_000, "a").await.unwrap());
+        assert!(store.release_slot("jobs", 2, 60_000, "c").await.unwrap());
+        let exists: i64 = redis::cmd("EXISTS")
+            .arg("jobs")
+            .query(&mut s.connect())
+            .unwrap();
+        assert_eq!(exists, 0, "{backend:?}: the set goes with its last holder");
+    }
+}
