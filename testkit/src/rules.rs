@@ -34,7 +34,8 @@ pub const MODULE_COMMANDS: &str = "+command|info +rl.gcra +rl.tokenbucket +rl.sl
 
 /// The rule of docs/operating.md for the Functions backend (a server without the module, the
 /// library loaded): detecting it (`FUNCTION LIST`), calling it (`FCALL`, `FCALL_RO`), and the
-/// commands its functions run, which Redis checks against the caller's ACL.
+/// commands its functions run, which Redis checks against the caller's ACL (`ZREM` the gateway
+/// client also sends itself: a concurrency slot's release).
 pub fn minimal_functions_acl(name: &str, password: &str, pattern: &str) -> String {
     format!("user {name} on >{password} ~{pattern} resetchannels -@all {FUNCTIONS_COMMANDS}")
 }
