@@ -2002,8 +2002,10 @@ local function fast(tag, general)
   return function(keys, args)
     -- @scripts: body
     if not find then
-      find, match, format, call = string.find, string.match, string.format, redis.call
-      byte, pcall_redis = string.byte, redis.pcall
+      -- (`string` and `redis` looked up once each: a script takes these on every call.)
+      local S, R = string, redis
+      find, match, format, call = S.find, S.match, S.format, R.call
+      byte, pcall_redis = S.byte, R.pcall
     end
     local ls, ws = args[1], args[2]
     if ws == nil or #keys ~= 1 then
@@ -2074,8 +2076,9 @@ local function fast(tag, general)
         if got and got[4] == known then
           x, y, z = got[1], got[2], got[3]
         else
-          -- Longer than the general path reads, or not a string: its answer.
-          if type(v) ~= 'string' or #v > MAX_SEEN_BYTES then
+          -- Longer than the general path reads, or not a string (an error's table: GET answers
+          -- nothing else; `v.err` of a string is the string library's field, nil): its answer.
+          if v.err or #v > MAX_SEEN_BYTES then
             return general(keys, args, now)
           end
           -- Its form by its gaps after where the state begins under this policy (a plain find
@@ -2102,7 +2105,8 @@ local function fast(tag, general)
           if hl ~= ls or hw ~= ws or hb ~= bs then
             return general(keys, args, now)
           end
-          x, y, z = x + 0, y + 0, z + 0
+          -- (A GCRA state's tat_ns is '0' but after a policy change: no conversion then.)
+          x, y, z = x + 0, y + 0, z == '0' and 0 or z + 0
           if x > MAX_STORED or x < -MAX_STORED or y > MAX_STORED or z > MAX_STORED then
             return general(keys, args, now)
           end
@@ -2303,13 +2307,14 @@ local function fast(tag, general)
         end
         if is_gcra then
           -- tat_ns is 0 but after a policy change: one number fewer to format.
+          -- (The prefix joined, not formatted: format's `%s` copies it through sprintf.)
           if f == 0 then
-            state = format(tr == 0 and '%s%d' or '%s%d %d 0', prefix, tm, tr)
+            state = prefix .. format(tr == 0 and '%d' or '%d %d 0', tm, tr)
           else
-            state = format('%s%d %d %d', prefix, tm, tr, f)
+            state = prefix .. format('%d %d %d', tm, tr, f)
           end
         else
-          state = format(tr == 0 and '%s%d %d' or '%s%d %d %d', prefix, tm, tr == 0 and f or tr, f)
+          state = prefix .. format(tr == 0 and '%d %d' or '%d %d %d', tm, tr == 0 and f or tr, f)
         end
         if known then
           known[5], known[6], known[7], known[8] = state, tm, tr, f
