@@ -7,16 +7,19 @@
 //! The whole file (the `#!lua` line dropped: `EVAL` reads `#!lua` as its own shebang) is the
 //! body of one function, the general entry, its `redis.register_function` collecting the
 //! library's functions in a table and `fast` taken as no hot path (the script has run it). That
-//! function names nothing outside itself, so creating it on every call costs one closure: a
-//! script keeps nothing between calls, and what is not run is not built. Then, for a function
-//! with a hot path (its tag on the line `local HOT = { name = 'tag', ... }`), that path as the
-//! script's own code, not a closure (one with its upvalues cost more than the decision): the
-//! definitions before `-- @scripts: general` that the hot section (between `-- @scripts: hot`
-//! and `-- @scripts: end hot`) names (a walk over their names), the hot section up to `fast`,
-//! fast's parameters and its closure's bound to the tag, the general entry, `KEYS` and `ARGV`,
-//! fast's own lines before `-- @scripts: memory`, the memory's names declared without values
-//! (the line after that mark) and the lines between `-- @scripts: body` and
-//! `-- @scripts: end body`. A function without a hot path calls the general entry.
+//! function names nothing outside itself, so creating it costs one closure: a script keeps
+//! nothing between calls, and what is not run is not built. For a function with a hot path (its
+//! tag on the line `local HOT = { name = 'tag', ... }`), that path comes first, as the script's
+//! own code in a block of its own, not a closure (one with its upvalues cost more than the
+//! decision): the definitions before `-- @scripts: general` that the hot section (between
+//! `-- @scripts: hot` and `-- @scripts: end hot`) names (a walk over their names), the hot
+//! section up to `fast`, fast's parameters bound to the tag and nil, fast's own lines before
+//! `-- @scripts: memory`, the memory's names declared without values (the line after that mark),
+//! its closure's parameters bound to `KEYS` and `ARGV`, and the lines between `-- @scripts: body`
+//! and `-- @scripts: end body` in `repeat … until true`, each whole line `return general(keys,
+//! args)` made a `break` (`now` kept first when it passes it); after the block the general entry
+//! is defined and called, so a call the hot path answers creates no closure for it (about 300
+//! instructions). A function without a hot path calls the general entry.
 //! scripts/benchkit/lua.py generates them the same way for the bench.
 
 use std::collections::HashMap;
@@ -101,7 +104,17 @@ pub fn generate(source: &str, entry: &str) -> Option<String> {
             }
         }
     }
-    let mut out = vec![general_entry];
+    // The hot path in a block of its own (its locals out of sight of the general entry defined
+    // after it), its body in `repeat … until true`: a line `return general(keys, args)` becomes
+    // `break`, `return general(keys, args, now)` keeps `now` first, and the general entry, a
+    // closure created only then, is called after the block.
+    let fast_params = parameters(lines.get(fast)?)?;
+    let (_, general) = fast_params.split_once(',')?;
+    let general = general.trim();
+    let body_params = parameters(lines.get(body - 1)?)?;
+    let fallback = format!("return {general}({body_params})");
+    let fallback_now = format!("return {general}({body_params}, now)");
+    let mut out = vec!["local general_now".to_string(), "do".to_string()];
     out.extend(
         definitions
             .iter()
@@ -110,17 +123,29 @@ pub fn generate(source: &str, entry: &str) -> Option<String> {
             .flat_map(|((_, text), _)| text.iter().map(|l| l.to_string())),
     );
     out.extend(lines.get(hot..fast)?.iter().map(|l| l.to_string()));
-    out.push(format!(
-        "local {} = '{tag}', general_entry",
-        parameters(lines.get(fast)?)?
-    ));
+    out.push(format!("local {fast_params} = '{tag}', nil"));
     out.extend(lines.get(fast + 1..memory)?.iter().map(|l| l.to_string()));
     out.push(format!("local {forgotten}"));
-    out.push(format!(
-        "local {} = KEYS, ARGV",
-        parameters(lines.get(body - 1)?)?
-    ));
-    out.extend(lines.get(body + 1..body_end)?.iter().map(|l| l.to_string()));
+    out.push(format!("local {body_params} = KEYS, ARGV"));
+    out.push("repeat".to_string());
+    let start = out.len();
+    for line in lines.get(body + 1..body_end)? {
+        let indent = &line[..line.len() - line.trim_start().len()];
+        out.push(match line.trim() {
+            l if l == fallback => format!("{indent}do break end"),
+            l if l == fallback_now => format!("{indent}do general_now = now break end"),
+            _ => line.to_string(),
+        });
+    }
+    // Every call of the general entry was one of those lines: it is not defined in the block.
+    let rest: Vec<&str> = out[start..].iter().map(String::as_str).collect();
+    if names_word(&code(&rest), general) {
+        return None;
+    }
+    out.push("until true".to_string());
+    out.push("end".to_string());
+    out.push(general_entry);
+    out.push("return general_entry(KEYS, ARGV, general_now)".to_string());
     out.push(String::new());
     Some(out.join("\n"))
 }
@@ -303,9 +328,8 @@ mod tests {
         // The hot path builds only what it uses, and no function but the clock: no error texts,
         // no argument parsing, no closure per call.
         let gcra = &script("rl_gcra").unwrap().text;
-        let (general, hot) = gcra
-            .split_once("return registered_entries['rl_gcra'](keys, args, now)\nend\n")
-            .unwrap();
+        let (hot, general) = gcra.split_once("local function general_entry(").unwrap();
+        assert!(gcra.ends_with("end\nreturn general_entry(KEYS, ARGV, general_now)\n"));
         assert!(general.contains("local function parse_int("));
         let code: Vec<&str> = hot
             .lines()

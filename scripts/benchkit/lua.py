@@ -145,14 +145,16 @@ def with_shas(text, shas):
 # file (the `#!lua` line dropped: EVAL reads it as its own shebang) is the body of one function,
 # the general entry, its `redis.register_function` collecting the library's functions in a table
 # and `fast` taken as no hot path (the script has run it); that function names nothing outside
-# itself, so creating it on every call costs one closure. Then, for a function with a hot path
-# (its tag on the line `local HOT = { name = 'tag', ... }`), that path as the script's own code:
-# the definitions before `-- @scripts: general` that the hot section (between `-- @scripts: hot`
-# and `-- @scripts: end hot`) names, the hot section up to `fast`, fast's parameters and its
-# closure's bound to the tag, the general entry, KEYS and ARGV, fast's own lines before
-# `-- @scripts: memory`, the memory's names declared without values (the line after that mark: a
-# script keeps nothing between calls) and the lines between `-- @scripts: body` and
-# `-- @scripts: end body`. A function without a hot path calls the general entry.
+# itself, so creating it costs one closure. For a function with a hot path (its tag on the line
+# `local HOT = { name = 'tag', ... }`), that path comes first as the script's own code, in a block
+# of its own: the definitions before `-- @scripts: general` that the hot section (between
+# `-- @scripts: hot` and `-- @scripts: end hot`) names, the hot section up to `fast`, fast's
+# parameters bound to the tag and nil, fast's own lines before `-- @scripts: memory`, the memory's
+# names declared without values (the line after that mark: a script keeps nothing between
+# calls), its closure's parameters bound to KEYS and ARGV, and the lines between
+# `-- @scripts: body` and `-- @scripts: end body` in `repeat ... until true`, each whole line
+# `return general(keys, args)` made a `break` (`now` kept first); after the block the general
+# entry is defined and called. A function without a hot path calls the general entry.
 # The client generates its scripts the same way (client/src/scripts.rs).
 def prelude_definitions(lines):
     """The top-level `local` definitions of `lines` (comments dropped): [(names, text)]."""
@@ -228,10 +230,29 @@ def library_script(source, entry):
     ])
     if tag is None:
         return general_entry + "\nreturn general_entry(KEYS, ARGV)\n"
-    return "\n".join([general_entry] + [
+    # The hot path in a block of its own, its body in `repeat ... until true`: a line
+    # `return general(keys, args)` becomes `break` (with `now` kept first when it passes it),
+    # and the general entry, a closure created only then, is called after the block.
+    general_name = parameters(lines[fast]).split(",", 1)[1].strip()
+    fallback = "return %s(%s)" % (general_name, parameters(lines[body - 1]))
+    fallback_now = "return %s(%s, now)" % (general_name, parameters(lines[body - 1]))
+    body_lines = []
+    for line in lines[body + 1:body_end]:
+        indent = line[:len(line) - len(line.lstrip())]
+        if line.strip() == fallback:
+            line = indent + "do break end"
+        elif line.strip() == fallback_now:
+            line = indent + "do general_now = now break end"
+        body_lines.append(line)
+    if re.search(r"\b%s\b" % general_name,
+                 "\n".join(l.split("--")[0] for l in body_lines)):
+        raise ValueError("the hot path calls its general entry other than by a whole line")
+    return "\n".join(["local general_now", "do"] + [
         text for (_, text), n in zip(definitions, needed) if n] + lines[hot:fast] + [
-        "local %s = '%s', general_entry" % (parameters(lines[fast]), tag),
+        "local %s = '%s', nil" % (parameters(lines[fast]), tag),
     ] + lines[fast + 1:memory] + [
         "local " + lines[memory + 1].strip()[len("local "):].split(" = ")[0],
         "local %s = KEYS, ARGV" % parameters(lines[body - 1]),
-    ] + lines[body + 1:body_end] + [""])
+        "repeat",
+    ] + body_lines + ["until true", "end", general_entry,
+                      "return general_entry(KEYS, ARGV, general_now)", ""])
