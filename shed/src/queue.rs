@@ -42,6 +42,8 @@ pub struct Entry<W> {
     pub tier: Tier,
     pub enqueued: Duration,
     pub waiter: W,
+    /// Waits as long as a critical request (see `Queue::allowed_wait_of`).
+    pub patient: bool,
 }
 
 pub struct Queue<W> {
@@ -97,6 +99,12 @@ impl<W: Waiter> Queue<W> {
         }
     }
 
+    /// The longest a request of `tier` may wait now, a patient one (a tenant within its share
+    /// while another is over it: see `Admission::arrive`) as long as a critical one.
+    pub fn allowed_wait_of(&self, tier: Tier, patient: bool) -> Duration {
+        self.allowed_wait(if patient { Tier::Critical } else { tier })
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -131,7 +139,7 @@ impl<W: Waiter> Queue<W> {
             let e = &self.entries[i];
             if e.waiter.is_closed() {
                 gone.push(self.entries.remove(i));
-            } else if now.saturating_sub(e.enqueued) > self.allowed_wait(e.tier) {
+            } else if now.saturating_sub(e.enqueued) > self.allowed_wait_of(e.tier, e.patient) {
                 late.push(self.entries.remove(i));
             } else {
                 i += 1;

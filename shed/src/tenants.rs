@@ -59,8 +59,9 @@ pub struct Usage {
 #[derive(Clone, Copy, Debug, PartialEq)]
 struct Recent {
     count: f64,
-    /// The same on the fast history.
+    /// The same on the fast history, as of arrival number `fast_at`.
     fast: f64,
+    fast_at: u64,
     at: u64,
     weight: u32,
 }
@@ -71,8 +72,8 @@ impl Recent {
         self.count * DECAY.powf(now.saturating_sub(self.at) as f64)
     }
 
-    fn fast_at(&self, now: u64) -> f64 {
-        self.fast * FAST_DECAY.powf(now.saturating_sub(self.at) as f64)
+    fn fast_now(&self, now: u64) -> f64 {
+        self.fast * FAST_DECAY.powf(now.saturating_sub(self.fast_at) as f64)
     }
 }
 
@@ -96,6 +97,8 @@ pub struct Tenants {
     all_recent: f64,
     /// The same on the fast history.
     all_fast: f64,
+    /// Arrivals so far (the fast history's clock).
+    arrivals: u64,
     history: HashMap<Arc<str>, Recent>,
     /// The weights of the tenants in `history` and of the active tenants not in it (not
     /// admitted yet, say, behind a flood): a share of the admissions is a part of their sum.
@@ -115,6 +118,7 @@ impl Tenants {
             admissions: 0,
             all_recent: 0.0,
             all_fast: 0.0,
+            arrivals: 0,
             history: HashMap::new(),
             history_weight: 0,
             unrecorded_weight: 0,
@@ -186,18 +190,17 @@ impl Tenants {
         };
         self.admissions += 1;
         self.all_recent = self.all_recent * DECAY + 1.0;
-        self.all_fast = self.all_fast * FAST_DECAY + 1.0;
         let now = self.admissions;
         if let Some(r) = self.history.get_mut(key) {
             r.count = r.count_at(now) + 1.0;
-            r.fast = r.fast_at(now) + 1.0;
             r.at = now;
         } else if self.history.len() < self.max_tenants {
             self.history.insert(
                 key.clone(),
                 Recent {
                     count: 1.0,
-                    fast: 1.0,
+                    fast: 0.0,
+                    fast_at: self.arrivals,
                     at: now,
                     weight,
                 },
@@ -207,6 +210,34 @@ impl Tenants {
         }
         if now.is_multiple_of(SWEEP_EVERY) {
             self.forget(now);
+        }
+    }
+
+    /// An arrival of `key`'s, admitted or not: the fast history counts what a tenant asks.
+    pub fn arrived(&mut self, key: &Arc<str>) {
+        self.arrivals += 1;
+        self.all_fast = self.all_fast * FAST_DECAY + 1.0;
+        let now = self.arrivals;
+        if let Some(r) = self.history.get_mut(key) {
+            r.fast = r.fast_now(now) + 1.0;
+            r.fast_at = now;
+        } else if self.history.len() < self.max_tenants {
+            let weight = self.weights.get(&**key).copied().unwrap_or(1).max(1);
+            let recorded = self.active.contains_key(key);
+            self.history.insert(
+                key.clone(),
+                Recent {
+                    count: 0.0,
+                    fast: 1.0,
+                    fast_at: now,
+                    at: self.admissions,
+                    weight,
+                },
+            );
+            self.history_weight += u64::from(weight);
+            if recorded {
+                self.unrecorded_weight = self.unrecorded_weight.saturating_sub(u64::from(weight));
+            }
         }
     }
 
@@ -254,7 +285,7 @@ impl Tenants {
         let weights = self.history_weight + self.unrecorded_weight;
         let share = f64::from(r.weight) / weights.max(1) as f64;
         let slow = self.all_recent > 0.0 && r.count_at(now) / self.all_recent > HEAVY * share;
-        let fast = r.fast_at(now);
+        let fast = r.fast_now(self.arrivals);
         slow || (fast >= FAST_FLOOR && fast / self.all_fast.max(1.0) > FAST_HEAVY * share)
     }
 
@@ -312,11 +343,13 @@ mod tests {
         assert_eq!(t.share_used("new", 1, 8), 1.0 / 1.6);
     }
 
-    /// Admits `n` rounds of one request per tenant in `round`, each finishing at once.
+    /// Admits `n` rounds of one request per tenant in `round`, each arriving and finishing at
+    /// once.
     fn admit_rounds(t: &mut Tenants, n: usize, round: &[&str]) {
         for _ in 0..n {
             for name in round {
                 let k = t.key(name);
+                t.arrived(&k);
                 t.start(&k);
                 t.finish(&k);
             }
