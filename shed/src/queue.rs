@@ -13,7 +13,10 @@
 //! bunches and the limit algorithm's probes run at a reduced limit, both of which a shorter
 //! wait turned into shed critical requests. Measured in tests/simulated.rs's run at 5 × C (10 %
 //! critical): critical success 98.9 % at one no-load latency, 99.7 % at 1.5, 99.9 % at 2, its
-//! p99 26.9, 27.2 and 27.8 ms (the service's own line behind the workers is most of it).
+//! p99 26.9, 27.2 and 27.8 ms (the service's own line behind the workers is most of it; a
+//! critical request now rarely waits here at all: see `LimitAlgorithm::critical_overdraft`).
+//! While a flood is on, a tenant within its share waits as long as a critical request (see
+//! `Admission::flooded`).
 //! `target` is `interval`, so there is no standing cut. The
 //! queue is served by precedence, not in order: a higher tier or a tenant within its share is
 //! taken at once, so the waits of the requests taken say nothing of those left behind, and a cut
