@@ -27,6 +27,9 @@ const MAX_GRADIENT: f64 = 2.0;
 const HEADROOM: f64 = 0.5;
 /// The share of a window's new limit taken at once; the rest stays (damps oscillation).
 const SMOOTHING: f64 = 0.5;
+/// The places above the limit a critical request may take (`critical_overdraft`), in square
+/// roots of the limit: about the limit's own headroom.
+const CRITICAL_OVERDRAFT: f64 = 0.5;
 /// A window with an overloaded answer (503, 504, timeout) multiplies the limit by this.
 const DROP_BACKOFF: f64 = 0.9;
 /// A probe runs at this fraction of the concurrency the service was last seen to sustain at its
@@ -273,6 +276,29 @@ impl LimitAlgorithm for Gradient {
         }
         // `limit` is kept within the bounds, so the conversion cannot overflow.
         self.clamp(self.limit).round() as usize
+    }
+
+    /// At the limit a request finding the service full waits in the shedder's queue for a
+    /// completion, a critical one up to two no-load latencies: that wait, on top of the line in
+    /// front of the workers and the service itself, put critical p99 at 2.4–2.6 × the no-load
+    /// latency at 5 × C (`tests/simulated.rs`, eight seeds). A critical request let past the
+    /// limit instead waits only in the workers' line, which the overdraft lengthens by about
+    /// the limit's own headroom: 1.9–2.2 ×, critical success 100 %. The places it borrows are
+    /// given back by holding the next completions for the queue, so on average the service
+    /// takes no more; if critical traffic keeps borrowing, the latency shows it and the
+    /// gradient trims the limit. Also while probing: the probe runs below the workers, so the
+    /// overdraft adds no line, and its samples count only requests admitted at its level
+    /// (without it, critical p99 at 5 × C was 21.8–24.5 ms against 19.2–21.2). Never past
+    /// `max_limit`, an operator's hard bound.
+    fn critical_overdraft(&self) -> usize {
+        let limit = self.limit();
+        let overdraft = ((CRITICAL_OVERDRAFT * (limit as f64).sqrt()).ceil() as usize).max(1);
+        overdraft.min(self.bounds.max_limit.saturating_sub(limit))
+    }
+
+    fn steady_limit(&self) -> usize {
+        let limit = self.probe.as_ref().map_or(self.limit, |p| p.saved_limit);
+        self.clamp(limit).round() as usize
     }
 
     fn observed(&self) -> Observed {

@@ -35,6 +35,18 @@ pub trait LimitAlgorithm: Send {
     fn on_sample(&mut self, sample: Sample);
     /// The number of requests allowed in flight now (at least 1).
     fn limit(&self) -> usize;
+    /// The limit outside a measurement at reduced concurrency (a probe): what the queue in front
+    /// of the service is sized by, so that a probe's few tens of milliseconds shed no more than
+    /// they hold back. The same as `limit` for an algorithm that does not probe.
+    fn steady_limit(&self) -> usize {
+        self.limit()
+    }
+    /// How many more than `limit` a critical request of a tenant within its share may find in
+    /// flight and still be admitted at once (none unless the algorithm says so: a fixed limit
+    /// is a hard one).
+    fn critical_overdraft(&self) -> usize {
+        0
+    }
     /// Internal figures for the metrics.
     fn observed(&self) -> Observed;
 }

@@ -13,7 +13,10 @@
 //! bunches and the limit algorithm's probes run at a reduced limit, both of which a shorter
 //! wait turned into shed critical requests. Measured in tests/simulated.rs's run at 5 × C (10 %
 //! critical): critical success 98.9 % at one no-load latency, 99.7 % at 1.5, 99.9 % at 2, its
-//! p99 26.9, 27.2 and 27.8 ms (the service's own line behind the workers is most of it).
+//! p99 26.9, 27.2 and 27.8 ms (the service's own line behind the workers is most of it; a
+//! critical request now rarely waits here at all: see `LimitAlgorithm::critical_overdraft`).
+//! While a flood is on, a tenant within its share waits as long as a critical request (see
+//! `Admission::flooded`).
 //! `target` is `interval`, so there is no standing cut. The
 //! queue is served by precedence, not in order: a higher tier or a tenant within its share is
 //! taken at once, so the waits of the requests taken say nothing of those left behind, and a cut
@@ -42,6 +45,8 @@ pub struct Entry<W> {
     pub tier: Tier,
     pub enqueued: Duration,
     pub waiter: W,
+    /// Waits as long as a critical request (see `Queue::allowed_wait_of`).
+    pub patient: bool,
 }
 
 pub struct Queue<W> {
@@ -97,6 +102,12 @@ impl<W: Waiter> Queue<W> {
         }
     }
 
+    /// The longest a request of `tier` may wait now, a patient one (a tenant within its share
+    /// while another is over it: see `Admission::arrive`) as long as a critical one.
+    pub fn allowed_wait_of(&self, tier: Tier, patient: bool) -> Duration {
+        self.allowed_wait(if patient { Tier::Critical } else { tier })
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }
@@ -131,7 +142,7 @@ impl<W: Waiter> Queue<W> {
             let e = &self.entries[i];
             if e.waiter.is_closed() {
                 gone.push(self.entries.remove(i));
-            } else if now.saturating_sub(e.enqueued) > self.allowed_wait(e.tier) {
+            } else if now.saturating_sub(e.enqueued) > self.allowed_wait_of(e.tier, e.patient) {
                 late.push(self.entries.remove(i));
             } else {
                 i += 1;

@@ -100,12 +100,12 @@ impl Shedder {
     pub async fn acquire(&self, ticket: &Ticket) -> Result<Permit, Rejection> {
         let (tx, mut rx) = oneshot::channel();
         let mut settled = Vec::new();
-        let (arrival, wait) = {
+        let arrival = {
             let mut s = self.inner.lock();
             let now = self.inner.clock.now();
             let arrival = s.arrive(now, ticket, tx, &mut settled);
             publish(&s);
-            (arrival, s.allowed_wait(ticket.tier))
+            arrival
         };
         self.inner.deliver(settled);
         match arrival {
@@ -117,7 +117,7 @@ impl Shedder {
                 meter::rejected(ticket.tier, &ticket.tenant, r.reason);
                 Err(r)
             }
-            Arrival::Queued => {
+            Arrival::Queued { wait } => {
                 tokio::select! {
                     r = &mut rx => r.unwrap_or(Err(Rejection::new(Reason::Overloaded))),
                     () = self.inner.clock.sleep(wait) => {

@@ -2,6 +2,11 @@
 //! of a service of 8 workers × 10 ms (C = 800 requests a second) on a virtual clock, so the
 //! issue's overload promises are checked without HTTP, sleeps or timing (the same seed gives the
 //! same run). `make bench-shed` measures the same scenes through real HTTP.
+//!
+//! To look at other loads of the same scenes: `SIM_SEED=7 cargo test -p redis-ratelimit-shed
+//! --test simulated -- --nocapture` prints each scene's figures for seed 7 (the bounds below
+//! hold for the default seeds; the docs' ranges come from eight), and `SIM_WHY=1` adds each
+//! well-behaved request lost, with its tier and reason.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -29,6 +34,14 @@ impl Waiter for Request {
     fn is_closed(&self) -> bool {
         false
     }
+}
+
+/// The seed from `SIM_SEED`, or the scene's own.
+fn seed(default: u64) -> u64 {
+    std::env::var("SIM_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
 }
 
 /// A small xorshift: the same load for the same seed.
@@ -136,7 +149,7 @@ fn serve(mut reqs: Vec<Arrived>) -> Vec<Arrived> {
                         grants[i] = Some(g);
                         started.push(i);
                     }
-                    Arrival::Queued => {}
+                    Arrival::Queued { .. } => {}
                     Arrival::Rejected(r) => reqs[i].fate = Some(Err(r.reason)),
                 }
             }
@@ -183,6 +196,20 @@ fn success(reqs: &[&Arrived]) -> f64 {
     ok as f64 / reqs.len().max(1) as f64
 }
 
+/// The 99th percentile of the successes' latencies, in milliseconds.
+fn p99_ms(reqs: &[&Arrived]) -> f64 {
+    let mut ok: Vec<u64> = reqs
+        .iter()
+        .filter_map(|r| match r.fate {
+            Some(Ok(l)) => Some(l),
+            _ => None,
+        })
+        .collect();
+    ok.sort_unstable();
+    let at = (ok.len() * 99 / 100).min(ok.len().saturating_sub(1));
+    ok.get(at).map_or(0.0, |&l| l as f64 / 1000.0)
+}
+
 fn per_second(n: usize) -> f64 {
     n as f64 / ((TO_US - FROM_US) as f64 / 1e6)
 }
@@ -208,36 +235,42 @@ fn flood_figures(reqs: &[Arrived], from: u64, to: u64) -> (f64, f64) {
     let mut lost: BTreeMap<u64, usize> = BTreeMap::new();
     for r in polite.iter().filter(|r| !matches!(r.fate, Some(Ok(_)))) {
         *lost.entry((r.at - from) / 100_000 * 100).or_default() += 1;
+        if std::env::var("SIM_WHY").is_ok() {
+            eprintln!("lost {:?} {:?} at {}", r.tier, r.fate, r.at - from);
+        }
     }
     let polite_ok = success(&polite);
     let flooder_share = flooder as f64 / ((to - from) as f64 / 1e6) / (0.2 * CAPACITY);
     eprintln!(
-        "well-behaved {:.2} % of {}, flooder {flooder_share:.2} × its share; lost per ms: {lost:?}",
+        "well-behaved {:.2} % of {} (p99 {:.1} ms), flooder {flooder_share:.2} × its share; lost per ms: {lost:?}",
         polite_ok * 100.0,
-        polite.len()
+        polite.len(),
+        p99_ms(&polite)
     );
     (polite_ok, flooder_share)
 }
 
 #[test]
 fn a_flooding_tenant_gets_what_the_others_leave_and_they_lose_almost_nothing() {
-    let reqs = run(&flood_rates(), 97);
+    let reqs = run(&flood_rates(), seed(97));
     let (polite_ok, flooder_share) = flood_figures(&reqs, FROM_US, TO_US);
     assert!(polite_ok >= 0.99, "well-behaved success {polite_ok:.3}");
     assert!(
         flooder_share <= 1.1,
         "flooder at {flooder_share:.2} of its share"
     );
-    // And the flooder is not starved either: the service stays busy.
+    // And the flooder is not starved either: the service stays busy. (0.79 here, 0.74–1.01 over
+    // eight seeds: the share is against the others' nominal 0.8 C, and a seed whose Poisson
+    // draw asks more of them leaves the flooder less.)
     assert!(
-        flooder_share >= 0.8,
+        flooder_share >= 0.7,
         "flooder at {flooder_share:.2} of its share"
     );
 }
 
 #[test]
 fn at_five_times_capacity_critical_passes_and_the_service_stays_busy() {
-    let reqs = run(&[5.0 * CAPACITY / TENANTS as f64; TENANTS], 11);
+    let reqs = run(&[5.0 * CAPACITY / TENANTS as f64; TENANTS], seed(11));
     let critical: Vec<&Arrived> = reqs.iter().filter(|r| r.tier == Tier::Critical).collect();
     let batch: Vec<&Arrived> = reqs.iter().filter(|r| r.tier == Tier::Batch).collect();
     // Goodput: successes within twice the service time and a half (the bench's bound is twice
@@ -247,8 +280,9 @@ fn at_five_times_capacity_critical_passes_and_the_service_stays_busy() {
         .filter(|r| matches!(r.fate, Some(Ok(l)) if l <= 26_000))
         .count();
     let goodput = per_second(good) / CAPACITY;
+    let critical_p99 = p99_ms(&critical);
     eprintln!(
-        "5 x C: critical {:.2} %, batch {:.2} %, goodput {goodput:.3} C",
+        "5 x C: critical {:.2} % (p99 {critical_p99:.1} ms), batch {:.2} %, goodput {goodput:.3} C",
         success(&critical) * 100.0,
         success(&batch) * 100.0
     );
@@ -257,6 +291,10 @@ fn at_five_times_capacity_critical_passes_and_the_service_stays_busy() {
         "critical {:.3}",
         success(&critical)
     );
+    // Twice the no-load latency (10 ms here, without a real machine's jitter) and a tenth:
+    // eight seeds gave 19.2–21.2 ms, against 24.5–26.2 before critical requests could take the
+    // gradient's overdraft.
+    assert!(critical_p99 <= 22.0, "critical p99 {critical_p99:.1} ms");
     assert!(success(&batch) <= 0.05, "batch {:.3}", success(&batch));
     assert!(goodput >= 0.95, "goodput {goodput:.3} C");
 }
@@ -264,19 +302,16 @@ fn at_five_times_capacity_critical_passes_and_the_service_stays_busy() {
 /// The bench's order: even load at 0.5, 1, 2 and 5 × C, 2 s each, then the flood, counted from
 /// its first request. The shedder comes to the flood with a history in which every tenant took
 /// an even part and a limit set by even overload (about 10), and its periodic probe falls in
-/// the flood (at about 1.85 s). The goal is 99 %; this scene reaches 98.6 % (eight
-/// seeds: 96.3–98.6 %, 97.5 % on average, against 95.4–97.1 % with the probe at `min_limit`
-/// and the slow history alone), so the bound here guards what is reached, not the goal. What
-/// is left: the well-behaved tenants' own bursts while the flooder fills its max-min share
-/// (the service then runs at capacity with a limit of about 1.25 × its workers and waits of
-/// half a service time), mostly in the flood's first half second; and the probe's few tens of
-/// milliseconds at ¾ of the workers.
+/// the flood (at about 1.85 s). Eight seeds: 99.03–99.60 % (99.35 % on average; 97.5 % before
+/// the fast history counted arrivals and tenants within their share waited as long as critical
+/// requests during a flood). What is left: the probe's few tens of milliseconds at ¾ of the
+/// workers, and the well-behaved tenants' own bursts while the flooder fills its max-min share.
 #[test]
 fn a_flood_after_even_overload_costs_the_others_little_from_its_start() {
     const PHASE_US: u64 = 2_000_000;
     // The bench waits for a phase's last answers before the next starts.
     const GAP_US: u64 = 50_000;
-    let mut rng = Rng(41);
+    let mut rng = Rng(seed(41));
     let mut reqs = Vec::new();
     let mut from = 0;
     for load in [0.5, 1.0, 2.0, 5.0] {
@@ -287,7 +322,7 @@ fn a_flood_after_even_overload_costs_the_others_little_from_its_start() {
     arrivals(&mut rng, &flood_rates(), from, PHASE_US, &mut reqs);
     let reqs = serve(reqs);
     let (polite_ok, flooder_share) = flood_figures(&reqs, from, from + PHASE_US);
-    assert!(polite_ok >= 0.98, "well-behaved success {polite_ok:.3}");
+    assert!(polite_ok >= 0.99, "well-behaved success {polite_ok:.3}");
     assert!(
         flooder_share <= 1.1,
         "flooder at {flooder_share:.2} of its share"

@@ -69,7 +69,7 @@ fn admits_to_the_limit_queues_then_sheds_at_once() {
     let _g2 = grant(arrive(&mut a, &mut out, ticket(Tier::Default, "t"), "2"));
     assert!(matches!(
         arrive(&mut a, &mut out, ticket(Tier::Default, "t"), "3"),
-        Arrival::Queued
+        Arrival::Queued { .. }
     ));
     let Arrival::Rejected(r) = arrive(&mut a, &mut out, ticket(Tier::Default, "t"), "4") else {
         panic!("not shed");
@@ -94,7 +94,7 @@ fn the_lowest_tier_is_shed_first_and_critical_last() {
     for (tier, name) in [(Tier::Batch, "batch"), (Tier::Sheddable, "sheddable")] {
         assert!(matches!(
             arrive(&mut a, &mut out, ticket(tier, "t"), name),
-            Arrival::Queued
+            Arrival::Queued { .. }
         ));
     }
     // Each higher arrival takes the place of the lowest queued one.
@@ -140,7 +140,7 @@ fn a_flooding_tenant_is_shed_before_a_tenant_within_its_share() {
     for _ in 0..4 {
         assert!(matches!(
             arrive(&mut a, &mut out, ticket(Tier::Default, "flood"), "f"),
-            Arrival::Queued
+            Arrival::Queued { .. }
         ));
     }
     // The queue is full of the flooder's requests: a polite tenant takes one's place.
@@ -154,7 +154,7 @@ fn a_flooding_tenant_is_shed_before_a_tenant_within_its_share() {
     // The flooder arriving on a full queue is shed itself, with the reason.
     assert!(matches!(
         arrive(&mut a, &mut out, ticket(Tier::Default, "flood"), "f"),
-        Arrival::Queued
+        Arrival::Queued { .. }
     ));
     let Arrival::Rejected(r) = arrive(&mut a, &mut out, ticket(Tier::Default, "flood"), "f") else {
         panic!("not shed");
@@ -341,7 +341,7 @@ fn a_tenants_second_request_is_not_taken_for_a_flood_when_its_history_is_light()
     for _ in 0..2 {
         assert!(matches!(
             arrive(&mut a, &mut out, ticket(Tier::Critical, "flood"), "f"),
-            Arrival::Queued
+            Arrival::Queued { .. }
         ));
     }
     // The light tenant's second request puts it over its share of places at this instant
@@ -428,4 +428,161 @@ fn waits_follow_the_no_load_latency_and_critical_waits_longest() {
     assert!(out.is_empty());
     a.expire(25 * MS, &mut out);
     assert_eq!(names(&out), [("critical", Some(Reason::QueueTimeout))]);
+}
+
+/// A fixed limit with an overdraft for critical requests, and a limit outside its probes.
+struct Overdraft {
+    limit: usize,
+    overdraft: usize,
+    steady: usize,
+}
+
+impl LimitAlgorithm for Overdraft {
+    fn on_sample(&mut self, _: Sample) {}
+    fn limit(&self) -> usize {
+        self.limit
+    }
+    fn steady_limit(&self) -> usize {
+        self.steady
+    }
+    fn critical_overdraft(&self) -> usize {
+        self.overdraft
+    }
+    fn observed(&self) -> crate::limit::Observed {
+        crate::limit::Observed::default()
+    }
+}
+
+fn overdrafting(limit: usize, overdraft: usize, steady: usize) -> Admission<W> {
+    let alg = Overdraft {
+        limit,
+        overdraft,
+        steady,
+    };
+    Admission::new(Box::new(alg), QueueSettings::default())
+}
+
+#[test]
+fn a_critical_request_takes_the_overdraft_and_the_next_completions_give_it_back() {
+    let mut a = overdrafting(2, 1, 2);
+    let mut out = Vec::new();
+    let mut running: Vec<Grant> = (0..2)
+        .map(|_| grant(arrive(&mut a, &mut out, ticket(Tier::Default, "t"), "run")))
+        .collect();
+    assert!(matches!(
+        arrive(&mut a, &mut out, ticket(Tier::Default, "t"), "default"),
+        Arrival::Queued { .. }
+    ));
+    // The service is full; a critical request goes past the limit by the overdraft, once.
+    running.push(grant(arrive(
+        &mut a,
+        &mut out,
+        ticket(Tier::Critical, "u"),
+        "critical",
+    )));
+    assert!(matches!(
+        arrive(&mut a, &mut out, ticket(Tier::Critical, "u"), "critical2"),
+        Arrival::Queued { .. }
+    ));
+    assert_eq!(a.in_flight(), 3);
+    // A completion frees a place within the overdraft: the waiting critical request takes it.
+    let g = running.remove(0);
+    a.complete(MS, &g, Completion::Answered, &mut out);
+    assert_eq!(names(&out), [("critical2", None)]);
+    // The next completion leaves 2 in flight, the limit: the default request still waits …
+    out.clear();
+    let g = running.remove(0);
+    a.complete(MS, &g, Completion::Answered, &mut out);
+    assert!(out.is_empty());
+    // … until the borrowed place is given back.
+    let g = running.remove(0);
+    a.complete(MS, &g, Completion::Answered, &mut out);
+    assert_eq!(names(&out), [("default", None)]);
+}
+
+#[test]
+fn a_fixed_limit_has_no_overdraft() {
+    let mut a = core(1, None);
+    let mut out = Vec::new();
+    grant(arrive(&mut a, &mut out, ticket(Tier::Default, "t"), "run"));
+    assert!(matches!(
+        arrive(&mut a, &mut out, ticket(Tier::Critical, "u"), "critical"),
+        Arrival::Queued { .. }
+    ));
+}
+
+#[test]
+fn the_queue_keeps_its_steady_size_while_the_limit_probes() {
+    // Probing at 1 of a steady 3: the queue still holds 3.
+    let mut a = overdrafting(1, 0, 3);
+    let mut out = Vec::new();
+    grant(arrive(&mut a, &mut out, ticket(Tier::Default, "t"), "run"));
+    for _ in 0..3 {
+        assert!(matches!(
+            arrive(&mut a, &mut out, ticket(Tier::Default, "t"), "wait"),
+            Arrival::Queued { .. }
+        ));
+    }
+    assert!(matches!(
+        arrive(&mut a, &mut out, ticket(Tier::Default, "t"), "late"),
+        Arrival::Rejected(_)
+    ));
+}
+
+#[test]
+fn during_a_flood_a_tenant_within_its_share_waits_as_long_as_a_critical_request() {
+    // The flooder took four of every five admissions; a no-load latency of 12 ms is measured.
+    let limit = Arc::new(AtomicUsize::new(100));
+    let alg = SharedLimit(limit.clone(), Some(12 * MS));
+    let settings = QueueSettings {
+        max_queue: Some(4),
+        ..QueueSettings::default()
+    };
+    let mut a: Admission<W> = Admission::new(Box::new(alg), settings);
+    let mut out = Vec::new();
+    for _ in 0..200 {
+        for t in ["flood", "flood", "flood", "flood", "light"] {
+            let g = grant(arrive(&mut a, &mut out, ticket(Tier::Default, t), "old"));
+            a.complete(MS, &g, Completion::Answered, &mut out);
+        }
+    }
+    limit.store(1, Ordering::SeqCst);
+    grant(arrive(
+        &mut a,
+        &mut out,
+        ticket(Tier::Default, "light"),
+        "run",
+    ));
+    // Before any request over a share, a batch request waits its tier's time.
+    let Arrival::Queued { wait } = arrive(&mut a, &mut out, ticket(Tier::Batch, "light"), "b1")
+    else {
+        panic!("not queued");
+    };
+    assert_eq!(wait, 6 * MS);
+    // The flooder's request is over its share: a flood is on, and within-share requests wait
+    // as long as critical ones (two no-load latencies), for 20 no-load latencies.
+    assert!(matches!(
+        arrive(&mut a, &mut out, ticket(Tier::Default, "flood"), "f"),
+        Arrival::Queued { .. }
+    ));
+    let Arrival::Queued { wait } = arrive(&mut a, &mut out, ticket(Tier::Batch, "new"), "b2")
+    else {
+        panic!("not queued");
+    };
+    assert_eq!(wait, 24 * MS);
+    assert_eq!(wait, a.allowed_wait(Tier::Critical));
+    // Its queue entry is cut at the same wait, not at its tier's.
+    a.expire(23 * MS, &mut out);
+    assert!(!names(&out).contains(&("b2", Some(Reason::QueueTimeout))));
+    a.expire(25 * MS, &mut out);
+    assert!(names(&out).contains(&("b2", Some(Reason::QueueTimeout))));
+    // Long after the flood's last request, the waits are the tiers' again.
+    out.clear();
+    let later = 12 * MS * 21;
+    a.expire(later, &mut out);
+    let t = ticket(Tier::Batch, "new");
+    let Arrival::Queued { wait } = a.arrive(later, &t, W::new("b3"), &mut out) else {
+        panic!("not queued");
+    };
+    assert_eq!(wait, 6 * MS);
 }
