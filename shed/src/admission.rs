@@ -193,7 +193,9 @@ impl<W: Waiter> Admission<W> {
             .alg
             .observed()
             .min_rtt
-            .map_or(Duration::from_secs(1), |d| d * FLOOD_MEMORY);
+            .map_or(Duration::from_secs(1), |d| {
+                d.checked_mul(FLOOD_MEMORY).unwrap_or(Duration::MAX)
+            });
         self.over_share_at
             .is_some_and(|t| now.saturating_sub(t) <= memory)
     }

@@ -236,7 +236,8 @@ fn contradictory_bounds_are_refused_by_name() {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
-    /// Whatever the samples, the limit stays within the bounds and at least 1.
+    /// Whatever the samples, the limit stays within the bounds and at least 1, and so do the
+    /// limit outside a probe and the limit with a critical request's overdraft.
     #[test]
     fn the_limit_stays_within_the_bounds(
         min in 1usize..20,
@@ -251,6 +252,10 @@ proptest! {
             alg.on_sample(Sample { at, rtt: Duration::from_micros(rtt), in_flight, dropped });
             let limit = alg.limit();
             prop_assert!(limit >= min && limit <= min + span, "limit {limit}");
+            let steady = alg.steady_limit();
+            prop_assert!(steady >= min && steady <= min + span, "steady limit {steady}");
+            let with_overdraft = limit + alg.critical_overdraft();
+            prop_assert!(with_overdraft <= min + span, "limit with overdraft {with_overdraft}");
         }
     }
 
