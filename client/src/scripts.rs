@@ -138,8 +138,15 @@ pub fn generate(source: &str, entry: &str) -> Option<String> {
         });
     }
     // Every call of the general entry was one of those lines: it is not defined in the block.
+    // And no loop: a `break` inside one would leave the loop, not the block, and the hot path
+    // would go on where the general entry should have answered.
     let rest: Vec<&str> = out[start..].iter().map(String::as_str).collect();
-    if names_word(&code(&rest), general) {
+    let rest = code(&rest);
+    if names_word(&rest, general)
+        || ["for", "while", "repeat"]
+            .iter()
+            .any(|w| names_word(&rest, w))
+    {
         return None;
     }
     out.push("until true".to_string());
@@ -270,6 +277,18 @@ mod tests {
             assert_eq!(by_sha(&s.sha).map(|x| x.sha.as_str()), Some(s.sha.as_str()));
         }
         assert!(generate("no marks", "rl_gcra").is_none());
+    }
+
+    /// The hot path's fallbacks become `break`s out of its block: a loop in its body would
+    /// catch them, so the generator refuses one (as it refuses a call of the general entry
+    /// that is not a whole line) rather than make a script that decides on past a fallback.
+    #[test]
+    fn a_loop_in_the_hot_body_is_refused() {
+        assert!(generate(LIBRARY_SOURCE, "rl_gcra").is_some());
+        let mark = "    -- @scripts: body\n";
+        assert!(LIBRARY_SOURCE.contains(mark));
+        let looped = LIBRARY_SOURCE.replacen(mark, &format!("{mark}    for _ = 1, 1 do end\n"), 1);
+        assert!(generate(&looped, "rl_gcra").is_none());
     }
 
     /// Every function the library registers that a client may call has a script: one per

@@ -244,9 +244,12 @@ def library_script(source, entry):
         elif line.strip() == fallback_now:
             line = indent + "do general_now = now break end"
         body_lines.append(line)
-    if re.search(r"\b%s\b" % general_name,
-                 "\n".join(l.split("--")[0] for l in body_lines)):
+    body_code = "\n".join(l.split("--")[0] for l in body_lines)
+    if re.search(r"\b%s\b" % general_name, body_code):
         raise ValueError("the hot path calls its general entry other than by a whole line")
+    # A `break` inside a loop would leave the loop, not the block.
+    if re.search(r"\b(for|while|repeat)\b", body_code):
+        raise ValueError("the hot path's body has a loop: its fallbacks cannot be breaks")
     return "\n".join(["local general_now", "do"] + [
         text for (_, text), n in zip(definitions, needed) if n] + lines[hot:fast] + [
         "local %s = '%s', nil" % (parameters(lines[fast]), tag),
