@@ -257,12 +257,15 @@ impl Tenants {
         }
     }
 
-    /// Drops the tenants whose part of the recent admissions decayed to almost nothing.
+    /// Drops the tenants whose part of the recent admissions and of the recent arrivals both
+    /// decayed to almost nothing. A tenant that still asks is kept: a flooder shed every time
+    /// has no admissions to remember, and would otherwise come back with a clean fast history
+    /// after each sweep.
     fn forget(&mut self, now: u64) {
         let (mut gone, mut still_active) = (0, 0);
-        let active = &self.active;
+        let (active, arrivals) = (&self.active, self.arrivals);
         self.history.retain(|key, r| {
-            let keep = r.count_at(now) >= FORGOTTEN;
+            let keep = r.count_at(now) >= FORGOTTEN || r.fast_now(arrivals) >= FORGOTTEN;
             if !keep {
                 gone += u64::from(r.weight);
                 if active.contains_key(key) {
@@ -488,6 +491,29 @@ mod tests {
             t.start(&k);
             t.finish(&k);
         }
+        assert!(t.history.contains_key("flood"));
+        assert!(t.heavy("flood"));
+    }
+
+    #[test]
+    fn a_flooder_shed_every_time_keeps_its_record_through_a_sweep() {
+        let mut t = Tenants::new(100, HashMap::new());
+        let others: Vec<String> = (0..20).map(|i| format!("t{i}")).collect();
+        // Fifty rounds: each of the others asks once and is admitted, the flooder asks five
+        // times and never is. The thousandth admission, the round's last, sweeps the history.
+        for _ in 0..50 {
+            for _ in 0..5 {
+                let k = t.key("flood");
+                t.arrived(&k);
+            }
+            for name in &others {
+                let k = t.key(name);
+                t.arrived(&k);
+                t.start(&k);
+                t.finish(&k);
+            }
+        }
+        assert_eq!(t.admissions, SWEEP_EVERY);
         assert!(t.history.contains_key("flood"));
         assert!(t.heavy("flood"));
     }
