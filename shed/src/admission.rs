@@ -258,7 +258,6 @@ impl<W: Waiter> Admission<W> {
         if !mine.within_share {
             self.over_share_at = Some(now);
         }
-        let patient = mine.within_share && self.flooded(now);
         // After `expire`, whoever still waits cannot have a place: the service is full, or they
         // are over their share and only the reserved places are left, or they are critical and
         // the overdraft is taken. So a place open to this request passes nobody who could take
@@ -282,6 +281,7 @@ impl<W: Waiter> Admission<W> {
                 settled.push(settle(e, Err(rejection)));
             }
         }
+        let patient = mine.within_share && self.flooded(now);
         self.queue.entries.push(Entry {
             tenant,
             tier: ticket.tier,

@@ -54,6 +54,11 @@ const FORGOTTEN: f64 = 0.05;
 /// otherwise keep it full between sweeps and a new flooder out of it).
 const SWEEP_EVERY: u64 = 1_000;
 
+/// A tenant's weight: as given, or 1 (a weight of 0 counts as 1).
+fn weight_in(weights: &HashMap<String, u32>, key: &str) -> u32 {
+    weights.get(key).copied().unwrap_or(1).max(1)
+}
+
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Usage {
     pub in_flight: usize,
@@ -154,7 +159,7 @@ impl Tenants {
         let (total, unrecorded) = (&mut self.total_weight, &mut self.unrecorded_weight);
         let recorded = self.history.contains_key(key);
         self.active.entry(key.clone()).or_insert_with(|| {
-            let weight = weights.get(&**key).copied().unwrap_or(1).max(1);
+            let weight = weight_in(weights, key);
             *total += u64::from(weight);
             if !recorded {
                 *unrecorded += u64::from(weight);
@@ -203,19 +208,8 @@ impl Tenants {
         if let Some(r) = self.history.get_mut(key) {
             r.count = r.count_at(now) + 1.0;
             r.at = now;
-        } else if self.history.len() < self.max_tenants {
-            self.history.insert(
-                key.clone(),
-                Recent {
-                    count: 1.0,
-                    fast: 0.0,
-                    fast_at: self.arrivals,
-                    at: now,
-                    weight,
-                },
-            );
-            self.history_weight += u64::from(weight);
-            self.unrecorded_weight = self.unrecorded_weight.saturating_sub(u64::from(weight));
+        } else {
+            self.record(key, weight, |r| r.count = 1.0);
         }
         if now.is_multiple_of(SWEEP_EVERY) {
             self.forget(now);
@@ -237,23 +231,31 @@ impl Tenants {
         if let Some(r) = self.history.get_mut(key) {
             r.fast = r.fast_now(now) + 1.0;
             r.fast_at = now;
-        } else if self.history.len() < self.max_tenants {
-            let weight = self.weights.get(&**key).copied().unwrap_or(1).max(1);
-            let recorded = self.active.contains_key(key);
-            self.history.insert(
-                key.clone(),
-                Recent {
-                    count: 0.0,
-                    fast: 1.0,
-                    fast_at: now,
-                    at: self.admissions,
-                    weight,
-                },
-            );
-            self.history_weight += u64::from(weight);
-            if recorded {
-                self.unrecorded_weight = self.unrecorded_weight.saturating_sub(u64::from(weight));
-            }
+        } else {
+            let weight = weight_in(&self.weights, key);
+            self.record(key, weight, |r| r.fast = 1.0);
+        }
+    }
+
+    /// A first entry in the history for `key`, when there is room: nothing counted yet as of
+    /// now on both clocks, then `first` sets what this call counts. Its weight moves from the
+    /// active tenants not in the history (if it is one) to the history's.
+    fn record(&mut self, key: &Arc<str>, weight: u32, first: impl FnOnce(&mut Recent)) {
+        if self.history.len() >= self.max_tenants {
+            return;
+        }
+        let mut recent = Recent {
+            count: 0.0,
+            fast: 0.0,
+            fast_at: self.arrivals,
+            at: self.admissions,
+            weight,
+        };
+        first(&mut recent);
+        self.history.insert(key.clone(), recent);
+        self.history_weight += u64::from(weight);
+        if self.active.contains_key(key) {
+            self.unrecorded_weight = self.unrecorded_weight.saturating_sub(u64::from(weight));
         }
     }
 
@@ -287,7 +289,7 @@ impl Tenants {
 
     pub fn usage(&self, key: &str) -> Usage {
         self.active.get(key).copied().unwrap_or(Usage {
-            weight: self.weights.get(key).copied().unwrap_or(1).max(1),
+            weight: weight_in(&self.weights, key),
             ..Usage::default()
         })
     }
@@ -360,6 +362,14 @@ mod tests {
         assert_eq!(t.share_used("small", 1, 8), 1.0);
         // A newcomer counts its own weight in the total: 8 · 1 / 5.
         assert_eq!(t.share_used("new", 1, 8), 1.0 / 1.6);
+    }
+
+    /// `n` arrivals of `name`'s, none admitted.
+    fn ask(t: &mut Tenants, name: &str, n: usize) {
+        for _ in 0..n {
+            let k = t.key(name);
+            t.arrived(&k);
+        }
     }
 
     /// Admits `n` rounds of one request per tenant in `round`, each arriving and finishing at
@@ -469,24 +479,16 @@ mod tests {
         let mut t = Tenants::new(100, HashMap::new());
         // A cardinality attack: each key asks once and is never admitted.
         for i in 0..5_000 {
-            let k = t.key(&format!("attacker-{i}"));
-            t.arrived(&k);
+            ask(&mut t, &format!("attacker-{i}"), 1);
         }
         assert!(t.history.len() <= 100);
         // A flooder that starts now still gets a record, and is seen.
         let others: Vec<String> = (0..9).map(|i| format!("t{i}")).collect();
+        let others: Vec<&str> = others.iter().map(String::as_str).collect();
         // It asks six times as often as each of the others, and is admitted as often.
         for _ in 0..1_200 {
-            for _ in 0..5 {
-                let k = t.key("flood");
-                t.arrived(&k);
-            }
-            for name in &others {
-                let k = t.key(name);
-                t.arrived(&k);
-                t.start(&k);
-                t.finish(&k);
-            }
+            ask(&mut t, "flood", 5);
+            admit_rounds(&mut t, 1, &others);
             let k = t.key("flood");
             t.start(&k);
             t.finish(&k);
@@ -501,17 +503,10 @@ mod tests {
         let others: Vec<String> = (0..20).map(|i| format!("t{i}")).collect();
         // Fifty rounds: each of the others asks once and is admitted, the flooder asks five
         // times and never is. The thousandth admission, the round's last, sweeps the history.
+        let others: Vec<&str> = others.iter().map(String::as_str).collect();
         for _ in 0..50 {
-            for _ in 0..5 {
-                let k = t.key("flood");
-                t.arrived(&k);
-            }
-            for name in &others {
-                let k = t.key(name);
-                t.arrived(&k);
-                t.start(&k);
-                t.finish(&k);
-            }
+            ask(&mut t, "flood", 5);
+            admit_rounds(&mut t, 1, &others);
         }
         assert_eq!(t.admissions, SWEEP_EVERY);
         assert!(t.history.contains_key("flood"));
