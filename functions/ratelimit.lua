@@ -3215,7 +3215,8 @@ function concurrency.call(keys, args)
   end
   if changed then
     local answer = concurrency.answer(key, n, now, live, 1, true, latest)
-    if live > 0 then
+    -- A RELEASE leaves the key's expiry, as the module's does: it already outlives every holder.
+    if live > 0 and op ~= 'RELEASE' then
       redis.call('PEXPIREAT', key, num(now + math.max(answer[5], MIN_TTL_MS)))
     end
     return answer

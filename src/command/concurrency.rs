@@ -10,9 +10,10 @@
 //! id that holds nothing), `reset_after_ms` until every slot is free.
 //!
 //! A call that changes the holders stores them with the call's N and TTL (a key shows the
-//! policy of its last change) and propagates them whole, with their absolute expiries; PEEK,
-//! a denial and a RENEW or RELEASE that finds nothing write nothing. The key lives until its
-//! last holder expires (at least `effect::MIN_TTL_MS`).
+//! policy of its last change). An ACQUIRE or RENEW propagates them whole, with their absolute
+//! expiries; a RELEASE, the same change on any clock, propagates itself. PEEK, a denial and a
+//! RENEW or RELEASE that finds nothing write nothing. The key lives until its last holder
+//! expires (at least `effect::MIN_TTL_MS`); a RELEASE leaves its expiry as it is.
 //!
 //! `RL.ALL` takes `CONCURRENCY N TTL ACQUIRE id` (or `PEEK`) as one of its limiters: [`plan`]
 //! and [`commit`] are its steps.
@@ -54,11 +55,20 @@ pub fn concurrency(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
     if changed {
         limiter.policy = policy;
         metrics::limiter_changed(before, limiter);
-        // The holders carry absolute expiries: a replica or an AOF replay frees each slot at
-        // the same instant as the master.
-        let keep_ns = decision.reset_after_ns;
-        let at = effect::commit(ctx, name, Commit::State(limiter), now_ns, keep_ns);
-        key.expire_at(Some(at));
+        if let Op::Release(_) = op {
+            // The same change on any clock (`Concurrency::release`, the policy from the
+            // arguments): replicas and the AOF run this RELEASE themselves, which costs a
+            // third of a pair less than an effect (`RM_Replicate` looks its command up by name
+            // on every call). The key's expiry stays: it already outlives every holder.
+            ctx.replicate_verbatim();
+            ctx.changed(name);
+        } else {
+            // The holders carry absolute expiries: a replica or an AOF replay frees each slot
+            // at the same instant as the master.
+            let keep_ns = decision.reset_after_ns;
+            let at = effect::commit(ctx, name, Commit::State(limiter), now_ns, keep_ns);
+            key.expire_at(Some(at));
+        }
     }
     Ok(Reply::decision(&decision))
 }

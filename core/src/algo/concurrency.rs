@@ -33,11 +33,13 @@
 //! refund ends the n holders that would expire last.
 //!
 //! Stored: the holders sorted by id, ids distinct; expired holders are dropped by the next
-//! change, so a state holds at most N live holders plus those that expired since. A RELEASE
-//! with none expired keeps the released holder in memory with expiry 0 (live at no instant; not
-//! encoded, so replicas, the AOF and the RDB never see it), and a change that leaves as many
-//! holders as are stored writes them in place: a key that goes from one holder to none and back
-//! keeps its allocation (no allocator call per call).
+//! ACQUIRE or RENEW that changes the holders, so a state holds at most N live holders plus
+//! those that expired (or were released) since. A RELEASE drops its own holder and nothing else
+//! (so it is the same change on any clock, see [`Concurrency::release`]): it keeps the released
+//! holder in memory with expiry 0 (live at no instant; not encoded, so replicas, the AOF and the
+//! RDB never see it), and a change that leaves as many holders as are stored writes them in
+//! place: a key that goes from one holder to none and back keeps its allocation (no allocator
+//! call per call).
 
 use super::bytes::{Invalid, Reader};
 use super::decision::{Decision, Outcome};
@@ -228,40 +230,36 @@ impl Concurrency {
     ///   (denied: retry_after until a slot frees).
     /// - `Renew(id)`: renews a live holder; `id` holding nothing: allowed 0, nothing changes
     ///   (the caller must ACQUIRE again; retry_after says when that would be admitted, 0 now).
-    /// - `Release(id)`: ends a live holder (allowed 1: one slot given back); `id` holding
-    ///   nothing: allowed 0, nothing changes, retry_after as for RENEW.
+    /// - `Release(id)`: see [`Concurrency::release`].
     /// - `Peek`: an ACQUIRE by a new id, answered, nothing changed.
     ///
-    /// A change drops the expired holders. A renewal or a release with none expired changes
-    /// one expiry where it is (a released holder expires at 0); a change that leaves as many
-    /// holders as are stored rewrites them in place; any other change writes them anew, once,
-    /// in order.
+    /// An ACQUIRE or RENEW that changes the holders drops the expired ones. A renewal with none
+    /// expired changes one expiry where it is; a change that leaves as many holders as are
+    /// stored rewrites them in place; any other change writes them anew, once, in order.
     pub fn apply(&mut self, policy: &Policy, now_ns: u64, op: Op) -> (Decision, bool) {
         let live = self.live(now_ns);
         let (id, keep) = match op {
             Op::Acquire(id) => (id, self.holds(id, now_ns) || live < policy.limit()),
             Op::Renew(id) => (id, self.holds(id, now_ns)),
-            Op::Release(id) => (id, false),
+            Op::Release(id) => return self.release(policy, now_ns, id),
             Op::Peek => {
                 let free = live < policy.limit();
                 let d = answer(&self.holders, policy, now_ns, u64::from(free), free, 1);
                 return (d, false);
             }
         };
-        let releases = matches!(op, Op::Release(_)) && self.holds(id, now_ns);
-        if !keep && !releases {
+        if !keep {
             return (answer(&self.holders, policy, now_ns, 0, false, 1), false);
         }
         let expires_ns = expiry(policy, now_ns);
         let found = self.holders.binary_search_by_key(&id, |h| h.id);
         let all_live = live as usize == self.holders.len();
-        // The live holders after the call: `live`, less `id` when it held a slot, plus `id`
-        // when it keeps (or takes) one.
-        let after = live as usize - usize::from(self.holds(id, now_ns)) + usize::from(keep);
+        // The live holders after the call: `live`, less `id` when it held a slot, plus `id`.
+        let after = live as usize - usize::from(self.holds(id, now_ns)) + 1;
         match (found, all_live) {
             (Ok(at), true) => {
                 if let Some(h) = self.holders.get_mut(at) {
-                    h.expires_ns = if keep { expires_ns } else { RELEASED };
+                    h.expires_ns = expires_ns;
                 }
             }
             _ if after == self.holders.len() => {
@@ -276,24 +274,21 @@ impl Concurrency {
                         kept += 1;
                     }
                 }
-                if keep {
-                    let at = self
-                        .holders
-                        .get(..kept)
-                        .map_or(0, |k| k.partition_point(|h| h.id < id));
-                    // One place is left past the kept ones (after == len): `at` is in it.
-                    if let Some(tail) = self.holders.get_mut(at..) {
-                        tail.rotate_right(1);
-                        if let Some(first) = tail.first_mut() {
-                            *first = Holder { id, expires_ns };
-                        }
+                let at = self
+                    .holders
+                    .get(..kept)
+                    .map_or(0, |k| k.partition_point(|h| h.id < id));
+                // One place is left past the kept ones (after == len): `at` is in it.
+                if let Some(tail) = self.holders.get_mut(at..) {
+                    tail.rotate_right(1);
+                    if let Some(first) = tail.first_mut() {
+                        *first = Holder { id, expires_ns };
                     }
                 }
             }
             _ => {
-                let added = keep.then_some(Holder { id, expires_ns });
-                let mut holders = Vec::with_capacity(live as usize + usize::from(keep));
-                let mut pending = added;
+                let mut holders = Vec::with_capacity(live as usize + 1);
+                let mut pending = Some(Holder { id, expires_ns });
                 for h in self.holders.iter().filter(|h| h.live(now_ns) && h.id != id) {
                     if let Some(new) = pending.filter(|new| new.id < h.id) {
                         holders.push(new);
@@ -306,6 +301,37 @@ impl Concurrency {
             }
         }
         (answer(&self.holders, policy, now_ns, 1, true, 1), true)
+    }
+}
+
+impl Concurrency {
+    /// `RELEASE id`: ends the holder `id` (allowed 1 when it was live: one slot given back;
+    /// else 0, retry_after as for RENEW). It reads the clock only for its answer: the change,
+    /// "the stored holder `id` is gone", is the same at any instant, since it drops `id` whether
+    /// or not it has expired, and nothing else (the other expired holders wait for the next
+    /// ACQUIRE). So a replica or an AOF replay that runs the RELEASE itself, on its own clock,
+    /// stores exactly what the master stored. Changed: `id` was stored (an expired `id` is
+    /// dropped too, a change no answer shows). The released holder stays in its place with
+    /// expiry 0 (live at no instant, not encoded), so the allocation is kept.
+    pub fn release(&mut self, policy: &Policy, now_ns: u64, id: u64) -> (Decision, bool) {
+        let at = self.holders.binary_search_by_key(&id, |h| h.id).ok();
+        let Some(h) = at
+            .and_then(|at| self.holders.get_mut(at))
+            .filter(|h| h.expires_ns != RELEASED)
+        else {
+            return (answer(&self.holders, policy, now_ns, 0, false, 1), false);
+        };
+        let was_live = h.live(now_ns);
+        h.expires_ns = RELEASED;
+        let decision = answer(
+            &self.holders,
+            policy,
+            now_ns,
+            u64::from(was_live),
+            was_live,
+            1,
+        );
+        (decision, true)
     }
 }
 
