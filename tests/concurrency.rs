@@ -205,12 +205,7 @@ fn slots_of_dead_holders_come_back_at_ttl() {
 /// same absolute expiries, refuses the command, and once promoted admits no more than N.
 #[test]
 fn a_promoted_replica_admits_no_more_than_n() {
-    let master = Server::start();
-    let replica = Server::start();
-    let (mut m, mut r) = (master.connect(), replica.connect());
-    clock_set(&mut m, T0_MS);
-    clock_set(&mut r, T0_MS + 3 * 3_600_000);
-    replicate(&mut r, &master);
+    let (_master, _replica, mut m, mut r) = replica_hours_ahead();
     let base = ["RL.CONCURRENCY", "k", "3", "60000"];
     rl(&mut m, &with(&base, &["ACQUIRE", "a"]));
     clock_advance(&mut m, 10);
@@ -245,12 +240,7 @@ fn a_promoted_replica_admits_no_more_than_n() {
 /// expiry unmoved. The replica ends byte-identical with the same expiry.
 #[test]
 fn a_release_replicated_as_itself_is_the_masters_change() {
-    let master = Server::start();
-    let replica = Server::start();
-    let (mut m, mut r) = (master.connect(), replica.connect());
-    clock_set(&mut m, T0_MS);
-    clock_set(&mut r, T0_MS + 3 * 3_600_000);
-    replicate(&mut r, &master);
+    let (_master, _replica, mut m, mut r) = replica_hours_ahead();
     let base = ["RL.CONCURRENCY", "k", "3", "1000"];
     for id in ["a", "b", "c"] {
         rl(&mut m, &with(&base, &["ACQUIRE", id]));

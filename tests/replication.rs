@@ -5,17 +5,6 @@
 mod support;
 use support::*;
 
-/// A master and a replica (both with the module), the replica's clock 3 hours ahead.
-fn pair() -> (Server, Server, Connection, Connection) {
-    let master = Server::start();
-    let replica = Server::start();
-    let (mut m, mut r) = (master.connect(), replica.connect());
-    clock_set(&mut m, T0_MS);
-    clock_set(&mut r, T0_MS + 3 * 3_600_000);
-    replicate(&mut r, &master);
-    (master, replica, m, r)
-}
-
 fn offset(c: &mut Connection) -> i64 {
     let info: String = redis::cmd("INFO").arg("replication").query(c).unwrap();
     info.lines()
@@ -26,7 +15,7 @@ fn offset(c: &mut Connection) -> i64 {
 
 #[test]
 fn replica_on_another_clock_ends_byte_identical() {
-    let (_ms, _rs, mut m, mut r) = pair();
+    let (_ms, _rs, mut m, mut r) = replica_hours_ahead();
     run_workload(&mut m, 4);
     wait_replica(&mut m);
     let (on_master, on_replica) = (snapshot(&mut m), snapshot(&mut r));
@@ -39,14 +28,14 @@ fn replica_on_another_clock_ends_byte_identical() {
 
 #[test]
 fn replica_refuses_limiter_commands() {
-    let (_ms, _rs, _m, mut r) = pair();
+    let (_ms, _rs, _m, mut r) = replica_hours_ahead();
     let e = err(&mut r, &["RL.GCRA", "k", "10", "1000"]);
     assert!(e.starts_with("READONLY"), "{e}");
 }
 
 #[test]
 fn denials_and_peeks_propagate_nothing() {
-    let (_ms, _rs, mut m, _r) = pair();
+    let (_ms, _rs, mut m, _r) = replica_hours_ahead();
     rl(&mut m, &["RL.GCRA", "d", "1", "60000"]);
     wait_replica(&mut m);
     let before = offset(&mut m);
@@ -72,7 +61,7 @@ fn denials_and_peeks_propagate_nothing() {
 
 #[test]
 fn the_stream_carries_state_with_an_absolute_expiry() {
-    let (_ms, _rs, mut m, mut r) = pair();
+    let (_ms, _rs, mut m, mut r) = replica_hours_ahead();
     // reset_after 2000 ms, above the 1 s minimum TTL: the expiry is the master's clock + 2000.
     rl(
         &mut m,
@@ -85,7 +74,7 @@ fn the_stream_carries_state_with_an_absolute_expiry() {
 
 #[test]
 fn zero_grants_and_refunds_that_change_nothing_propagate_nothing() {
-    let (_ms, _rs, mut m, mut r) = pair();
+    let (_ms, _rs, mut m, mut r) = replica_hours_ahead();
     assert_eq!(
         rl(&mut m, &["RL.LEASE", "z", "1", "60000", "WANT", "5"])[0],
         1
@@ -119,7 +108,7 @@ fn zero_grants_and_refunds_that_change_nothing_propagate_nothing() {
 /// For every algorithm of the registry, each on its own key (named after its command).
 #[test]
 fn denials_and_peeks_of_every_algorithm_propagate_nothing() {
-    let (_ms, _rs, mut m, mut r) = pair();
+    let (_ms, _rs, mut m, mut r) = replica_hours_ahead();
     let commands: Vec<&str> = algorithms().iter().map(|a| a.command.as_str()).collect();
     for a in algorithms() {
         let command = a.command.as_str();
@@ -169,7 +158,7 @@ fn denials_and_peeks_of_every_algorithm_propagate_nothing() {
 /// replica is still the effect: it ends byte-identical, on its own clock hours away.
 #[test]
 fn transactions_and_scripts_replicate_effects() {
-    let (_ms, _rs, mut m, mut r) = pair();
+    let (_ms, _rs, mut m, mut r) = replica_hours_ahead();
     let replies: Vec<Vec<i64>> = redis::pipe()
         .atomic()
         .cmd("RL.GCRA")

@@ -227,12 +227,7 @@ fn debug_reload_keeps_state_and_expiry() {
 
 #[test]
 fn replica_on_another_clock_ends_byte_identical() {
-    let master = Server::start();
-    let replica = Server::start();
-    let (mut m, mut r) = (master.connect(), replica.connect());
-    clock_set(&mut m, T0_MS);
-    clock_set(&mut r, T0_MS + 3 * 3_600_000);
-    replicate(&mut r, &master);
+    let (_master, _replica, mut m, mut r) = replica_hours_ahead();
     workload(&mut m);
     wait_replica(&mut m);
     let on_master = keys(&mut m);

@@ -58,12 +58,7 @@ fn digest(c: &mut Connection) -> String {
 
 #[test]
 fn the_debt_reaches_a_replica_byte_for_byte_and_a_saturated_charge_sends_nothing() {
-    let master = Server::start();
-    let replica = Server::start();
-    let (mut m, mut r) = (master.connect(), replica.connect());
-    clock_set(&mut m, T0_MS);
-    clock_set(&mut r, T0_MS + 3 * 3_600_000);
-    replicate(&mut r, &master);
+    let (_master, _replica, mut m, mut r) = replica_hours_ahead();
     indebted(&mut m);
     wait_replica(&mut m);
     assert_eq!(snapshot(&mut m), snapshot(&mut r));

@@ -200,6 +200,19 @@ pub fn replicate(replica: &mut Connection, master: &Server) {
     });
 }
 
+/// A master and its replica (both with the module, the link up), the master's clock at T0 and
+/// the replica's 3 hours ahead: a replica never decides, so nothing it stores may depend on its
+/// own clock. Returns both servers (they stop when dropped) and a connection to each.
+pub fn replica_hours_ahead() -> (Server, Server, Connection, Connection) {
+    let master = Server::start();
+    let replica = Server::start();
+    let (mut m, mut r) = (master.connect(), replica.connect());
+    clock_set(&mut m, T0_MS);
+    clock_set(&mut r, T0_MS + 3 * 3_600_000);
+    replicate(&mut r, &master);
+    (master, replica, m, r)
+}
+
 /// Waits until one replica acknowledged everything the master behind `master` sent.
 pub fn wait_replica(master: &mut Connection) {
     let acked: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(master).unwrap();
