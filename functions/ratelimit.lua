@@ -46,7 +46,8 @@ reply's reset_after_ms nor than 1 s, as the module):
                   "L W edge edge_count" per other (log_configurations, log_window)
 A GCRA, token-bucket, fixed-window, sliding-counter or leaky-bucket key that remembers other
 configurations stores them after the current one, each in the same form: "… ; g L W B …".
-Every write is an ordinary command (SET … PXAT, RPUSH, LSET, LTRIM, PEXPIREAT), which Redis 7+
+Every write is an ordinary command (SET … PXAT, RPUSH, LSET, LTRIM, PEXPIREAT; the hot path's
+SET … PX 1000 for the shortest TTL, which Redis 7 propagates as SET … PXAT), which Redis 7+
 replicates as effects: a replica or the AOF never runs the decision again. Any client can write
 these keys: a value is checked against its own header and the bounds before any loop or product
 uses it (VALID, held_log, stored_log), else answered WRONGTYPE, so a call's work is bounded by its
@@ -97,6 +98,7 @@ local CLOCK_SLACK = 1000000000000000
 local MAX_STORED = 9000000000000000
 local MAX_COUNT = 4 * MAX_AMOUNT
 local MAX_LIMITERS = 32
+-- (The hot path writes it as the text '1000' too: `SET … PX 1000`, fast.)
 local MIN_TTL_MS = 1000
 -- The most configurations a key remembers, the current one included (src/algo/step.rs
 -- MAX_CONFIGURATIONS): a request that would bring one more is decided so that it can only deny
@@ -108,8 +110,11 @@ local MAX_CONFIGURATIONS = 8
 -- `seconds`, when given, keeps the second TIME last answered, as its text and in ms, so that the
 -- calls of one second convert it once (FCALL's hot path: fast). It is an argument, not an
 -- upvalue: a script of the scripts backend creates this function on every call, and a closure
--- with upvalues costs more there than the conversion.
-local function now_ms(seconds) local t = redis.call('TIME') local s, ms = t[1], t[2] / 1000 if not seconds then return s * 1000 + ms - ms % 1 elseif s ~= seconds[1] then seconds[1], seconds[2] = s, s * 1000 end return seconds[2] + ms - ms % 1 end
+-- with upvalues costs more there than the conversion. Its second answer, true, says that the
+-- instant is the server's own clock, which a relative expiry (`SET … PX`) counts from too (the
+-- hot path's: fast); a clock put in its place answers the instant alone, and every expiry is then
+-- written absolute from that instant.
+local function now_ms(seconds) local t = redis.call('TIME') local s, ms = t[1], t[2] / 1000 if not seconds then return s * 1000 + ms - ms % 1, true elseif s ~= seconds[1] then seconds[1], seconds[2] = s, s * 1000 end return seconds[2] + ms - ms % 1, true end
 
 -- floor(a / b) for integers below 2^53 in magnitude, b > 0: the quotient of doubles is
 -- corrected by its remainder, so it is exact.
@@ -2062,7 +2067,7 @@ local function fast(tag, general)
     if known then
       l, w, b, prefix = known[1], known[2], known[3], known[4]
     end
-    local now = now_ms(seconds)
+    local now, server_clock = now_ms(seconds)
     local key = keys[1]
     local v = pcall_redis('GET', key)
     -- `own`: the value is the state this path last wrote under the policy, whose fields are in
@@ -2320,11 +2325,19 @@ local function fast(tag, general)
           known[5], known[6], known[7], known[8] = state, tm, tr, f
         end
       end
-      local px = now + (reset > MIN_TTL_MS and reset or MIN_TTL_MS)
-      if px ~= last_px then
-        last_px, last_pxs = px, format('%d', px)
+      -- The key outlives max(reset, MIN_TTL_MS) from now. When that is MIN_TTL_MS and now is the
+      -- server's clock, a relative `PX` of constant text says it without formatting a number:
+      -- Redis counts it from its clock at the SET (not before the TIME read), and Redis 7
+      -- replicates and logs it as `SET … PXAT` with the absolute time. Else `PXAT`.
+      if reset <= MIN_TTL_MS and server_clock then
+        call('SET', key, state, 'PX', '1000')
+      else
+        local px = now + (reset > MIN_TTL_MS and reset or MIN_TTL_MS)
+        if px ~= last_px then
+          last_px, last_pxs = px, format('%d', px)
+        end
+        call('SET', key, state, 'PXAT', last_pxs)
       end
-      call('SET', key, state, 'PXAT', last_pxs)
     end
     return { admitted and 1 or 0, b, remaining, retry, reset }
     -- @scripts: end body

@@ -49,6 +49,49 @@ fn replicas_receive_effects_never_calls() {
     assert!(cmd(&mut r, &["FCALL", "rl_peek", "1", &keys[0]]).is_ok());
 }
 
+/// The hot path's shortest TTL on the shipped file (the server's clock): `SET … PX 1000`, which
+/// Redis 7 replicates as `SET … PXAT` with the absolute time. Through `FCALL` and the scripts
+/// backend, a key whose reset is 1 ms lives at least 1 s from the call's `TIME`, and a replica
+/// that applies the write 300 ms late (busy in `DEBUG SLEEP`) ends with the master's exact
+/// expiry, which a relative `PX` would have put 300 ms later.
+#[test]
+fn the_shortest_ttl_replicates_as_an_absolute_expiry() {
+    let master = Server::start();
+    let mut m = master.connect();
+    load(&mut m, LIBRARY);
+    let replica = Server::start();
+    let mut r = replica.connect();
+    replicate(&mut r, &master);
+    let script = ratelimit_client::scripts::generate(LIBRARY, "rl_gcra").expect("the marks");
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(&script)
+        .query(&mut m)
+        .unwrap();
+    for (key, head) in [
+        ("f:px", ["FCALL", "rl_gcra"]),
+        ("s:px", ["EVALSHA", sha.as_str()]),
+    ] {
+        let mut busy = replica.connect();
+        let sleeper = std::thread::spawn(move || cmd(&mut busy, &["DEBUG", "SLEEP", "0.3"]));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let time: Vec<String> = redis::cmd("TIME").query(&mut m).unwrap();
+        let before =
+            time[0].parse::<i64>().unwrap() * 1000 + time[1].parse::<i64>().unwrap() / 1000;
+        let mut words = head.to_vec();
+        words.extend(["1", key, "1000", "1000"]);
+        assert_eq!(rl(&mut m, &words), [1, 1000, 999, -1, 1], "{key}");
+        let at = pexpiretime(&mut m, key);
+        assert!(
+            at >= before + 1000 && at <= before + 1100,
+            "{key}: {at} from {before}"
+        );
+        sleeper.join().unwrap().unwrap();
+        wait_replica(&mut m);
+        assert_eq!(pexpiretime(&mut r, key), at, "{key}");
+    }
+}
+
 /// `MEMORY USAGE` of one key per algorithm, the module's beside the library's, after the same
 /// requests (printed; docs/functions.md quotes it). The library's must stay within a bound.
 #[test]
