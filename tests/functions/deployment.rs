@@ -52,8 +52,10 @@ fn replicas_receive_effects_never_calls() {
 /// The hot path's shortest TTL on the shipped file (the server's clock): `SET … PX 1000`, which
 /// Redis 7 replicates as `SET … PXAT` with the absolute time. Through `FCALL` and the scripts
 /// backend, a key whose reset is 1 ms lives at least 1 s from the call's `TIME`, and a replica
-/// that applies the write 300 ms late (busy in `DEBUG SLEEP`) ends with the master's exact
-/// expiry, which a relative `PX` would have put 300 ms later.
+/// that applies the write 200 ms late (busy in `DEBUG SLEEP`) ends with the master's exact
+/// expiry, which a relative `PX` would have put 200 ms later. (A replica answers a key past its
+/// expiry as missing: on a host so loaded that 1 s went by before the replica was read, the
+/// attempt says nothing and is made again on a new key.)
 #[test]
 fn the_shortest_ttl_replicates_as_an_absolute_expiry() {
     let master = Server::start();
@@ -68,27 +70,43 @@ fn the_shortest_ttl_replicates_as_an_absolute_expiry() {
         .arg(&script)
         .query(&mut m)
         .unwrap();
-    for (key, head) in [
-        ("f:px", ["FCALL", "rl_gcra"]),
-        ("s:px", ["EVALSHA", sha.as_str()]),
+    let now = |c: &mut Connection| -> i64 {
+        let time: Vec<String> = redis::cmd("TIME").query(c).unwrap();
+        time[0].parse::<i64>().unwrap() * 1000 + time[1].parse::<i64>().unwrap() / 1000
+    };
+    for (name, head) in [
+        ("f", ["FCALL", "rl_gcra"]),
+        ("s", ["EVALSHA", sha.as_str()]),
     ] {
-        let mut busy = replica.connect();
-        let sleeper = std::thread::spawn(move || cmd(&mut busy, &["DEBUG", "SLEEP", "0.3"]));
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        let time: Vec<String> = redis::cmd("TIME").query(&mut m).unwrap();
-        let before =
-            time[0].parse::<i64>().unwrap() * 1000 + time[1].parse::<i64>().unwrap() / 1000;
-        let mut words = head.to_vec();
-        words.extend(["1", key, "1000", "1000"]);
-        assert_eq!(rl(&mut m, &words), [1, 1000, 999, -1, 1], "{key}");
-        let at = pexpiretime(&mut m, key);
+        let mut checked = false;
+        for attempt in 0..5 {
+            let key = format!("{name}:px:{attempt}");
+            let mut busy = replica.connect();
+            let sleeper = std::thread::spawn(move || cmd(&mut busy, &["DEBUG", "SLEEP", "0.2"]));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let before = now(&mut m);
+            let mut words = head.to_vec();
+            words.extend(["1", &key, "1000", "1000"]);
+            assert_eq!(rl(&mut m, &words), [1, 1000, 999, -1, 1], "{key}");
+            let at = pexpiretime(&mut m, &key);
+            assert!(
+                at >= before + 1000 && at <= before + 1100,
+                "{key}: {at} from {before}"
+            );
+            sleeper.join().unwrap().unwrap();
+            wait_replica(&mut m);
+            let copy = pexpiretime(&mut r, &key);
+            if copy == -2 && now(&mut r) >= at {
+                continue;
+            }
+            assert_eq!(copy, at, "{key}");
+            checked = true;
+            break;
+        }
         assert!(
-            at >= before + 1000 && at <= before + 1100,
-            "{key}: {at} from {before}"
+            checked,
+            "{name}: the replica was read after the key's expiry 5 times"
         );
-        sleeper.join().unwrap().unwrap();
-        wait_replica(&mut m);
-        assert_eq!(pexpiretime(&mut r, key), at, "{key}");
     }
 }
 
