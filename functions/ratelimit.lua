@@ -1966,7 +1966,7 @@ end
 -- @scripts: hot
 -- Library functions as upvalues: a global and a field lookup less each, on every call. Taken
 -- at the first call: while a library loads, only `redis` is reachable.
-local find, match, format, call, byte, pcall_redis
+local find, match, format, call, pcall_redis
 -- How far ahead an arrival time (a last refill) may lie under any L: (MAX_UNITS + CLOCK_SLACK)
 -- / MAX_AMOUNT ms (CLOCK_SLACK / MAX_AMOUNT ms).
 local ANY_AHEAD, ANY_BACK = 500000000, 100000000
@@ -2010,7 +2010,7 @@ local function fast(tag, general)
       -- (`string` and `redis` looked up once each: a script takes these on every call.)
       local S, R = string, redis
       find, match, format, call = S.find, S.match, S.format, R.call
-      byte, pcall_redis = S.byte, R.pcall
+      pcall_redis = R.pcall
     end
     local ls, ws = args[1], args[2]
     if ws == nil or #keys ~= 1 then
@@ -2049,7 +2049,7 @@ local function fast(tag, general)
     if cs ~= nil and cs ~= '1' then
       if cs == '0' then
         cost = 0
-      elseif cs ~= '' and #cs <= 8 and byte(cs) ~= 48 and not find(cs, '%D') then
+      elseif #cs <= 8 and find(cs, '^[1-9]%d*$') then
         -- 1 to 8 digits, the first not 0: a COST the general path reads as the same number.
         cost = cs + 0
       else
@@ -2086,26 +2086,33 @@ local function fast(tag, general)
           if v.err or #v > MAX_SEEN_BYTES then
             return general(keys, args, now)
           end
-          -- Its form by its gaps after where the state begins under this policy (a plain find
-          -- costs less than a pattern that fails), then the pattern of that form, capturing its
-          -- header's three digit runs and its state: another policy's unless the runs are L, W
-          -- and B as given, which are then digits as the hot path reads them. GCRA: (tat_ms) or
-          -- (tat_ms tat_rem tat_ns); token bucket: (tokens last_ms) or (tokens tokens_ns
-          -- last_ms), tokens signed. (The patterns are written out: one built would be built on
+          -- Its form (a pattern that fails costs more than telling the form first), then the
+          -- pattern of that form, capturing its header's three digit runs and its state:
+          -- another policy's unless the runs are L, W and B as given, which are then digits as
+          -- the hot path reads them. GCRA: (tat_ms) or (tat_ms tat_rem tat_ns), told by the
+          -- length after the header `g L W B ` (#ls + #ws + #bs + 5 bytes): the short form's is
+          -- at most 16 (tat_ms <= MAX_STORED), the long form's at least 17 when tat_ms has 13
+          -- digits (the years 2001 to 2286); a long form with a shorter tat_ms fails the short
+          -- pattern and goes the general way. Token bucket, whose tokens have any number of
+          -- digits: (tokens last_ms) or (tokens tokens_ns last_ms), tokens signed, told by its
+          -- gaps (plain finds). (The patterns are written out: one built would be built on
           -- every call of a script.)
-          local gap, hl, hw, hb = find(v, ' ', #ls + #ws + #bs + 6, true), nil, nil, nil
+          local hl, hw, hb
           if is_gcra then
-            if gap then
+            if #v > #ls + #ws + #bs + 21 then
               hl, hw, hb, x, y, z = match(v, '^g ([1-9]%d*) ([1-9]%d*) ([1-9]%d*) (%d+) (%d+) (%d+)$')
             else
               hl, hw, hb, x = match(v, '^g ([1-9]%d*) ([1-9]%d*) ([1-9]%d*) (%d+)$')
               y, z = 0, 0
             end
-          elseif gap and find(v, ' ', gap + 1, true) then
-            hl, hw, hb, x, y, z = match(v, '^t ([1-9]%d*) ([1-9]%d*) ([1-9]%d*) (%-?%d+) (%d+) (%d+)$')
           else
-            hl, hw, hb, x, z = match(v, '^t ([1-9]%d*) ([1-9]%d*) ([1-9]%d*) (%-?%d+) (%d+)$')
-            y = 0
+            local gap = find(v, ' ', #ls + #ws + #bs + 6, true)
+            if gap and find(v, ' ', gap + 1, true) then
+              hl, hw, hb, x, y, z = match(v, '^t ([1-9]%d*) ([1-9]%d*) ([1-9]%d*) (%-?%d+) (%d+) (%d+)$')
+            else
+              hl, hw, hb, x, z = match(v, '^t ([1-9]%d*) ([1-9]%d*) ([1-9]%d*) (%-?%d+) (%d+)$')
+              y = 0
+            end
           end
           if hl ~= ls or hw ~= ws or hb ~= bs then
             return general(keys, args, now)
@@ -2304,22 +2311,28 @@ local function fast(tag, general)
       -- millisecond writes one), else formatted; the short form when its remainder is 0.
       local state = known and tm == known[6] and tr == known[7] and f == known[8] and known[5]
       if not state then
-        if not prefix then
-          prefix = tag .. ' ' .. ls .. ' ' .. ws .. ' ' .. bs .. ' '
-          if known then
-            known[4] = prefix
-          end
-        end
+        local fields
         if is_gcra then
           -- tat_ns is 0 but after a policy change: one number fewer to format.
-          -- (The prefix joined, not formatted: format's `%s` copies it through sprintf.)
           if f == 0 then
-            state = prefix .. format(tr == 0 and '%d' or '%d %d 0', tm, tr)
+            fields = format(tr == 0 and '%d' or '%d %d 0', tm, tr)
           else
-            state = prefix .. format('%d %d %d', tm, tr, f)
+            fields = format('%d %d %d', tm, tr, f)
           end
         else
-          state = prefix .. format(tr == 0 and '%d %d' or '%d %d %d', tm, tr == 0 and f or tr, f)
+          fields = format(tr == 0 and '%d %d' or '%d %d %d', tm, tr == 0 and f or tr, f)
+        end
+        -- The prefix joined, not formatted (format's `%s` copies it through sprintf); kept under
+        -- a policy remembered, else joined with the fields in one concatenation (one string
+        -- built, not two: a script's every admit).
+        if prefix then
+          state = prefix .. fields
+        elseif known then
+          prefix = tag .. ' ' .. ls .. ' ' .. ws .. ' ' .. bs .. ' '
+          known[4] = prefix
+          state = prefix .. fields
+        else
+          state = tag .. ' ' .. ls .. ' ' .. ws .. ' ' .. bs .. ' ' .. fields
         end
         if known then
           known[5], known[6], known[7], known[8] = state, tm, tr, f
