@@ -178,6 +178,89 @@ fn argument_errors_match_the_module() {
     assert_eq!(keys, ["f:gcra", "f:str", "m:gcra", "m:str"]);
 }
 
+/// Numbers not written plainly (the hot path reads only digits without a leading zero) answer as
+/// the module does, through `FCALL` and the scripts backend, in every place of `rl_gcra` and
+/// `rl_tokenbucket` and on a fresh key and one holding the plain policy: what `strtod` (Lua's
+/// `tonumber` and `s + 0`, base 10) would read as a number, spaces, signs, exponents (`1e2` is
+/// 100 in three characters), hexadecimal (`0xF4240` is 1,000,000 in seven), fractions, and
+/// leading zeros (the library's bounds, which differ from the module's, are left to
+/// `argument_errors_match_the_module`).
+#[test]
+fn numbers_not_written_plainly_answer_as_the_module() {
+    let source = with_clock(CLOCK_FROM_KEY);
+    let (_s, mut c) = both();
+    let mut shas = std::collections::HashMap::new();
+    for entry in ["rl_gcra", "rl_tokenbucket"] {
+        let script = ratelimit_client::scripts::generate(&source, entry).expect("the marks");
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(&script)
+            .query(&mut c)
+            .unwrap();
+        shas.insert(entry, sha);
+    }
+    cmd(&mut c, &["SET", "rl-test-clock", &T0_MS.to_string()]).unwrap();
+    let hostile = [
+        " 5", "+5", "05", "5 ", "\t5", "1e2", "1E2", "12e2", "1e+3", "0x10", "0xF4240", "0X989680",
+        "-5", "-0", "1.0", "1.", ".5", "", "inf", "nan", "9999999", "00000001", "5\n",
+    ];
+    let relabel = |e: String| {
+        let e = e
+            .replace("'m:", "'")
+            .replace("'f:", "'")
+            .replace("'s:", "'");
+        e.split(": expected an integer")
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let mut compared = 0;
+    for (command, function) in [("RL.GCRA", "rl_gcra"), ("RL.TOKENBUCKET", "rl_tokenbucket")] {
+        for place in 0..4 {
+            for h in hostile {
+                let mut args = vec!["50", "1000", "BURST", "20", "COST", "2"];
+                args[[0, 1, 3, 5][place]] = h;
+                for held in [false, true] {
+                    let key = format!("{function}:{place}:{h}:{held}");
+                    let (m, f, s) = (format!("m:{key}"), format!("f:{key}"), format!("s:{key}"));
+                    if held {
+                        let plain = ["50", "1000", "BURST", "20", "COST", "2"];
+                        cmd(&mut c, &[[command, &m].as_slice(), &plain].concat()).unwrap();
+                        cmd(
+                            &mut c,
+                            &[["FCALL", function, "1", &f].as_slice(), &plain].concat(),
+                        )
+                        .unwrap();
+                        cmd(
+                            &mut c,
+                            &[["EVALSHA", &shas[function], "1", &s].as_slice(), &plain].concat(),
+                        )
+                        .unwrap();
+                    }
+                    let module = reply(&mut c, &words(&[[command, &m].as_slice(), &args].concat()));
+                    let library = reply(
+                        &mut c,
+                        &words(&[["FCALL", function, "1", &f].as_slice(), &args].concat()),
+                    );
+                    let script = reply(
+                        &mut c,
+                        &words(&[["EVALSHA", &shas[function], "1", &s].as_slice(), &args].concat()),
+                    );
+                    let (module, library, script) = (
+                        module.map_err(relabel),
+                        library.map_err(relabel),
+                        script.map_err(relabel),
+                    );
+                    assert_eq!(module, library, "{function} {args:?} held {held}");
+                    assert_eq!(module, script, "{function} {args:?} held {held}, script");
+                    compared += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(compared, 2 * 4 * hostile.len() * 2);
+}
+
 /// Values another client wrote under a limiter's key are never trusted: a string or a list that
 /// is not exactly a stored limiter within the bounds is answered WRONGTYPE, a valid header over
 /// garbage entries too.
