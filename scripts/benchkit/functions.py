@@ -3,8 +3,9 @@ gateway runs today, on a server without the module (a managed service's). Side b
 run on one server: the library through FCALL, the same library through the scripts backend
 (EVALSHA of the script generated for the function), and go-redis/redis_rate's allowN script (the
 anchor, lua.py), on three workloads, at -P 1 and -P 16 with redis-benchmark -c 50, each run
-repeated and interleaved; then the instructions the server spends per call (callgrind) on the
-same workloads. Prints each median and its ratio to the anchor's."""
+repeated and interleaved, each run's ops/s and the server's own time per call (INFO
+commandstats); then the instructions the server spends per call (callgrind) on the same
+workloads. Prints each median and its ratio to the anchor's."""
 
 import os
 import shutil
@@ -16,7 +17,7 @@ import time
 from .callgrind import inclusive
 from .lua import LIBRARY, LUA_REDIS_RATE, library_script
 from .report import fmt_ratio, load_snapshot, median
-from .server import Server
+from .server import Server, commandstats
 
 CLIENTS = 50
 HOT_KEYS = 100
@@ -106,12 +107,20 @@ def throughput(quick, repeat, store=None):
                         words = words_for(row, workload, shas)
                         prepare(server, workload, words)
                         n = requests_for(workload, pipeline, quick)
+                        # The server's own time per call from INFO commandstats (differences,
+                        # not CONFIG RESETSTAT: an operator's ACL user may not have CONFIG):
+                        # what redis-benchmark's 50 clients, on the same cores, blur in ops/s.
+                        command = words[0].lower()
+                        calls, usec = commandstats(server.client).get(command, (0, 0))
                         rps = benchmark(server, words, n, pipeline, workload["keys"])
+                        after = commandstats(server.client).get(command, (0, 0))
+                        calls, usec = after[0] - calls, after[1] - usec
+                        us = usec / calls if calls else float("nan")
                         results.setdefault((workload["name"], pipeline, row["label"]),
-                                           []).append(rps)
-                        print("bench: [%d/%d] %-36s -P %-2d %-40s %10.0f ops/s  load %s"
-                              % (rep + 1, repeat, workload["name"], pipeline, row["label"],
-                                 rps, load_snapshot()), flush=True)
+                                           []).append((rps, us))
+                        print("bench: [%d/%d] %-36s -P %-2d %-40s %10.0f ops/s %6.2f us/call"
+                              "  load %s" % (rep + 1, repeat, workload["name"], pipeline,
+                                             row["label"], rps, us, load_snapshot()), flush=True)
     finally:
         if store:
             server.flush()
@@ -120,21 +129,28 @@ def throughput(quick, repeat, store=None):
 
 
 def throughput_table(results):
-    lines = ["| workload | -P | command | ops/s (median) | spread | × anchor |",
-             "|---|---:|---|---:|---:|---:|"]
+    lines = ["| workload | -P | command | ops/s (median) | spread | × anchor "
+             "| server µs/call (median) | × anchor |",
+             "|---|---:|---|---:|---:|---:|---:|---:|"]
     for workload in WORKLOADS:
         for pipeline in (1, 16):
-            anchor = median(results.get((workload["name"], pipeline, ROWS[0]["label"]), []))
+            first = results.get((workload["name"], pipeline, ROWS[0]["label"]), [])
+            anchor = median([rps for rps, _ in first])
+            anchor_us = median([us for _, us in first])
             for row in ROWS:
                 samples = results.get((workload["name"], pipeline, row["label"]), [])
                 if not samples:
                     continue
-                m = median(samples)
-                spread = (max(samples) - min(samples)) / m * 50 if m else float("nan")
-                lines.append("| %s | %d | %s | %s | ±%.0f%% | %s |" % (
+                rates = [rps for rps, _ in samples]
+                m = median(rates)
+                us = median([us for _, us in samples])
+                spread = (max(rates) - min(rates)) / m * 50 if m else float("nan")
+                lines.append("| %s | %d | %s | %s | ±%.0f%% | %s | %.2f | %s |" % (
                     workload["name"], pipeline, row["label"], "{:,.0f}".format(m), spread,
-                    fmt_ratio(m, anchor)))
-    return "\n".join(lines)
+                    fmt_ratio(m, anchor), us, fmt_ratio(anchor_us, us)))
+    return "\n".join(lines + ["", "Server µs/call: the server's own time in the command (INFO "
+                              "commandstats); its × anchor is the anchor's time over the row's "
+                              "(above 1: faster than the anchor)."])
 
 
 def instructions(calls):
