@@ -187,18 +187,8 @@ fn argument_errors_match_the_module() {
 /// `argument_errors_match_the_module`).
 #[test]
 fn numbers_not_written_plainly_answer_as_the_module() {
-    let source = with_clock(CLOCK_FROM_KEY);
     let (_s, mut c) = both();
-    let mut shas = std::collections::HashMap::new();
-    for entry in ["rl_gcra", "rl_tokenbucket"] {
-        let script = ratelimit_client::scripts::generate(&source, entry).expect("the marks");
-        let sha: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(&script)
-            .query(&mut c)
-            .unwrap();
-        shas.insert(entry, sha);
-    }
+    let shas = scripts_on_key_clock(&mut c);
     cmd(&mut c, &["SET", "rl-test-clock", &T0_MS.to_string()]).unwrap();
     let hostile = [
         " 5", "+5", "05", "5 ", "\t5", "1e2", "1E2", "12e2", "1e+3", "0x10", "0xF4240", "0X989680",

@@ -274,24 +274,6 @@ fn commands_run(c: &mut Connection) -> u64 {
         .sum()
 }
 
-/// The SHA of each function's script on the scripts backend that has a hot path, loaded on `c`,
-/// its clock read from the key `rl-test-clock` (a script keeps nothing between calls).
-fn hot_scripts(c: &mut Connection) -> std::collections::HashMap<String, String> {
-    let source = with_clock(CLOCK_FROM_KEY);
-    ["rl_gcra", "rl_tokenbucket"]
-        .into_iter()
-        .map(|entry| {
-            let script = ratelimit_client::scripts::generate(&source, entry).expect("the marks");
-            let sha: String = redis::cmd("SCRIPT")
-                .arg("LOAD")
-                .arg(&script)
-                .query(c)
-                .unwrap();
-            (entry.to_string(), sha)
-        })
-        .collect()
-}
-
 /// Random and adversarial values under every function's key: each call answers a reply whose
 /// integers are exact, or WRONGTYPE, running at most a few commands per 32 list elements; a
 /// value the library answered and wrote is one it reads again; the server answers a second
@@ -304,7 +286,7 @@ fn hostile_values_are_answered_in_bounded_work() {
     let (s, mut c) = both();
     c.set_read_timeout(Some(std::time::Duration::from_secs(60)))
         .unwrap();
-    let scripts = hot_scripts(&mut c);
+    let scripts = scripts_on_key_clock(&mut c);
     let other = std::cell::RefCell::new(s.connect());
     // The runner takes a `Fn`: the connections and the count are borrowed per case.
     let c = std::cell::RefCell::new(c);

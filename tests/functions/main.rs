@@ -49,6 +49,24 @@ fn with_clock(clock: &str) -> String {
     LIBRARY.replacen(line, clock, 1)
 }
 
+/// The SHA of every function's script on the scripts backend (by function name), loaded on `c`,
+/// its clock read from the key `rl-test-clock` (a script keeps nothing between calls).
+fn scripts_on_key_clock(c: &mut Connection) -> std::collections::HashMap<String, String> {
+    let source = with_clock(CLOCK_FROM_KEY);
+    ratelimit_client::scripts::ENTRIES
+        .into_iter()
+        .map(|entry| {
+            let script = ratelimit_client::scripts::generate(&source, entry).expect("the marks");
+            let sha: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(&script)
+                .query(c)
+                .unwrap();
+            (entry.to_string(), sha)
+        })
+        .collect()
+}
+
 /// The library as shipped, with the one line that reads `TIME` replaced by a clock that the
 /// extra function `rl_test_clock` sets: what the differential tests load.
 fn test_library() -> String {

@@ -156,18 +156,8 @@ fn shares_and_demand_agree_with_the_module() {
 /// The same on the scripts backend (its test copy's clock reads a key, as above).
 #[test]
 fn the_scripts_backend_shares_as_the_module() {
-    let source = with_clock(CLOCK_FROM_KEY);
     let (_s, mut c) = both();
-    let mut shas = std::collections::HashMap::new();
-    for entry in ratelimit_client::scripts::ENTRIES {
-        let script = ratelimit_client::scripts::generate(&source, entry).expect("the marks");
-        let sha: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(&script)
-            .query(&mut c)
-            .unwrap();
-        shas.insert(entry.to_string(), sha);
-    }
+    let shas = scripts_on_key_clock(&mut c);
     let set_clock = |c: &mut Connection, now: u64| {
         clock_set(c, now);
         cmd(c, &["SET", "rl-test-clock", &now.to_string()]).unwrap();

@@ -29,18 +29,8 @@ fn traces_agree_with_the_module() {
 /// keeps nothing between calls, so its test copy's clock reads a key the test sets.
 #[test]
 fn the_scripts_backend_agrees_with_the_module() {
-    let source = with_clock(CLOCK_FROM_KEY);
     let (_s, mut c) = both();
-    let mut shas = std::collections::HashMap::new();
-    for entry in ratelimit_client::scripts::ENTRIES {
-        let script = ratelimit_client::scripts::generate(&source, entry).expect("the marks");
-        let sha: String = redis::cmd("SCRIPT")
-            .arg("LOAD")
-            .arg(&script)
-            .query(&mut c)
-            .unwrap();
-        shas.insert(entry.to_string(), sha);
-    }
+    let shas = scripts_on_key_clock(&mut c);
     let mut answered = 0;
     for seed in 1..=30u64 {
         let mut rng = Rng(seed * 0x2545_f491);
