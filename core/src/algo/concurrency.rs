@@ -33,7 +33,7 @@
 //! refund ends the n holders that would expire last.
 //!
 //! Stored: the holders sorted by id, ids distinct; expired holders are dropped by the next
-//! ACQUIRE or RENEW that changes the holders, so a state holds at most N live holders plus
+//! change other than a RELEASE (an ACQUIRE, a RENEW, a charge or a refund), so a state holds at most N live holders plus
 //! those that expired (or were released) since. A RELEASE drops its own holder and nothing else
 //! (so it is the same change on any clock, see [`Concurrency::release`]): it keeps the released
 //! holder in memory with expiry 0 (live at no instant; not encoded, so replicas, the AOF and the
