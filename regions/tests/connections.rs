@@ -36,7 +36,7 @@ fn secure(pki: &Pki, clients: ClientCerts) -> Options {
 
 /// One period with `region` (the TOML lines after `name`): (success, stdout, stderr).
 fn once(region: &str, password: &str) -> (bool, String, String) {
-    let dir = testkit::scratch_dir("regions").unwrap();
+    let dir = testkit::Scratch::new("regions").unwrap();
     let config = dir.join("regions.toml");
     let text = format!(
         "[[regions]]\nname = \"a\"\n{region}\n[[keys]]\nkeys = [\"cli:{{1..3}}\"]\n\
@@ -112,7 +112,7 @@ fn a_region_behind_a_sentinel() {
 fn a_password_file_and_a_missing_permission() {
     let pki = Pki::new().unwrap();
     let server = Server::start(secure(&pki, ClientCerts::Optional)).unwrap();
-    let dir = testkit::scratch_dir("regions-secret").unwrap();
+    let dir = testkit::Scratch::new("regions-secret").unwrap();
     let file = dir.join("password");
     std::fs::write(&file, format!("{PASSWORD}\n")).unwrap();
     let region = |user: &str| {

@@ -67,8 +67,8 @@ fn secure(pki: &Pki, cert: ServerCert, clients: ClientCerts) -> Server {
     .unwrap()
 }
 
-fn config_root() -> std::path::PathBuf {
-    let root = testkit::scratch_dir("rls").unwrap();
+fn config_root() -> testkit::Scratch {
+    let root = testkit::Scratch::new("rls").unwrap();
     write_config(&root, "config.yaml", YAML);
     root
 }

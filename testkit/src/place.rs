@@ -77,6 +77,15 @@ impl Scratch {
     }
 }
 
+/// A scratch directory reads as its path: `&scratch` where a `&Path` is wanted.
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
 impl Drop for Scratch {
     fn drop(&mut self) {
         if std::thread::panicking() {

@@ -31,9 +31,10 @@ pub fn free_port() -> u16 {
     testkit::free_port().unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// A new directory of this test (`rl-testkit-rls-<what>-…` in the temporary directory).
-pub fn scratch(what: &str) -> PathBuf {
-    testkit::scratch_dir(&format!("rls-{what}")).unwrap_or_else(|e| panic!("{e}"))
+/// A new directory of this test (`rl-testkit-rls-<what>-…` in the temporary directory), removed
+/// when dropped unless the test failed.
+pub fn scratch(what: &str) -> testkit::Scratch {
+    testkit::Scratch::new(&format!("rls-{what}")).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A store: testkit's server, answering through `backend`.
@@ -253,7 +254,7 @@ fn cluster(options: Options) -> Options {
 /// The RLS in this process: its settings, config directory and hand-moved clock.
 pub struct Rls {
     pub running: Option<Running>,
-    pub root: PathBuf,
+    pub root: testkit::Scratch,
     pub clock: Arc<ManualClock>,
     pub client: RateLimitServiceClient<Channel>,
 }
@@ -307,7 +308,7 @@ impl Rls {
         Rls::start_in(root, redis, extra).await
     }
 
-    pub async fn start_in(root: PathBuf, redis: &Redis, extra: &[(&str, &str)]) -> Rls {
+    pub async fn start_in(root: testkit::Scratch, redis: &Redis, extra: &[(&str, &str)]) -> Rls {
         let clock = Arc::new(ManualClock::new(1_000_000_000));
         let running = server::start_with_clock(settings(&root, redis, extra), clock.clone())
             .await
