@@ -12,8 +12,7 @@ fn help_and_refusals() {
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("--config FILE"), "{text}");
-    let dir = std::env::temp_dir().join(format!("rl-regions-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = testkit::Scratch::new("regions").expect("dir");
     let bad = dir.join("bad.toml");
     std::fs::write(&bad, "period_ms = 2000\nregions = []\nkeys = []\n").expect("write");
     let out = Command::new(BIN)
@@ -58,8 +57,7 @@ fn help_and_refusals() {
 #[test]
 fn one_period_against_a_real_store() {
     let server = world::Server::start();
-    let dir = std::env::temp_dir().join(format!("rl-regions-once-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = testkit::Scratch::new("regions-once").expect("dir");
     let config = dir.join("regions.toml");
     let text = format!(
         "[[regions]]\nname = \"a\"\nurl = \"redis://127.0.0.1:{}\"\n[[keys]]\nkeys = [\"cli:{{1..3}}\"]\n\
@@ -96,8 +94,7 @@ fn an_unreachable_region_is_reported_with_its_cause() {
         .arg("x")
         .query(&mut c)
         .expect("set");
-    let dir = std::env::temp_dir().join(format!("rl-regions-cause-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("dir");
+    let dir = testkit::Scratch::new("regions-cause").expect("dir");
     let config = dir.join("regions.toml");
     let text = format!(
         "[[regions]]\nname = \"a\"\nurl = \"redis://127.0.0.1:{}\"\n[[keys]]\nkeys = [\"garbage:1\"]\n\
@@ -117,5 +114,4 @@ fn an_unreachable_region_is_reported_with_its_cause() {
     );
     assert!(line.contains("unreachable=a"), "{line}");
     assert!(err.contains("unreachable: a: "), "{err}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
