@@ -157,18 +157,11 @@ fn expiry(policy: &Policy, now_ns: u64) -> u64 {
     now_ns.saturating_add(policy.window_ns())
 }
 
-/// The answer on `state` at `now_ns` for a call that moved `allowed` slots (1 or 0) and, when
-/// nothing was admitted, for an ACQUIRE of `want` new slots: `remaining` and `reset_after` as
-/// the state stands, `retry_after` None when `admitted`, else the time until `want` slots are
-/// free (0 when they are now).
-fn answer(
-    state: &[Holder],
-    policy: &Policy,
-    now_ns: u64,
-    allowed: u64,
-    admitted: bool,
-    want: u64,
-) -> Decision {
+/// The answer on `state` at `now_ns` for a call that was `admitted` (allowed 1: a slot taken,
+/// renewed or given back, or a peek that would be) or not, for an ACQUIRE of `want` new slots:
+/// `remaining` and `reset_after` as the state stands, `retry_after` None when admitted, else the
+/// time until `want` slots are free (0 when they are now).
+fn answer(state: &[Holder], policy: &Policy, now_ns: u64, admitted: bool, want: u64) -> Decision {
     let n = policy.limit();
     let (mut live, mut latest) = (0u64, None::<u64>);
     for h in state.iter().filter(|h| h.live(now_ns)) {
@@ -199,7 +192,7 @@ fn answer(
         }
     };
     Decision {
-        allowed,
+        allowed: u64::from(admitted),
         capacity: n,
         remaining: n.saturating_sub(live),
         retry_after_ns,
@@ -238,24 +231,28 @@ impl Concurrency {
     /// stored rewrites them in place; any other change writes them anew, once, in order.
     pub fn apply(&mut self, policy: &Policy, now_ns: u64, op: Op) -> (Decision, bool) {
         let live = self.live(now_ns);
-        let (id, keep) = match op {
-            Op::Acquire(id) => (id, self.holds(id, now_ns) || live < policy.limit()),
-            Op::Renew(id) => (id, self.holds(id, now_ns)),
+        let (id, takes) = match op {
+            Op::Acquire(id) => (id, true),
+            Op::Renew(id) => (id, false),
             Op::Release(id) => return self.release(policy, now_ns, id),
             Op::Peek => {
                 let free = live < policy.limit();
-                let d = answer(&self.holders, policy, now_ns, u64::from(free), free, 1);
-                return (d, false);
+                return (answer(&self.holders, policy, now_ns, free, 1), false);
             }
         };
-        if !keep {
-            return (answer(&self.holders, policy, now_ns, 0, false, 1), false);
+        // `id` looked up once: whether it holds a slot, and where it is stored.
+        let found = self.holders.binary_search_by_key(&id, |h| h.id);
+        let held = found
+            .ok()
+            .and_then(|at| self.holders.get(at))
+            .is_some_and(|h| h.live(now_ns));
+        if !(held || (takes && live < policy.limit())) {
+            return (answer(&self.holders, policy, now_ns, false, 1), false);
         }
         let expires_ns = expiry(policy, now_ns);
-        let found = self.holders.binary_search_by_key(&id, |h| h.id);
         let all_live = live as usize == self.holders.len();
         // The live holders after the call: `live`, less `id` when it held a slot, plus `id`.
-        let after = live as usize - usize::from(self.holds(id, now_ns)) + 1;
+        let after = live as usize - usize::from(held) + 1;
         match (found, all_live) {
             (Ok(at), true) => {
                 if let Some(h) = self.holders.get_mut(at) {
@@ -300,7 +297,7 @@ impl Concurrency {
                 self.holders = holders.into_boxed_slice();
             }
         }
-        (answer(&self.holders, policy, now_ns, 1, true, 1), true)
+        (answer(&self.holders, policy, now_ns, true, 1), true)
     }
 }
 
@@ -319,19 +316,11 @@ impl Concurrency {
             .and_then(|at| self.holders.get_mut(at))
             .filter(|h| h.expires_ns != RELEASED)
         else {
-            return (answer(&self.holders, policy, now_ns, 0, false, 1), false);
+            return (answer(&self.holders, policy, now_ns, false, 1), false);
         };
         let was_live = h.live(now_ns);
         h.expires_ns = RELEASED;
-        let decision = answer(
-            &self.holders,
-            policy,
-            now_ns,
-            u64::from(was_live),
-            was_live,
-            1,
-        );
-        (decision, true)
+        (answer(&self.holders, policy, now_ns, was_live, 1), true)
     }
 }
 
@@ -371,22 +360,14 @@ pub fn check(
     let want = cost.max(1);
     let admitted = state.live(now_ns).saturating_add(want) <= policy.limit();
     if cost == 0 || !admitted {
-        let decision = answer(
-            &state.holders,
-            policy,
-            now_ns,
-            u64::from(admitted),
-            admitted,
-            want,
-        );
         return Outcome {
-            decision,
+            decision: answer(&state.holders, policy, now_ns, admitted, want),
             next: None,
         };
     }
     let next = with_anonymous(state, policy, now_ns, cost);
     Outcome {
-        decision: answer(&next.holders, policy, now_ns, 1, true, 1),
+        decision: answer(&next.holders, policy, now_ns, true, 1),
         next: Some(next),
     }
 }
