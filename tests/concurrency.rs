@@ -234,7 +234,7 @@ fn a_promoted_replica_admits_no_more_than_n() {
     assert_eq!(rl(&mut r, &with(&base, &["PEEK"])), [1, 3, 2, -1, 10]);
 }
 
-/// A RELEASE reaches the replica as itself (a third of a pair's cost less than an effect) and
+/// A RELEASE reaches the replica as itself (a fifth of a pair's cost less than an effect) and
 /// is the same change there on a clock 3 hours ahead, where every holder has expired: a live
 /// holder released, an expired one's record dropped, the other expired holders kept, the key's
 /// expiry unmoved. The replica ends byte-identical with the same expiry.

@@ -57,9 +57,10 @@ pub fn concurrency(ctx: &Ctx, mut args: Args<'_>) -> Result<Reply, Error> {
         metrics::limiter_changed(before, limiter);
         if let Op::Release(_) = op {
             // The same change on any clock (`Concurrency::release`, the policy from the
-            // arguments): replicas and the AOF run this RELEASE themselves, which costs a
-            // third of a pair less than an effect (`RM_Replicate` looks its command up by name
-            // on every call). The key's expiry stays: it already outlives every holder.
+            // arguments): replicas and the AOF run this RELEASE themselves, which costs about
+            // 3,500 instructions less than an effect, a fifth of an ACQUIRE + RELEASE pair
+            // (`RM_Replicate` looks its command up by name on every call). The key's expiry
+            // stays: it already outlives every holder.
             ctx.replicate_verbatim();
             ctx.changed(name);
         } else {
