@@ -76,7 +76,12 @@ async fn answered(
     }
 }
 
-async fn start_tls(redis: &Redis, extra: &[(&str, &str)]) -> (ratelimit_rls::server::Running, u16) {
+/// The RLS over TLS, its port, and its config directory (removed when dropped: the RLS watches
+/// it, so the caller keeps it while the RLS runs).
+async fn start_tls(
+    redis: &Redis,
+    extra: &[(&str, &str)],
+) -> (ratelimit_rls::server::Running, u16, testkit::Scratch) {
     let root = scratch("tls");
     write_config(&root, "config.yaml", GOOD);
     let running = ratelimit_rls::server::start(settings(&root, redis, extra))
@@ -86,7 +91,7 @@ async fn start_tls(redis: &Redis, extra: &[(&str, &str)]) -> (ratelimit_rls::ser
         ratelimit_rls::listen::GrpcAddr::Tcp(a) => a.port(),
         other => panic!("{other}"),
     };
-    (running, port)
+    (running, port, root)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -103,7 +108,7 @@ async fn tls_mutual_tls_and_the_client_name() {
     ];
 
     // TLS: a client trusting the CA is answered; one speaking plaintext is not.
-    let (running, port) = start_tls(&redis, &server_tls).await;
+    let (running, port, _root) = start_tls(&redis, &server_tls).await;
     assert!(answered(tls_client(port, &p.ca, None).await).await, "TLS");
     let plain = RateLimitServiceClient::connect(format!("http://127.0.0.1:{port}")).await;
     assert!(!answered(plain).await, "plaintext against TLS");
@@ -112,7 +117,7 @@ async fn tls_mutual_tls_and_the_client_name() {
     // Mutual TLS: a client certificate from the CA is required.
     let mut mtls = server_tls.to_vec();
     mtls.push(("GRPC_CLIENT_TLS_CACERT", ca.as_str()));
-    let (running, port) = start_tls(&redis, &mtls).await;
+    let (running, port, _root) = start_tls(&redis, &mtls).await;
     assert!(
         !answered(tls_client(port, &p.ca, None).await).await,
         "no client certificate"
@@ -125,7 +130,7 @@ async fn tls_mutual_tls_and_the_client_name() {
 
     // And the name it must carry.
     mtls.push(("GRPC_CLIENT_TLS_SAN", "client.example"));
-    let (running, port) = start_tls(&redis, &mtls).await;
+    let (running, port, _root) = start_tls(&redis, &mtls).await;
     assert!(
         answered(tls_client(port, &p.ca, p.clients.first()).await).await,
         "the right name"
@@ -152,14 +157,12 @@ async fn grpc_on_a_unix_socket() {
     let redis = Redis::start();
     let socket = redis.scratch("uds").join("rls.sock");
     let path = socket.display().to_string();
-    let (running, _) = {
-        let root = scratch("uds");
-        write_config(&root, "config.yaml", GOOD);
-        let r = ratelimit_rls::server::start(settings(&root, &redis, &[("GRPC_UDS", &path)]))
-            .await
-            .unwrap();
-        (r, ())
-    };
+    // The config directory lives as long as the RLS that watches it.
+    let root = scratch("uds");
+    write_config(&root, "config.yaml", GOOD);
+    let running = ratelimit_rls::server::start(settings(&root, &redis, &[("GRPC_UDS", &path)]))
+        .await
+        .unwrap();
     assert_eq!(running.grpc_addr.to_string(), format!("unix:{path}"));
     let target = socket.clone();
     let channel = Endpoint::from_static("http://localhost")
