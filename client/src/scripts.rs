@@ -4,11 +4,13 @@
 //! backends). A server that does not hold a script yet (`NOSCRIPT`: a restart, a failover, a
 //! new Cluster node) gets it with `EVAL`, which runs the call and caches the script there.
 //!
-//! The whole file (the `#!lua` line dropped: `EVAL` reads `#!lua` as its own shebang) is the
-//! body of one function, the general entry, its `redis.register_function` collecting the
-//! library's functions in a table and `fast` taken as no hot path (the script has run it). That
-//! function names nothing outside itself, so creating it costs one closure: a script keeps
-//! nothing between calls, and what is not run is not built. For a function with a hot path (its
+//! The file (the `#!lua` line dropped: `EVAL` reads `#!lua` as its own shebang) is the body of
+//! one function, the general entry, its `redis.register_function` collecting the library's
+//! functions in a table and `fast` taken as no hot path (the script has run it): of the file,
+//! only the top-level statements the function reaches (scripts/general.rs), since a script keeps
+//! nothing between calls and builds its general entry afresh on each call that takes it. That
+//! function names nothing outside itself, so creating it costs one closure: what is not run is
+//! not built. For a function with a hot path (its
 //! tag on the line `local HOT = { name = 'tag', ... }`), that path comes first, as the script's
 //! own code in a block of its own, not a closure (one with its upvalues cost more than the
 //! decision): the definitions before `-- @scripts: general` that the hot section (between
@@ -24,6 +26,8 @@
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
+
+mod general;
 
 use crate::library::LIBRARY_SOURCE;
 
@@ -49,15 +53,22 @@ pub fn generate(source: &str, entry: &str) -> Option<String> {
     if !(general < hot && hot < end) {
         return None;
     }
+    let fast = (hot..end).find(|&i| {
+        lines
+            .get(i)
+            .is_some_and(|l| l.starts_with("local function fast("))
+    })?;
     let library = [
-        lines.get(1..=end)?,
-        // The script has run the hot path when the general entry does: registration takes the body.
+        lines.get(1..fast)?,
+        // The script has run the hot path when the general entry does: registration takes the
+        // body, and fast's own definition (to the end of the hot section) is left out.
         &["local fast = function(_, body) return body end"],
         lines.get(end + 1..)?,
     ]
-    .concat()
-    .join("\n")
-    .replace("redis.register_function", "register_entry");
+    .concat();
+    let library = general::needed(&library, entry)
+        .join("\n")
+        .replace("redis.register_function", "register_entry");
     let general_entry = format!(
         "local function general_entry(keys, args, now)\n\
          local registered_entries = {{}}\n\
@@ -74,11 +85,6 @@ pub fn generate(source: &str, entry: &str) -> Option<String> {
             "{general_entry}\nreturn general_entry(KEYS, ARGV)\n"
         ));
     };
-    let fast = (hot..end).find(|&i| {
-        lines
-            .get(i)
-            .is_some_and(|l| l.starts_with("local function fast("))
-    })?;
     let (memory, body, body_end) = (
         at("-- @scripts: memory")?,
         at("-- @scripts: body")?,
@@ -323,7 +329,7 @@ mod tests {
     #[test]
     fn the_bench_generates_the_same_scripts() {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts");
-        for e in ["rl_gcra", "rl_tokenbucket", "rl_peek"] {
+        for e in ENTRIES {
             let out = std::process::Command::new("python3")
                 .current_dir(dir)
                 .args(["-B", "-c"])
@@ -362,5 +368,34 @@ mod tests {
             .unwrap()
             .text
             .ends_with("end\nreturn general_entry(KEYS, ARGV)\n"));
+    }
+
+    /// A general entry builds what its function reaches, not the whole library, on every call
+    /// it takes (scripts/general.rs): the version its constant, the concurrency limit no
+    /// algorithm, an algorithm no other entry.
+    #[test]
+    fn a_general_entry_builds_only_what_its_function_reaches() {
+        let text = |e: &str| script(e).map(|s| s.text.as_str()).unwrap_or("");
+        assert!(text("rl_version").contains("local LIBRARY_VERSION = "));
+        assert!(
+            text("rl_version").lines().count() < 20,
+            "{}",
+            text("rl_version")
+        );
+        assert!(text("rl_concurrency").contains("function concurrency.call("));
+        assert!(!text("rl_concurrency").contains("local LIST = "));
+        let log = text("rl_slidinglog");
+        assert!(log.contains("function log.check(") && log.contains("local LIST = "));
+        for other in [
+            "local function settle_all(",
+            "function shares.call(",
+            "local function all(",
+        ] {
+            assert!(!log.contains(other), "{other}");
+        }
+        // Each a part of the library's own lines: fast's definition is the script's stub.
+        assert!(!text("rl_gcra")
+            .split_once("local function general_entry(")
+            .is_some_and(|(_, general)| general.contains("local function fast(")));
     }
 }

@@ -141,11 +141,12 @@ def with_shas(text, shas):
 
 
 # The scripts backend (docs/functions.md, backends): where FUNCTION is refused, each function of
-# the library is served as its own script, generated from the library's one source. The whole
-# file (the `#!lua` line dropped: EVAL reads it as its own shebang) is the body of one function,
-# the general entry, its `redis.register_function` collecting the library's functions in a table
-# and `fast` taken as no hot path (the script has run it); that function names nothing outside
-# itself, so creating it costs one closure. For a function with a hot path (its tag on the line
+# the library is served as its own script, generated from the library's one source. The file
+# (the `#!lua` line dropped: EVAL reads it as its own shebang) is the body of one function, the
+# general entry, its `redis.register_function` collecting the library's functions in a table and
+# `fast` taken as no hot path (the script has run it): only the top-level statements the function
+# reaches (general_needed); that function names nothing outside itself, so creating it costs one
+# closure. For a function with a hot path (its tag on the line
 # `local HOT = { name = 'tag', ... }`), that path comes first as the script's own code, in a block
 # of its own: the definitions before `-- @scripts: general` that the hot section (between
 # `-- @scripts: hot` and `-- @scripts: end hot`) names, the hot section up to `fast`, fast's
@@ -176,6 +177,152 @@ def prelude_definitions(lines):
         elif current is not None:
             current[1].append(line)
     return [(names, "\n".join(text)) for names, text in found]
+
+
+# The general entry's share of the library (client/src/scripts/general.rs says why and how): the
+# top-level statements the entry reaches, in order. A statement starts at a line whose first
+# character begins a name (not end/else/elseif/until) outside a block comment; it defines what a
+# `local` declares, the table a `function t.f` fills, or the top-level names its lines assign or
+# fill. Roots: the entry's registrations (or, where none names it, those that name none) and what
+# defines nothing; then every statement defining a word their code has, until none is added.
+def _word_list(code):
+    return [w for w in re.split(r"[^A-Za-z0-9_]", code) if w and (w[0].isalpha() or w[0] == "_")]
+
+
+def _references(code):
+    """The names `code` refers to, each with the field it reads when it is t.f or t:f (None
+    otherwise): not the fields themselves (a word after `..` is a concatenation's operand)."""
+    out = []
+    for m in re.finditer(r"[A-Za-z0-9_]+", code):
+        w, before, after = m.group(0), code[:m.start()], code[m.end():]
+        field = before.endswith(":") or (before.endswith(".") and not before.endswith(".."))
+        if field or not (w[0].isalpha() or w[0] == "_"):
+            continue
+        read = None
+        if after.startswith(":") or (after.startswith(".") and not after.startswith("..")):
+            first = _word_list(after[1:])[:1]
+            if first and after[1:].startswith(first[0]):
+                read = first[0]
+        out.append((w, read))
+    return out
+
+
+def _unquoted(code):
+    """`code` with its quoted strings emptied ('...' becomes ''): a word in one names nothing."""
+    out, quote, escaped = [], None, False
+    for c in code:
+        if quote is not None:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == quote:
+                quote = None
+                out.append(c)
+        else:
+            if c in "'\"":
+                quote = c
+            out.append(c)
+    return "".join(out)
+
+
+def _code_of(line):
+    quote, i = None, 0
+    while i < len(line):
+        b = line[i]
+        if quote is not None:
+            if b == "\\":
+                i += 1
+            elif b == quote:
+                quote = None
+        elif b in "'\"":
+            quote = b
+        elif line.startswith("--", i):
+            return line[:i]
+        i += 1
+    return line
+
+
+def _declares(code):
+    if not code.startswith("local "):
+        return []
+    head = code[len("local "):]
+    if head.startswith("function "):
+        head = head[len("function "):]
+    return _word_list(re.split(r"[=(]", head, maxsplit=1)[0])
+
+
+def _defines(code, declared):
+    if code.startswith("local "):
+        return _declares(code)
+    if code.startswith("function "):
+        head = code[len("function "):].split("(", 1)[0]
+        table, sep, f = head.replace(":", ".").partition(".")
+        return ["%s.%s" % (table, f), "%s.*" % table] if sep else [head]
+    out = []
+    for line in code.split("\n"):
+        line = line.lstrip()
+        first = _word_list(line)[:1]
+        if not first or not line.startswith(first[0]):
+            continue
+        name = first[0]
+        rest = line[len(name):].lstrip()
+        assigns = rest[:1] in ("[", ".") or (rest.startswith("=") and not rest.startswith("=="))
+        if assigns and name in declared and name not in out:
+            out.append(name)
+    return out
+
+
+def general_needed(library, entry):
+    """`library`'s lines (a list) that `entry`'s general entry needs, in order."""
+    statements, codes, block = [[]], [""], False
+    for line in library:
+        first = re.split(r"[^A-Za-z0-9_]", line, maxsplit=1)[0]
+        if (not block and line[:1] and (line[0].isalpha() or line[0] == "_")
+                and first not in ("end", "else", "elseif", "until")):
+            statements.append([])
+            codes.append("")
+        statements[-1].append(line)
+        if not block:
+            codes[-1] += _code_of(line) + "\n"
+        comment = line[len(_code_of(line)):]
+        if block:
+            block = "]]" not in line
+        elif comment.startswith("--[["):
+            block = "]]" not in comment[4:]
+    declared = {n for c in codes for n in _declares(c)}
+    quoted = "'%s'" % entry
+    by_name_registered = any("redis.register_function" in c and quoted in c for c in codes)
+    by_name, queue = {}, []
+    for i, c in enumerate(codes):
+        names = _defines(c, declared)
+        if "redis.register_function" in c:
+            literal = "redis.register_function('" in c or "function_name = '" in c
+            if (quoted in c) if by_name_registered else not literal:
+                queue.append(i)
+        elif not names and c.strip():
+            queue.append(i)
+        for n in names:
+            by_name.setdefault(n, []).append(i)
+    wanted, seen = [False] * len(statements), set()
+    while queue:
+        i = queue.pop()
+        if wanted[i]:
+            continue
+        wanted[i] = True
+        # (A `local`'s own names are not uses of them.)
+        code = _unquoted(codes[i])
+        if code.startswith("local function "):
+            code = code.split("(", 1)[1] if "(" in code else ""
+        elif code.startswith("local "):
+            code = code.split("=", 1)[1] if "=" in code else ""
+        for name, read in _references(code):
+            # `t.f` needs t and its function f; `t` alone (passed on, indexed) every one of them.
+            for key in (name, "%s.%s" % (name, read or "*")):
+                if key not in seen:
+                    seen.add(key)
+                    queue.extend(by_name.get(key, []))
+    return [line for s, w in zip(statements, wanted) if w for line in s]
 
 
 def parameters(line):
@@ -214,9 +361,11 @@ def library_script(source, entry):
             if not needed[i] and any(re.search(r"\b%s\b" % n, used) for n in names):
                 needed[i], grown = True, True
                 used += "\n" + "\n".join(line.split("--")[0] for line in text.split("\n"))
-    # The script has run the hot path when the general entry does: registration takes the body.
-    library = "\n".join(lines[1:end + 1] + ["local fast = function(_, body) return body end"]
-                        + lines[end + 1:])
+    # The script has run the hot path when the general entry does: registration takes the body,
+    # and fast's own definition (to the end of the hot section) is left out.
+    library = "\n".join(general_needed(
+        lines[1:fast] + ["local fast = function(_, body) return body end"] + lines[end + 1:],
+        entry))
     general_entry = "\n".join([
         "local function general_entry(keys, args, now)",
         "local registered_entries = {}",
