@@ -5,7 +5,8 @@ run on one server: the library through FCALL, the same library through the scrip
 anchor, lua.py), on three workloads, at -P 1 and -P 16 with redis-benchmark -c 50, each run
 repeated and interleaved, each run's ops/s and the server's own time per call (INFO
 commandstats); then the instructions the server spends per call (callgrind) on the same
-workloads. Prints each median and its ratio to the anchor's."""
+workloads. Prints each median and its ratio to the anchor's; then calls past the hot path, FCALL
+against the scripts backend (general_path.py)."""
 
 import os
 import shutil
@@ -14,6 +15,7 @@ import sys
 import tempfile
 import time
 
+from . import general_path
 from .callgrind import inclusive
 from .lua import LIBRARY, LUA_REDIS_RATE, library_script
 from .report import fmt_ratio, load_snapshot, median
@@ -211,6 +213,16 @@ def bench_functions(header, store=None):
     elif os.environ.get("BENCH_SKIP_CALLGRIND") != "1":
         out += ["", "Instructions per call (callgrind, inside processCommand):", "",
                 instructions(2_000 if quick else 10_000)]
+    if not store:
+        # Calls past the hot path: FCALL against the scripts backend (general_path.py).
+        runs = (general_path.times(repeat, quick)
+                if os.environ.get("BENCH_SKIP_THROUGHPUT") != "1" else None)
+        counts = (general_path.instructions(1_000 if quick else 3_000)
+                  if os.environ.get("BENCH_SKIP_CALLGRIND") != "1" else None)
+        if runs or counts:
+            out += ["", "Past the hot path (server µs/call: redis-benchmark -c 4 -P 16 over %d "
+                    "keys, median of %d; instructions: callgrind inside processCommand):"
+                    % (general_path.KEYS, repeat), "", general_path.table(runs, counts)]
     out += ["", "(%.0f s; load average at the end: %s)" % (time.monotonic() - started,
                                                          load_snapshot())]
     print("\n".join(["", "=" * 100] + header + out))
