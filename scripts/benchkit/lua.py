@@ -184,7 +184,9 @@ def prelude_definitions(lines):
 # character begins a name (not end/else/elseif/until) outside a block comment; it defines what a
 # `local` declares, the table a `function t.f` fills, or the top-level names its lines assign or
 # fill. Roots: the entry's registrations (or, where none names it, those that name none) and what
-# defines nothing; then every statement defining a word their code has, until none is added.
+# defines nothing; then every statement defining a name their code uses, until none is added
+# (`t.f`: t and its function f; `t` alone: all of t's functions; words in strings and fields
+# name nothing).
 def _word_list(code):
     return [w for w in re.split(r"[^A-Za-z0-9_]", code) if w and (w[0].isalpha() or w[0] == "_")]
 
@@ -244,12 +246,16 @@ def _code_of(line):
 
 
 def _declares(code):
+    """A `local` statement's names: on its first line each `local` declares (`local a = 0 local
+    function f() ... end`, a test's clock line)."""
     if not code.startswith("local "):
         return []
-    head = code[len("local "):]
-    if head.startswith("function "):
-        head = head[len("function "):]
-    return _word_list(re.split(r"[=(]", head, maxsplit=1)[0])
+    out = []
+    for part in code.split("\n", 1)[0].split("local ")[1:]:
+        if part:
+            head = part[len("function "):] if part.startswith("function ") else part
+            out += _word_list(re.split(r"[=(]", head, maxsplit=1)[0])
+    return out
 
 
 def _defines(code, declared):

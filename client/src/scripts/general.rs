@@ -13,9 +13,11 @@
 //! its lines assign or fill (`t[k] = …`, `t.f = …`: the loops that fill a table). The roots are
 //! the registrations of the entry (or, where no registration names it, those that name none,
 //! which register in a loop) and any statement that defines nothing. From them, every statement
-//! defining a name their code mentions is taken, until none is added. A name is matched as a
-//! word anywhere in the code, strings included: a word too many keeps a statement too many,
-//! never drops one a call needs (a local cannot be reached by a computed name).
+//! defining a name their code mentions is taken, until none is added: `t.f` takes t's own
+//! statements and its function f, `t` alone (passed on, indexed) all of t's functions. Words in
+//! strings and after a `.` or `:` (fields) name nothing; any other word is taken for a name, so a
+//! word too many keeps a statement too many, never drops one a call needs (a local cannot be
+//! reached by a computed name).
 
 use std::collections::{HashMap, HashSet};
 
@@ -193,13 +195,23 @@ fn references(code: &str) -> Vec<(&str, Option<&str>)> {
 }
 
 /// The names a `local` statement declares (none for another statement).
+/// On its first line, each `local` after the first declares too (`local a = 0 local function
+/// f() … end`, a line a test puts in the clock's place): a name a function's body declares there
+/// only keeps the statement for a use of that name elsewhere, one statement too many at most.
 fn declares(code: &str) -> Vec<&str> {
-    let Some(head) = code.strip_prefix("local ") else {
+    if !code.starts_with("local ") {
         return Vec::new();
-    };
-    let head = head.strip_prefix("function ").unwrap_or(head);
-    let head = head.split(['=', '(']).next().unwrap_or("");
-    words(head).collect()
+    }
+    let first = code.lines().next().unwrap_or("");
+    first
+        .split("local ")
+        .skip(1)
+        .filter(|part| !part.is_empty())
+        .flat_map(|part| {
+            let head = part.strip_prefix("function ").unwrap_or(part);
+            words(head.split(['=', '(']).next().unwrap_or(""))
+        })
+        .collect()
 }
 
 /// The keys a statement defines: the names it declares, `t.f` and `t.*` for a `function t.f`
@@ -254,10 +266,12 @@ for i = 1, 2 do
 end
 local function all_of_u() return REGISTRY end
 local function concat(x) return 'x' ..fail end
+local test_now = 0 local function clock() return test_now end
 redis.register_function('one', function() return t.f() end)
 redis.register_function('two', function() return t.g() end)
 redis.register_function('three', function() return all_of_u() end)
-redis.register_function('four', function() return concat() end)";
+redis.register_function('four', function() return concat() end)
+redis.register_function('five', function() return clock() end)";
 
     fn kept(entry: &str) -> String {
         let lines: Vec<&str> = LIBRARY.lines().collect();
@@ -291,5 +305,7 @@ redis.register_function('four', function() return concat() end)";
         assert!(!three.contains("local t = "), "{three}");
         // A word after `..` is a concatenation's operand, a name.
         assert!(kept("four").contains("local function fail("));
+        // A second `local` on a statement's first line declares too.
+        assert!(kept("five").contains("local function clock()"));
     }
 }
