@@ -10,8 +10,8 @@
 //! only the top-level statements the function reaches (scripts/general.rs), since a script keeps
 //! nothing between calls and builds its general entry afresh on each call that takes it. That
 //! function names nothing outside itself, so creating it costs one closure: what is not run is
-//! not built. For a function with a hot path (its
-//! tag on the line `local HOT = { name = 'tag', ... }`), that path comes first, as the script's
+//! not built. For a function with a hot path (its tag on the line
+//! `local HOT = { name = 'tag', ... }`), that path comes first, as the script's
 //! own code in a block of its own, not a closure (one with its upvalues cost more than the
 //! decision): the definitions before `-- @scripts: general` that the hot section (between
 //! `-- @scripts: hot` and `-- @scripts: end hot`) names (a walk over their names), the hot
