@@ -95,21 +95,8 @@ pub fn generate(source: &str, entry: &str) -> Option<String> {
     }
     let forgotten = lines.get(memory + 1)?.trim().strip_prefix("local ")?;
     let forgotten = forgotten.split(" = ").next()?;
-    let definitions = definitions(lines.get(1..general)?);
-    // The definitions the hot section names, and theirs, until none is added.
-    let mut used = code(lines.get(hot..=end)?);
-    let mut needed = vec![false; definitions.len()];
-    let mut grown = true;
-    while grown {
-        grown = false;
-        for ((names, text), needed) in definitions.iter().zip(needed.iter_mut()) {
-            if !*needed && names.iter().any(|n| names_word(&used, n)) {
-                *needed = true;
-                grown = true;
-                used.push_str(&code(text));
-            }
-        }
-    }
+    // The definitions the hot section names, and theirs.
+    let definitions = general::reached(lines.get(1..general)?, lines.get(hot..=end)?);
     // The hot path in a block of its own (its locals out of sight of the general entry defined
     // after it), its body in `repeat … until true`: a line `return general(keys, args)` becomes
     // `break`, `return general(keys, args, now)` keeps `now` first, and the general entry, a
@@ -121,13 +108,7 @@ pub fn generate(source: &str, entry: &str) -> Option<String> {
     let fallback = format!("return {general}({body_params})");
     let fallback_now = format!("return {general}({body_params}, now)");
     let mut out = vec!["local general_now".to_string(), "do".to_string()];
-    out.extend(
-        definitions
-            .iter()
-            .zip(&needed)
-            .filter(|(_, n)| **n)
-            .flat_map(|((_, text), _)| text.iter().map(|l| l.to_string())),
-    );
+    out.extend(definitions.iter().map(|l| l.to_string()));
     out.extend(lines.get(hot..fast)?.iter().map(|l| l.to_string()));
     out.push(format!("local {fast_params} = '{tag}', nil"));
     out.extend(lines.get(fast + 1..memory)?.iter().map(|l| l.to_string()));
@@ -180,32 +161,6 @@ fn hot_tag<'a>(lines: &[&'a str], entry: &str) -> Option<&'a str> {
     })?;
     let rest = line.get(at + from.len()..)?;
     Some(rest.split_once('\'')?.0)
-}
-
-/// The top-level `local` definitions of `lines` (comments dropped): each one's names and lines.
-fn definitions<'a>(lines: &[&'a str]) -> Vec<(Vec<&'a str>, Vec<&'a str>)> {
-    let mut found: Vec<(Vec<&str>, Vec<&str>)> = Vec::new();
-    let (mut open, mut comment) = (false, false);
-    for line in lines {
-        if comment {
-            comment = !line.contains("]]");
-        } else if let Some(head) = line.strip_prefix("local ") {
-            let head = head.strip_prefix("function ").unwrap_or(head);
-            let head = head.split(['=', '(']).next().unwrap_or("");
-            let names = head
-                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                .filter(|n| !n.is_empty())
-                .collect();
-            found.push((names, vec![*line]));
-            open = true;
-        } else if line.starts_with("--") {
-            comment = line.starts_with("--[[") && !line.contains("]]");
-            open = false;
-        } else if let Some((_, text)) = found.last_mut().filter(|_| open) {
-            text.push(line);
-        }
-    }
-    found
 }
 
 /// The code of `lines` without their comments (a word in one is no use), one line each.

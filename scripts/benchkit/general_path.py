@@ -66,7 +66,8 @@ def times(repeat, quick):
                     run(server, words(kind, fn, args, shas), n, 4)
                     after = commandstats(server.client).get(command, (0, 0))
                     calls, usec = after[0] - before[0], after[1] - before[1]
-                    out.setdefault((label, kind), []).append(usec / calls if calls else float("nan"))
+                    us = usec / calls if calls else float("nan")
+                    out.setdefault((label, kind), []).append(us)
     finally:
         server.stop()
     return out

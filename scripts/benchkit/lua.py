@@ -149,34 +149,14 @@ def with_shas(text, shas):
 # closure. For a function with a hot path (its tag on the line
 # `local HOT = { name = 'tag', ... }`), that path comes first as the script's own code, in a block
 # of its own: the definitions before `-- @scripts: general` that the hot section (between
-# `-- @scripts: hot` and `-- @scripts: end hot`) names, the hot section up to `fast`, fast's
-# parameters bound to the tag and nil, fast's own lines before `-- @scripts: memory`, the memory's
-# names declared without values (the line after that mark: a script keeps nothing between
-# calls), its closure's parameters bound to KEYS and ARGV, and the lines between
+# `-- @scripts: hot` and `-- @scripts: end hot`) names (reached), the hot section up to `fast`,
+# fast's parameters bound to the tag and nil, fast's own lines before `-- @scripts: memory`, the
+# memory's names declared without values (the line after that mark: a script keeps nothing
+# between calls), its closure's parameters bound to KEYS and ARGV, and the lines between
 # `-- @scripts: body` and `-- @scripts: end body` in `repeat ... until true`, each whole line
 # `return general(keys, args)` made a `break` (`now` kept first); after the block the general
 # entry is defined and called. A function without a hot path calls the general entry.
 # The client generates its scripts the same way (client/src/scripts.rs).
-def prelude_definitions(lines):
-    """The top-level `local` definitions of `lines` (comments dropped): [(names, text)]."""
-    found, current, comment = [], None, False
-    for line in lines:
-        if comment:
-            comment = "]]" not in line
-            continue
-        if line.startswith("local "):
-            head = line[len("local "):]
-            if head.startswith("function "):
-                head = head[len("function "):]
-            names = re.findall(r"[A-Za-z_][A-Za-z0-9_]*",
-                               re.split(r"[=(]", head, maxsplit=1)[0])
-            current = (names, [line])
-            found.append(current)
-        elif line.startswith("--"):
-            comment, current = line.startswith("--[[") and "]]" not in line, None
-        elif current is not None:
-            current[1].append(line)
-    return [(names, "\n".join(text)) for names, text in found]
 
 
 # The general entry's share of the library (client/src/scripts/general.rs says why and how): the
@@ -279,8 +259,8 @@ def _defines(code, declared):
     return out
 
 
-def general_needed(library, entry):
-    """`library`'s lines (a list) that `entry`'s general entry needs, in order."""
+def _index(library):
+    """The statements of `library` (lists of lines), their code, and {key: [statement]}."""
     statements, codes, block = [[]], [""], False
     for line in library:
         first = re.split(r"[^A-Za-z0-9_]", line, maxsplit=1)[0]
@@ -297,39 +277,65 @@ def general_needed(library, entry):
         elif comment.startswith("--[["):
             block = "]]" not in comment[4:]
     declared = {n for c in codes for n in _declares(c)}
-    quoted = "'%s'" % entry
-    by_name_registered = any("redis.register_function" in c and quoted in c for c in codes)
-    by_name, queue = {}, []
+    by_key = {}
     for i, c in enumerate(codes):
-        names = _defines(c, declared)
-        if "redis.register_function" in c:
-            literal = "redis.register_function('" in c or "function_name = '" in c
-            if (quoted in c) if by_name_registered else not literal:
-                queue.append(i)
-        elif not names and c.strip():
-            queue.append(i)
-        for n in names:
-            by_name.setdefault(n, []).append(i)
+        for key in _defines(c, declared):
+            by_key.setdefault(key, []).append(i)
+    return statements, codes, by_key
+
+
+def _walk(index, queue, code):
+    """The lines of the statements `queue`, of those `code` names, and of every statement
+    defining what those name, until none is added."""
+    statements, codes, by_key = index
     wanted, seen = [False] * len(statements), set()
+
+    def take(used):
+        for name, read in _references(used):
+            # `t.f` needs t and its function f; `t` alone (passed on, indexed) all of t's.
+            for key in (name, "%s.%s" % (name, read or "*")):
+                if key not in seen:
+                    seen.add(key)
+                    queue.extend(by_key.get(key, []))
+
+    take(code)
     while queue:
         i = queue.pop()
         if wanted[i]:
             continue
         wanted[i] = True
         # (A `local`'s own names are not uses of them.)
-        code = _unquoted(codes[i])
-        if code.startswith("local function "):
-            code = code.split("(", 1)[1] if "(" in code else ""
-        elif code.startswith("local "):
-            code = code.split("=", 1)[1] if "=" in code else ""
-        for name, read in _references(code):
-            # `t.f` needs t and its function f; `t` alone (passed on, indexed) every one of them.
-            for key in (name, "%s.%s" % (name, read or "*")):
-                if key not in seen:
-                    seen.add(key)
-                    queue.extend(by_name.get(key, []))
+        used = _unquoted(codes[i])
+        if used.startswith("local function "):
+            used = used.split("(", 1)[1] if "(" in used else ""
+        elif used.startswith("local "):
+            used = used.split("=", 1)[1] if "=" in used else ""
+        take(used)
     return [line for s, w in zip(statements, wanted) if w for line in s]
 
+
+def general_needed(library, entry):
+    """`library`'s lines (a list) that `entry`'s general entry needs, in order."""
+    index = _index(library)
+    _, codes, by_key = index
+    defining = {i for at in by_key.values() for i in at}
+    quoted = "'%s'" % entry
+    by_name_registered = any("redis.register_function" in c and quoted in c for c in codes)
+    queue = []
+    for i, c in enumerate(codes):
+        if "redis.register_function" in c:
+            literal = "redis.register_function('" in c or "function_name = '" in c
+            if (quoted in c) if by_name_registered else not literal:
+                queue.append(i)
+        elif i not in defining and c.strip():
+            queue.append(i)
+    return _walk(index, queue, "")
+
+
+def reached(library, code):
+    """`library`'s lines that the lines `code` reach (what they name, and theirs), in order."""
+    return _walk(_index(library), [],
+                 "\n".join(_unquoted(_code_of(line)) for line in code))
 
 def parameters(line):
     """The parameters of the function a line opens: `... function name(a, b)` -> "a, b"."""
@@ -355,18 +361,8 @@ def library_script(source, entry):
     fast = next(i for i in range(hot, end) if lines[i].startswith("local function fast("))
     memory = marks.index("-- @scripts: memory")
     body, body_end = marks.index("-- @scripts: body"), marks.index("-- @scripts: end body")
-    definitions = prelude_definitions(lines[1:general])
-    # The definitions the hot section names, and theirs, until none is added.
-    # (Comments dropped: a word in one is no use.)
-    used = "\n".join(line.split("--")[0] for line in lines[hot:end + 1])
-    needed = [False] * len(definitions)
-    grown = True
-    while grown:
-        grown = False
-        for i, (names, text) in enumerate(definitions):
-            if not needed[i] and any(re.search(r"\b%s\b" % n, used) for n in names):
-                needed[i], grown = True, True
-                used += "\n" + "\n".join(line.split("--")[0] for line in text.split("\n"))
+    # The definitions the hot section names, and theirs.
+    definitions = reached(lines[1:general], lines[hot:end + 1])
     # The script has run the hot path when the general entry does: registration takes the body,
     # and fast's own definition (to the end of the hot section) is left out.
     library = "\n".join(general_needed(
@@ -406,7 +402,7 @@ def library_script(source, entry):
     if re.search(r"\b(for|while|repeat)\b", body_code):
         raise ValueError("the hot path's body has a loop: its fallbacks cannot be breaks")
     return "\n".join(["local general_now", "do"] + [
-        text for (_, text), n in zip(definitions, needed) if n] + lines[hot:fast] + [
+        ] + definitions + lines[hot:fast] + [
         "local %s = '%s', nil" % (parameters(lines[fast]), tag),
     ] + lines[fast + 1:memory] + [
         "local " + lines[memory + 1].strip()[len("local "):].split(" = ")[0],

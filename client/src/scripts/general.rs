@@ -17,71 +17,110 @@
 //! statements and its function f, `t` alone (passed on, indexed) all of t's functions. Words in
 //! strings and after a `.` or `:` (fields) name nothing; any other word is taken for a name, so a
 //! word too many keeps a statement too many, never drops one a call needs (a local cannot be
-//! reached by a computed name).
+//! reached by a computed name). The same walk, from the hot section's code, picks the
+//! definitions a script's hot path takes from before the general section (`reached`).
 
 use std::collections::{HashMap, HashSet};
 
 /// `library`'s lines that `entry`'s general entry needs, in order.
 pub(super) fn needed<'a>(library: &[&'a str], entry: &str) -> Vec<&'a str> {
-    let (statements, codes) = statements(library);
-    let declared: HashSet<&str> = codes.iter().flat_map(|c| declares(c)).collect();
+    let index = Index::of(library);
     let quoted = format!("'{entry}'");
     let literal =
         |c: &str| c.contains("redis.register_function('") || c.contains("function_name = '");
-    let registered_by_name = codes
+    let registered_by_name = index
+        .codes
         .iter()
         .any(|c| c.contains("redis.register_function") && c.contains(&quoted));
-    let mut by_key: HashMap<String, Vec<usize>> = HashMap::new();
-    let mut wanted = vec![false; statements.len()];
-    let mut queue = Vec::new();
-    for (i, c) in codes.iter().enumerate() {
-        let keys = defines(c, &declared);
-        if c.contains("redis.register_function") {
-            let root = if registered_by_name {
+    let roots = index.codes.iter().enumerate().filter_map(|(i, c)| {
+        let root = if c.contains("redis.register_function") {
+            if registered_by_name {
                 c.contains(&quoted)
             } else {
                 !literal(c)
-            };
-            if root {
-                queue.push(i);
             }
-        } else if keys.is_empty() && !c.trim().is_empty() {
+        } else {
             // Code that defines nothing is kept; nothing but comments is dropped.
-            queue.push(i);
-        }
-        for key in keys {
-            by_key.entry(key).or_default().push(i);
-        }
-    }
-    let mut seen: HashSet<String> = HashSet::new();
-    while let Some(i) = queue.pop() {
-        if std::mem::replace(&mut wanted[i], true) {
-            continue;
-        }
-        // (A `local`'s own names are not uses of them.)
-        let code = &unquoted(&codes[i]);
-        let used = match code.strip_prefix("local function ") {
-            Some(rest) => rest.split_once('(').map_or("", |(_, r)| r),
-            None if code.starts_with("local ") => code.split_once('=').map_or("", |(_, r)| r),
-            None => code,
+            !index.defines_something.get(i).copied().unwrap_or(true) && !c.trim().is_empty()
         };
-        for (name, field) in references(used) {
-            // `t.f` needs t and its function f; `t` alone (passed on, indexed) every one of them.
-            let keys = [name.to_string(), format!("{name}.{}", field.unwrap_or("*"))];
-            for key in keys {
-                if let Some(found) = by_key.get(&key).filter(|_| !seen.contains(&key)) {
-                    queue.extend(found.iter().copied());
-                }
-                seen.insert(key);
+        root.then_some(i)
+    });
+    index.walk(roots.collect(), "")
+}
+
+/// `library`'s lines that `code` reaches (what it names, and theirs), in order: the definitions
+/// a script's hot path takes from before the general section.
+pub(super) fn reached<'a>(library: &[&'a str], code: &[&str]) -> Vec<&'a str> {
+    let code: Vec<String> = code.iter().map(|l| unquoted(code_of(l))).collect();
+    Index::of(library).walk(Vec::new(), &code.join("\n"))
+}
+
+/// A library's statements, their code, and which statements define each key (a name; `t.f`
+/// and `t.*` for a table's functions).
+struct Index<'a> {
+    statements: Vec<Vec<&'a str>>,
+    codes: Vec<String>,
+    by_key: HashMap<String, Vec<usize>>,
+    defines_something: Vec<bool>,
+}
+
+impl<'a> Index<'a> {
+    fn of(library: &[&'a str]) -> Self {
+        let (statements, codes) = statements(library);
+        let declared: HashSet<&str> = codes.iter().flat_map(|c| declares(c)).collect();
+        let mut by_key: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut defines_something = vec![false; codes.len()];
+        for (i, c) in codes.iter().enumerate() {
+            for key in defines(c, &declared) {
+                by_key.entry(key).or_default().push(i);
+                defines_something[i] = true;
             }
         }
+        Index {
+            statements,
+            codes,
+            by_key,
+            defines_something,
+        }
     }
-    statements
-        .iter()
-        .zip(&wanted)
-        .filter(|(_, w)| **w)
-        .flat_map(|(s, _)| s.iter().copied())
-        .collect()
+
+    /// The lines of the statements `roots`, of those `code` names, and of every statement
+    /// defining what those name, until none is added.
+    fn walk(&self, mut queue: Vec<usize>, code: &str) -> Vec<&'a str> {
+        let mut wanted = vec![false; self.statements.len()];
+        let mut seen: HashSet<String> = HashSet::new();
+        let mut take = |used: &str, queue: &mut Vec<usize>| {
+            for (name, field) in references(used) {
+                // `t.f` needs t and its function f; `t` alone (passed on, indexed) all of t's.
+                for key in [name.to_string(), format!("{name}.{}", field.unwrap_or("*"))] {
+                    if let Some(found) = self.by_key.get(&key).filter(|_| !seen.contains(&key)) {
+                        queue.extend(found.iter().copied());
+                    }
+                    seen.insert(key);
+                }
+            }
+        };
+        take(code, &mut queue);
+        while let Some(i) = queue.pop() {
+            if std::mem::replace(&mut wanted[i], true) {
+                continue;
+            }
+            // (A `local`'s own names are not uses of them.)
+            let code = unquoted(&self.codes[i]);
+            let used = match code.strip_prefix("local function ") {
+                Some(rest) => rest.split_once('(').map_or("", |(_, r)| r),
+                None if code.starts_with("local ") => code.split_once('=').map_or("", |(_, r)| r),
+                None => &code,
+            };
+            take(used, &mut queue);
+        }
+        self.statements
+            .iter()
+            .zip(&wanted)
+            .filter(|(_, w)| **w)
+            .flat_map(|(s, _)| s.iter().copied())
+            .collect()
+    }
 }
 
 /// The library's top-level statements, each its lines (a statement's trailing comments with it),
@@ -92,7 +131,7 @@ fn statements<'a>(lines: &[&'a str]) -> (Vec<Vec<&'a str>>, Vec<String>) {
     let mut block = false;
     for line in lines {
         let starts = !block
-            && line.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && starts_name(line)
             && !["end", "else", "elseif", "until"]
                 .iter()
                 .any(|k| line.split(|c: char| !is_word(c)).next() == Some(*k));
@@ -165,10 +204,19 @@ fn is_word(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '_'
 }
 
+/// Whether `text` starts a name (not a number).
+fn starts_name(text: &str) -> bool {
+    text.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+}
+
+/// Whether `text` (what follows a word) reads a field of it: `.f` or `:f`, not `..`.
+fn reads_field(text: &str) -> bool {
+    text.starts_with(':') || (text.starts_with('.') && !text.starts_with(".."))
+}
+
 /// The words of `code` that can be names.
 fn words(code: &str) -> impl Iterator<Item = &str> {
-    code.split(|c: char| !is_word(c))
-        .filter(|w| w.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_'))
+    code.split(|c: char| !is_word(c)).filter(|w| starts_name(w))
 }
 
 /// The names `code` refers to, each with the field it reads when it is `t.f` or `t:f`: not the
@@ -181,11 +229,11 @@ fn references(code: &str) -> Vec<(&str, Option<&str>)> {
         at = end + 1;
         let before = code.get(..start).unwrap_or("");
         let field = before.ends_with(':') || (before.ends_with('.') && !before.ends_with(".."));
-        if field || !w.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+        if field || !starts_name(w) {
             continue;
         }
         let after = code.get(end..).unwrap_or("");
-        let read = (after.starts_with(':') || (after.starts_with('.') && !after.starts_with("..")))
+        let read = reads_field(after)
             .then(|| after.get(1..))
             .flatten()
             .and_then(|rest| words(rest).next().filter(|f| rest.starts_with(f)));
