@@ -67,6 +67,20 @@ def callgrind(argv):
         server.stop()
 
 
+def counted(pid, out_dir, run, calls, tag):
+    """Inclusive instructions per call ({function: count}, plus "total") of `run()`, which makes
+    `calls` calls to the server `pid` running under callgrind with its dumps in `out_dir`:
+    counters zeroed, run, dumped as `tag`, the newest dump read."""
+    subprocess.run(["callgrind_control", "--zero", str(pid)], capture_output=True, timeout=60,
+                   check=True)
+    run()
+    subprocess.run(["callgrind_control", "--dump=" + tag, str(pid)], capture_output=True,
+                   timeout=60, check=True)
+    dumps = sorted((f for f in os.listdir(out_dir) if f.startswith("cg.out.")),
+                   key=lambda f: os.path.getmtime(os.path.join(out_dir, f)))
+    return inclusive(os.path.join(out_dir, dumps[-1]), calls)
+
+
 def inclusive(path, n):
     """{function: inclusive instructions per call} from a callgrind dump, plus "total"."""
     out = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", path],

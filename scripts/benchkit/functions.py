@@ -16,7 +16,7 @@ import tempfile
 import time
 
 from . import general_path
-from .callgrind import inclusive
+from .callgrind import counted
 from .lua import LIBRARY, LUA_REDIS_RATE, library_script
 from .report import fmt_ratio, load_snapshot, median
 from .server import Server, commandstats
@@ -173,14 +173,11 @@ def instructions(calls):
                 words = words_for(row, workload, shas)
                 prepare(server, workload, words)
                 n = min(calls, NEW_KEYS) if workload["fresh"] else calls
-                subprocess.run(["callgrind_control", "--zero", str(server.proc.pid)],
-                               capture_output=True, timeout=60, check=True)
-                benchmark(server, words, n, 16, workload["keys"], clients=1, csv=False)
-                subprocess.run(["callgrind_control", "--dump=w%d" % index, str(server.proc.pid)],
-                               capture_output=True, timeout=60, check=True)
-                dumps = sorted((f for f in os.listdir(out_dir) if f.startswith("cg.out.")),
-                               key=lambda f: os.path.getmtime(os.path.join(out_dir, f)))
-                per_call = inclusive(os.path.join(out_dir, dumps[-1]), n)
+                per_call = counted(
+                    server.proc.pid, out_dir,
+                    lambda: benchmark(server, words, n, 16, workload["keys"], clients=1,
+                                      csv=False),
+                    n, "w%d" % index)
                 count = per_call.get("???:processCommand", 0)
                 anchor = anchor or count
                 lines.append("| %s | %s | %s | %s |" % (workload["name"], row["label"],

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import tempfile
 
-from .callgrind import inclusive
+from .callgrind import counted
 from .lua import LIBRARY, library_script
 from .report import median
 from .server import Server, commandstats
@@ -89,14 +89,8 @@ def instructions(calls):
                 w = words(kind, fn, args, shas)
                 server.flush()
                 run(server, w, calls // 2, 2)
-                subprocess.run(["callgrind_control", "--zero", str(server.proc.pid)],
-                               capture_output=True, timeout=60, check=True)
-                run(server, w, calls, 1)
-                subprocess.run(["callgrind_control", "--dump=g%d" % index, str(server.proc.pid)],
-                               capture_output=True, timeout=60, check=True)
-                dumps = sorted((f for f in os.listdir(out_dir) if f.startswith("cg.out.")),
-                               key=lambda f: os.path.getmtime(os.path.join(out_dir, f)))
-                per_call = inclusive(os.path.join(out_dir, dumps[-1]), calls)
+                per_call = counted(server.proc.pid, out_dir, lambda: run(server, w, calls, 1),
+                                   calls, "g%d" % index)
                 out[(label, kind)] = per_call.get("???:processCommand", 0)
                 print("bench: callgrind %-44s %-8s %8.0f instructions per call"
                       % (label, kind, out[(label, kind)]), flush=True)
