@@ -119,7 +119,11 @@ async fn tiers_are_shed_lowest_first_and_served_highest_first() {
     )
     .await;
     assert_eq!(late.status, 503);
-    work.release(4);
+    // One slot frees at a time, so the order the queue hands slots out is the order the
+    // service sees (two freed together would race each other to a worker).
+    work.release(1);
+    work.entered(3).await;
+    work.release(3);
     for h in running.into_iter().chain([critical, default]) {
         assert_eq!(h.await.unwrap().status, 200);
     }
@@ -218,8 +222,11 @@ async fn cancelled_callers_and_upstream_errors_leave_nothing_in_flight() {
     }
     statuses.sort();
     assert_eq!(statuses, [404, 500, 503, 504]);
-    let s = shedder.stats();
-    assert_eq!((s.in_flight, s.queued, s.active_tenants), (0, 0, 0));
+    until("the errored gone", || {
+        let s = shedder.stats();
+        (s.in_flight, s.queued, s.active_tenants) == (0, 0, 0)
+    })
+    .await;
 }
 
 /// One round of the drive: as many requests as the limit, all let finish after `rtt` on the
