@@ -116,11 +116,11 @@ async fn cancelled_callers_and_a_dead_upstream_leave_nothing_in_flight() {
         (s.in_flight, s.queued, s.active_tenants) == (0, 0, 0)
     })
     .await;
-    // An upstream that refuses connections: 502, and the place is given back.
-    let dead = {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        l.local_addr().unwrap()
-    };
+    // An upstream that refuses connections: 502, and the place is given back. The port stays
+    // bound (never listening) to the end of the test, so no other test's listener can take it.
+    let held = tokio::net::TcpSocket::new_v4().unwrap();
+    held.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let dead = held.local_addr().unwrap();
     let shedder = fixed(2, Some(2));
     let addr = sidecar(&shedder, dead).await;
     for _ in 0..3 {
