@@ -140,12 +140,14 @@ async fn leased_tokens_are_spent_while_the_store_is_stalled() {
         Source::Store
     );
     s.stop();
+    // Spent here without a store call, so nothing waits on the stalled store (counted, not
+    // timed: a loaded machine can take longer than any bound on a local call).
+    let calls = g.stats().store_calls;
     for _ in 0..9 {
-        let t = std::time::Instant::now();
         let d = g.check(&limit, "stall").await.unwrap();
         assert_eq!(d.source, Source::Lease);
-        assert!(t.elapsed() < Duration::from_millis(50));
     }
+    assert_eq!(g.stats().store_calls, calls);
     // The lease is spent: the contract fallback (100/4) decides.
     let d = g.check(&limit, "stall").await.unwrap();
     assert_eq!(d.source, Source::Fallback(Class::Contract));
