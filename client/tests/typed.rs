@@ -204,7 +204,8 @@ async fn errors_are_typed() {
         Err(Error::WrongType(m)) => assert!(m.starts_with("WRONGTYPE"), "{m}"),
         other => panic!("{other:?}"),
     }
-    // A stalled server: Timeout, within the deadline.
+    // A stalled server: Timeout, by the short deadline and not the store's own (2 s). The bound
+    // is that 2 s, not a margin over 50 ms that a loaded machine's scheduling could eat.
     let short = store.clone().with_deadline(Duration::from_millis(50));
     s.stop();
     let t = Instant::now();
@@ -212,11 +213,7 @@ async fn errors_are_typed() {
         short.decide("e:b", &Policy::gcra(5, 1000), 1).await,
         Err(Error::Timeout)
     );
-    assert!(
-        t.elapsed() < Duration::from_millis(500),
-        "{:?}",
-        t.elapsed()
-    );
+    assert!(t.elapsed() < store.deadline(), "{:?}", t.elapsed());
     s.resume();
     // A killed server: Unreachable (or Timeout while reconnecting), never an argument error.
     s.kill();
