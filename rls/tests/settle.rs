@@ -233,7 +233,7 @@ async fn a_frozen_store_journals_billing_settles_and_drops_the_others(backend: B
             0,
         );
         let ask = rls.client.should_rate_limit(post);
-        let r = tokio::time::timeout(Duration::from_secs(5), ask)
+        let r = tokio::time::timeout(Duration::from_secs(20), ask)
             .await
             .expect("answered while the store is frozen")
             .expect("a response")

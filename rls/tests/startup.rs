@@ -102,7 +102,7 @@ async fn a_store_down_at_start_is_retried_then_served() {
         ("GRPC_PORT", "0".to_string()),
         ("REDIS_STARTUP_INITIAL_INTERVAL", "10ms".to_string()),
         ("REDIS_STARTUP_MAX_INTERVAL", "40ms".to_string()),
-        ("RLS_DEADLINE_MS", "100".to_string()),
+        ("RLS_DEADLINE_MS", "2000".to_string()),
         ("DEBUG_HOST", "127.0.0.1".to_string()),
         ("DEBUG_PORT", "0".to_string()),
         ("USE_STATSD", "false".to_string()),
