@@ -101,12 +101,10 @@ async fn wildcards_inside_values_and_a_zero_limit_resetting_with_its_window() {
     assert_eq!(codes(&r), (OK, vec![(OK, 0)]), "no rule: no limit");
 
     rls.write("rl.yaml", &fixture("example_rl.yaml"));
-    for _ in 0..500 {
-        if rls.running().service.config().domains.contains_key("rl") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    until("the watcher loads rl.yaml", || {
+        rls.running().service.config().domains.contains_key("rl")
+    })
+    .await;
     // A limit of 0 is over at once and resets with its minute, on this server's clock as the
     // peer's (read around the call: either second is right).
     let secs = || {

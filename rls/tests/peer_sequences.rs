@@ -47,18 +47,14 @@ async fn replay(stop_increment: bool) {
     .await;
     rls.write("another.yaml", &fixture("integration_another.yaml"));
     // The second file is picked up by the watcher: wait for it (a poll, not a timed wait).
-    for _ in 0..500 {
-        if rls
-            .running()
+    until("the watcher loads another.yaml", || {
+        rls.running()
             .service
             .config()
             .domains
             .contains_key("another")
-        {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    })
+    .await;
     let mode = if stop_increment { "stop" } else { "peer" };
 
     // A domain no config knows: OK, no limit.
