@@ -31,6 +31,11 @@ pub struct Stats {
     /// that the fallback then admitted may be counted twice, never zero times. (Charges of the
     /// ledger carry a token and count once.)
     pub timeouts: u64,
+    /// Store calls sent again after their connection broke ([`Store::resent`]). The break may
+    /// have come after the server applied the first send, so each of these, like a timeout, may
+    /// have counted once more than its request (the retry counted too, or the retry failed and
+    /// the fallback admitted it).
+    pub resent: u64,
 }
 
 /// What `shutdown` did.
@@ -111,6 +116,7 @@ impl Limiter {
             fallbacks: c.fallbacks.load(Ordering::Relaxed),
             lapsed_tokens: c.lapsed.load(Ordering::Relaxed),
             timeouts: c.timeouts.load(Ordering::Relaxed),
+            resent: self.inner.shared.store.resent(),
         }
     }
 

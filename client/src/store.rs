@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
@@ -81,6 +82,9 @@ pub struct Store {
     backend: Backend,
     deadline: Duration,
     load: LoadLibrary,
+    /// Commands sent again after their connection broke (shared by every clone): the first send
+    /// may have reached the server before the break, so each may have been applied twice.
+    resent: Arc<AtomicU64>,
 }
 
 impl Store {
@@ -214,6 +218,7 @@ impl Store {
             backend: Backend::Module,
             deadline: START_DEADLINE.max(LOAD_DEADLINE),
             load,
+            resent: Arc::new(AtomicU64::new(0)),
         };
         store.backend = crate::install::detect(&store, load).await?;
         log::info!("ratelimit store backend: {}", store.backend.name());
@@ -248,6 +253,13 @@ impl Store {
     pub fn with_backend(mut self, backend: Backend) -> Store {
         self.backend = backend;
         self
+    }
+
+    /// How many commands were sent again on a new connection after theirs broke: a break after
+    /// the server read a command and before its reply arrived leaves the command applied, so
+    /// each of these may have counted twice (a retry that also failed, then a fallback's count).
+    pub fn resent(&self) -> u64 {
+        self.resent.load(Ordering::Relaxed)
     }
 
     pub(crate) fn is_cluster(&self) -> bool {
@@ -304,6 +316,7 @@ impl Store {
                     // started its reconnect: one more try, within the same deadline.
                     Err(e) if !retried && matches!(Error::classify(&e), Error::Unreachable(_)) => {
                         retried = true;
+                        self.resent.fetch_add(1, Ordering::Relaxed);
                     }
                     other => return other,
                 }
