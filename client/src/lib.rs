@@ -25,6 +25,7 @@ mod config;
 pub mod connection;
 mod deadline;
 mod dial;
+mod entries;
 mod error;
 mod fallback;
 pub mod http;

@@ -1,10 +1,9 @@
 //! A connection to the store (a standalone server or a Cluster) with the typed calls, each bounded
 //! by a deadline. No fallback here: a call either decides or says why not ([`Error`]).
 
-use std::time::Duration;
-
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use redis::aio::ConnectionLike;
 use redis::cluster_async::ClusterConnection;
@@ -17,6 +16,7 @@ use crate::reconnect::{Reconnecting, Route};
 use crate::sentinel::SentinelRoute;
 
 use crate::command::{ints, AllDecision, Backend, Decision, Policy, Shape, ShapeDelay, Shaped};
+pub use crate::entries::{AllEntry, SlotEntry, SlotOp};
 use crate::error::Error;
 use crate::install::{Masters, Node, LOAD_DEADLINE};
 use crate::library::LoadLibrary;
@@ -27,42 +27,6 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// The deadline of the calls made while opening the store (detecting the backend, checking
 /// access): a start is not a request, and a loaded host must not fail it.
 pub const START_DEADLINE: Duration = Duration::from_secs(2);
-/// What an `RL.CONCURRENCY` call does with a slot, and the holder's id.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SlotOp<'a> {
-    Acquire(&'a str),
-    Renew(&'a str),
-    Release(&'a str),
-    Peek,
-}
-
-/// A concurrency limiter inside `RL.ALL`: N, TTL (ms) and what to do (`ACQUIRE id` or `PEEK`;
-/// the server refuses RENEW and RELEASE there).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SlotEntry<'a> {
-    pub limit: u64,
-    pub ttl_ms: u64,
-    pub op: SlotOp<'a>,
-}
-
-/// One limiter of an `RL.ALL` call: a rate check (its policy and cost) or a concurrency slot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AllEntry<'a> {
-    Rate(Policy, u64),
-    Slot(SlotEntry<'a>),
-}
-
-impl SlotOp<'_> {
-    /// The words after `N TTL`.
-    fn args(self, cmd: &mut Cmd) {
-        match self {
-            SlotOp::Acquire(id) => cmd.arg("ACQUIRE").arg(id),
-            SlotOp::Renew(id) => cmd.arg("RENEW").arg(id),
-            SlotOp::Release(id) => cmd.arg("RELEASE").arg(id),
-            SlotOp::Peek => cmd.arg("PEEK"),
-        };
-    }
-}
 
 /// The default deadline of one store call: a few milliseconds, so that a slow store costs a
 /// request at most this much before its class's fallback decides.
@@ -82,8 +46,7 @@ pub struct Store {
     backend: Backend,
     deadline: Duration,
     load: LoadLibrary,
-    /// Commands sent again after their connection broke (shared by every clone): the first send
-    /// may have reached the server before the break, so each may have been applied twice.
+    /// Commands sent again after their connection broke, shared by every clone (`resent`).
     resent: Arc<AtomicU64>,
 }
 
@@ -255,9 +218,8 @@ impl Store {
         self
     }
 
-    /// How many commands were sent again on a new connection after theirs broke: a break after
-    /// the server read a command and before its reply arrived leaves the command applied, so
-    /// each of these may have counted twice (a retry that also failed, then a fallback's count).
+    /// Commands sent again on a new connection after theirs broke: a break after the server read
+    /// one leaves it applied, so each may have counted twice (see [`crate::Stats::resent`]).
     pub fn resent(&self) -> u64 {
         self.resent.load(Ordering::Relaxed)
     }
