@@ -238,7 +238,8 @@ async fn a_clean_shutdown_never_loses_billing_counts() {
     cfg.shutdown_deadline = Duration::from_millis(200);
     let (_, _, _, quota) = limits();
 
-    // Through a proxy that drops connections: the calls that failed never ran.
+    // Through a proxy that drops connections: a call that failed may still have counted on the
+    // store when it was sent again (Stats::resent) or timed out, one extra count at most each.
     let proxy = Proxy::start(s.port).await;
     // The store answers again at shutdown: the counts are charged then.
     let l = Limiter::new(Store::connect(&proxy.url()).await.unwrap(), cfg.clone());
@@ -249,7 +250,8 @@ async fn a_clean_shutdown_never_loses_billing_counts() {
     proxy.set(Fault::None);
     let report = l.shutdown().await;
     assert_eq!((report.charged, report.unsettled), (7, 0));
-    wait_remaining(&s, "q:s", 93).await;
+    let over = l.stats().timeouts + l.stats().resent;
+    wait_counted(&s, "q:s", 93, over).await;
 
     // It does not: they go to the journal, and the next limiter charges them.
     let l = Limiter::new(Store::connect(&proxy.url()).await.unwrap(), cfg.clone());
@@ -261,10 +263,11 @@ async fn a_clean_shutdown_never_loses_billing_counts() {
     proxy.set(Fault::None);
     assert_eq!((report.charged, report.unsettled), (0, 4));
     assert!(journal.exists());
+    let over = over + l.stats().timeouts + l.stats().resent;
     let l = Limiter::new(Store::connect(&s.url()).await.unwrap(), cfg);
     assert_eq!(l.unsettled().get("q:s"), Some(&4));
     l.reconcile().await;
-    wait_remaining(&s, "q:s", 89).await;
+    wait_counted(&s, "q:s", 89, over).await;
     let report = l.shutdown().await;
     assert_eq!(report.unsettled, 0);
     assert!(!journal.exists());
@@ -291,9 +294,12 @@ async fn overage_admitted_during_an_outage_is_charged_as_the_quota_refills() {
     proxy.set(Fault::None);
     let (_, api, _, _) = limits();
     until_store(&l, &clock, &api, "a:o").await;
-    // The store took 2 of the 5 owed; 3 stay owed.
+    // The store took 2 of the 5 owed; 3 stay owed (or up to one more per check that may have
+    // counted on the store too, which left it that much less room).
     l.reconcile().await;
-    assert_eq!(l.unsettled().get("q:o"), Some(&3));
+    let owed = l.unsettled().get("q:o").copied().unwrap_or(0);
+    let over = l.stats().timeouts + l.stats().resent;
+    assert!((3..=3 + over).contains(&owed), "owed {owed}, over {over}");
     assert_eq!(s.ints(&["RL.PEEK", "q:o"])[2], 0);
     // The next window takes them.
     s.clock_advance(86_400_000);
