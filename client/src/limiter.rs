@@ -38,6 +38,14 @@ pub struct Stats {
     pub resent: u64,
 }
 
+impl Stats {
+    /// The most a store can have counted beyond what this limiter's requests were admitted for:
+    /// one per call that timed out or was sent again (docs/client.md, billing).
+    pub fn uncertain(&self) -> u64 {
+        self.timeouts.saturating_add(self.resent)
+    }
+}
+
 /// What `shutdown` did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ShutdownReport {

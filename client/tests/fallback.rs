@@ -224,7 +224,7 @@ async fn latency_drops_and_half_open_connections_through_a_proxy() {
     }
     // 15 billing requests were admitted without the store; all are counted now (a call that
     // timed out behind the added latency still ran on the server: counted twice at most).
-    wait_counted(&s, "q:p", 85, l.stats().timeouts + l.stats().resent).await;
+    wait_counted(&s, "q:p", 85, l.stats().uncertain()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -250,7 +250,7 @@ async fn a_clean_shutdown_never_loses_billing_counts() {
     proxy.set(Fault::None);
     let report = l.shutdown().await;
     assert_eq!((report.charged, report.unsettled), (7, 0));
-    let over = l.stats().timeouts + l.stats().resent;
+    let over = l.stats().uncertain();
     wait_counted(&s, "q:s", 93, over).await;
 
     // It does not: they go to the journal, and the next limiter charges them.
@@ -263,7 +263,7 @@ async fn a_clean_shutdown_never_loses_billing_counts() {
     proxy.set(Fault::None);
     assert_eq!((report.charged, report.unsettled), (0, 4));
     assert!(journal.exists());
-    let over = over + l.stats().timeouts + l.stats().resent;
+    let over = over + l.stats().uncertain();
     let l = Limiter::new(Store::connect(&s.url()).await.unwrap(), cfg);
     assert_eq!(l.unsettled().get("q:s"), Some(&4));
     l.reconcile().await;
@@ -298,7 +298,7 @@ async fn overage_admitted_during_an_outage_is_charged_as_the_quota_refills() {
     // counted on the store too, which left it that much less room).
     l.reconcile().await;
     let owed = l.unsettled().get("q:o").copied().unwrap_or(0);
-    let over = l.stats().timeouts + l.stats().resent;
+    let over = l.stats().uncertain();
     assert!((3..=3 + over).contains(&owed), "owed {owed}, over {over}");
     assert_eq!(s.ints(&["RL.PEEK", "q:o"])[2], 0);
     // The next window takes them.
