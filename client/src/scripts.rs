@@ -167,7 +167,7 @@ fn hot_tag<'a>(lines: &[&'a str], entry: &str) -> Option<&'a str> {
 fn code(lines: &[&str]) -> String {
     lines
         .iter()
-        .map(|l| format!("\n{}", l.split("--").next().unwrap_or("")))
+        .map(|l| format!("\n{}", general::code_of(l)))
         .collect()
 }
 

@@ -157,7 +157,7 @@ fn statements<'a>(lines: &[&'a str]) -> (Vec<Vec<&'a str>>, Vec<String>) {
 }
 
 /// A line's code: up to a `--` outside a quoted string.
-fn code_of(line: &str) -> &str {
+pub(super) fn code_of(line: &str) -> &str {
     let bytes = line.as_bytes();
     let mut quote = None;
     let mut i = 0;
