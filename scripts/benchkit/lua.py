@@ -395,7 +395,7 @@ def library_script(source, entry):
         elif line.strip() == fallback_now:
             line = indent + "do general_now = now break end"
         body_lines.append(line)
-    body_code = "\n".join(l.split("--")[0] for l in body_lines)
+    body_code = "\n".join(_code_of(l) for l in body_lines)
     if re.search(r"\b%s\b" % general_name, body_code):
         raise ValueError("the hot path calls its general entry other than by a whole line")
     # A `break` inside a loop would leave the loop, not the block.
