@@ -337,6 +337,7 @@ def reached(library, code):
     return _walk(_index(library), [],
                  "\n".join(_unquoted(_code_of(line)) for line in code))
 
+
 def parameters(line):
     """The parameters of the function a line opens: `... function name(a, b)` -> "a, b"."""
     return line[line.index("(") + 1:line.index(")")]
@@ -401,8 +402,7 @@ def library_script(source, entry):
     # A `break` inside a loop would leave the loop, not the block.
     if re.search(r"\b(for|while|repeat)\b", body_code):
         raise ValueError("the hot path's body has a loop: its fallbacks cannot be breaks")
-    return "\n".join(["local general_now", "do"] + [
-        ] + definitions + lines[hot:fast] + [
+    return "\n".join(["local general_now", "do"] + definitions + lines[hot:fast] + [
         "local %s = '%s', nil" % (parameters(lines[fast]), tag),
     ] + lines[fast + 1:memory] + [
         "local " + lines[memory + 1].strip()[len("local "):].split(" = ")[0],
