@@ -6,6 +6,7 @@
 mod support;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ratelimit_client::ManualClock;
 use ratelimit_rls::server;
@@ -29,6 +30,19 @@ async fn grpc_health(addr: &str, service: &str) -> i32 {
     })
     .await
     .map_or(-1, |r| r.into_inner().status)
+}
+
+/// Polls (bounded) until gRPC health answers `want` for `service`: the reload task marks the
+/// HTTP healthcheck healthy first and reports to gRPC health later in the same round.
+async fn grpc_health_becomes(addr: &str, service: &str, want: i32) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while grpc_health(addr, service).await != want {
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for gRPC health {want} on {service:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 const SERVING: i32 = 1;
@@ -76,7 +90,7 @@ async fn a_bad_config_at_start_runs_on_unhealthy_until_a_good_one_loads() {
         "ratelimit",
         "envoy.service.ratelimit.v3.RateLimitService",
     ] {
-        assert_eq!(grpc_health(&grpc, name).await, SERVING, "{name:?}");
+        grpc_health_becomes(&grpc, name, SERVING).await;
     }
     let r = client
         .should_rate_limit(simple("d", &[&[("k", "v")]]))
@@ -164,7 +178,6 @@ fn redis_timeout_is_the_deadline_and_ours_wins_when_set() {
         .unwrap()
         .deadline
     };
-    use std::time::Duration;
     assert_eq!(with(&[]), Duration::from_millis(5));
     assert_eq!(
         with(&[("REDIS_TIMEOUT", "250ms")]),
