@@ -236,7 +236,12 @@ async fn a_restart_during_an_outage_charges_the_journal_once() {
     proxy.set(Fault::None);
     let l = Limiter::new(
         Store::connect(&url).await.unwrap(),
-        config(clock.clone(), journal.clone()),
+        Config {
+            // Its shutdown must reach the store just after the outage ends, on a loaded
+            // machine too.
+            shutdown_deadline: Duration::from_secs(5),
+            ..config(clock.clone(), journal.clone())
+        },
     );
     proxy.set(Fault::Drop);
     for _ in 0..5 {

@@ -12,12 +12,13 @@ use support::Server;
 
 const K: u64 = 10;
 
-async fn gateway(s: &Server, clock: &Arc<ManualClock>) -> Limiter {
+/// A gateway whose store calls wait up to `deadline`.
+async fn gateway(s: &Server, clock: &Arc<ManualClock>, deadline: Duration) -> Limiter {
     let store = Store::connect(&s.url()).await.unwrap();
     Limiter::new(
         store,
         Config {
-            deadline: Duration::from_millis(500),
+            deadline,
             gateways: Some(4),
             clock: clock.clone(),
             ..Config::default()
@@ -47,7 +48,9 @@ async fn a_fleet_never_exceeds_the_bucket_and_calls_the_store_once_per_k() {
     let s = Server::start();
     let clock = support::manual_clock();
     let limit = Limit::new("api", Policy::token_bucket(100, 1000), Class::Contract).lease(K);
-    let fleet = futures(4, |_| gateway(&s, &clock)).await;
+    // Generous: 240 checks queue on each gateway's lease calls, and a loaded machine must not
+    // turn a slow reply into a fallback.
+    let fleet = futures(4, |_| gateway(&s, &clock, Duration::from_secs(5))).await;
 
     // The server's clock is pinned: the bucket holds B = 100 and does not refill.
     let mut admitted = 0;
@@ -103,7 +106,7 @@ async fn a_fleet_never_exceeds_the_bucket_and_calls_the_store_once_per_k() {
 async fn unspent_tokens_lapse_after_the_lifetime() {
     let s = Server::start();
     let clock = support::manual_clock();
-    let g = gateway(&s, &clock).await;
+    let g = gateway(&s, &clock, Duration::from_secs(5)).await;
     let limit = Limit::new("api", Policy::token_bucket(100, 1000), Class::Contract).lease(K);
     assert_eq!(
         g.check(&limit, "lapse").await.unwrap().source,
@@ -133,7 +136,8 @@ async fn unspent_tokens_lapse_after_the_lifetime() {
 async fn leased_tokens_are_spent_while_the_store_is_stalled() {
     let s = Server::start();
     let clock = support::manual_clock();
-    let g = gateway(&s, &clock).await;
+    // Short: the last check waits it out on the stalled store.
+    let g = gateway(&s, &clock, Duration::from_millis(500)).await;
     let limit = Limit::new("api", Policy::token_bucket(100, 1000), Class::Contract).lease(K);
     assert_eq!(
         g.check(&limit, "stall").await.unwrap().source,
