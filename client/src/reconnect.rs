@@ -65,14 +65,15 @@ struct Slot {
 }
 
 impl Reconnecting {
-    /// Opens the first connection here, so that a refusal at start keeps its kind (a wrong
-    /// password, an untrusted certificate).
+    /// Opens the first connection here, within `first`, so that a refusal at start keeps its
+    /// kind (a wrong password, an untrusted certificate); later openings take `timeout`.
     /// Behind sentinels, the `+switch-master` watcher starts here too.
     pub(crate) async fn open(
         route: Route,
+        first: Duration,
         timeout: Duration,
     ) -> redis::RedisResult<Arc<Reconnecting>> {
-        let (conn, addr) = route.open(timeout).await?;
+        let (conn, addr) = route.open(first).await?;
         let me = Arc::new(Reconnecting {
             route,
             timeout,

@@ -21,11 +21,13 @@ use crate::error::Error;
 use crate::install::{Masters, Node, LOAD_DEADLINE};
 use crate::library::LoadLibrary;
 
-/// How long opening one connection (TCP, TLS, AUTH) may take.
+/// How long opening one connection (TCP, TLS, AUTH) may take, once started: a reconnect runs
+/// beside the requests, which their class's fallback decides meanwhile.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// The deadline of the calls made while opening the store (detecting the backend, checking
-/// access): a start is not a request, and a loaded host must not fail it.
+/// How long the first connection and the calls made while opening the store (detecting the
+/// backend, checking access) may take: a start is not a request, and a loaded host must not
+/// fail it.
 pub const START_DEADLINE: Duration = Duration::from_secs(2);
 
 /// The default deadline of one store call: a few milliseconds, so that a slow store costs a
@@ -122,7 +124,7 @@ impl Store {
                 let dial = Dial::new(addr.clone(), tls, &settings.auth, settings.db);
                 // One connection attempt per call, no backoff of its own: the limiter's
                 // circuit decides when the store is tried again.
-                let conn = Reconnecting::open(Route::Direct(dial), CONNECT_TIMEOUT)
+                let conn = Reconnecting::open(Route::Direct(dial), START_DEADLINE, CONNECT_TIMEOUT)
                     .await
                     .map_err(refused)?;
                 Conn::Standalone(conn)
@@ -138,9 +140,10 @@ impl Store {
                     auth: settings.auth.clone(),
                     db: settings.db,
                 };
-                let conn = Reconnecting::open(Route::Sentinel(route), CONNECT_TIMEOUT)
-                    .await
-                    .map_err(refused)?;
+                let conn =
+                    Reconnecting::open(Route::Sentinel(route), START_DEADLINE, CONNECT_TIMEOUT)
+                        .await
+                        .map_err(refused)?;
                 Conn::Standalone(conn)
             }
             Target::Cluster(nodes) => {
