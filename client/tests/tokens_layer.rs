@@ -20,7 +20,7 @@ use bytes::Bytes;
 use http_body::Frame;
 use http_body_util::BodyExt;
 use ratelimit_client::layer::{TokenLimitLayer, UsedTokens};
-use ratelimit_client::{Class, Config, Limit, Limiter, Policy, Store};
+use ratelimit_client::{Class, Config, Limit, Limiter, ManualClock, Policy, Store};
 use support::{counted, Server};
 use tower::ServiceExt;
 
@@ -97,6 +97,21 @@ type Counter = fn(&Bytes) -> u64;
 
 const DEFAULT_ESTIMATE: u64 = 100;
 
+/// A limiter on `s` with the test's clock.
+async fn limiter(s: &Server, clock: &Arc<ManualClock>) -> Limiter {
+    let store = Store::connect(&s.url()).await.unwrap();
+    Limiter::new(
+        store,
+        Config {
+            // Generous: nothing here tests the deadline, and a stalled test machine must not
+            // turn a slow reply into a fallback.
+            deadline: Duration::from_secs(5),
+            clock: clock.clone(),
+            ..Config::default()
+        },
+    )
+}
+
 fn layer(limiter: Limiter) -> TokenLimitLayer<Keys, Estimate, Counter> {
     let key = Limit::new("tokens", Policy::gcra(20_000, 60_000), Class::Contract);
     let tenant = Limit::new("tenant", Policy::gcra(100_000, 60_000), Class::Contract);
@@ -124,17 +139,7 @@ fn actual(i: u64) -> u64 {
 async fn the_store_counts_exactly_the_tokens_streamed() {
     let s = Server::start();
     let clock = support::manual_clock();
-    let store = Store::connect(&s.url()).await.unwrap();
-    let limiter = Limiter::new(
-        store,
-        Config {
-            // Generous: nothing here tests the deadline, and a stalled test machine must not
-            // turn a slow reply into a fallback.
-            deadline: Duration::from_secs(5),
-            clock: clock.clone(),
-            ..Config::default()
-        },
-    );
+    let limiter = limiter(&s, &clock).await;
     let layer = layer(limiter.clone());
     let settles = layer.settles();
     let app = app(layer, Arc::default());
@@ -196,15 +201,7 @@ async fn the_store_counts_exactly_the_tokens_streamed() {
 async fn a_whole_body_is_settled_before_it_ends_and_a_denial_is_a_429() {
     let s = Server::start();
     let clock = support::manual_clock();
-    let store = Store::connect(&s.url()).await.unwrap();
-    let limiter = Limiter::new(
-        store,
-        Config {
-            deadline: Duration::from_secs(5),
-            clock,
-            ..Config::default()
-        },
-    );
+    let limiter = limiter(&s, &clock).await;
     let app = app(layer(limiter), Arc::default());
     let get = |tokens: u64, estimate: Option<u64>| {
         let mut req = Request::builder()
@@ -249,15 +246,7 @@ async fn a_whole_body_is_settled_before_it_ends_and_a_denial_is_a_429() {
 async fn a_cancelled_request_gives_its_estimate_back_after_the_grace() {
     let s = Server::start();
     let clock = support::manual_clock();
-    let store = Store::connect(&s.url()).await.unwrap();
-    let limiter = Limiter::new(
-        store,
-        Config {
-            deadline: Duration::from_secs(5),
-            clock: clock.clone(),
-            ..Config::default()
-        },
-    );
+    let limiter = limiter(&s, &clock).await;
     let (tx, rx) = tokio::sync::oneshot::channel();
     let app = app(layer(limiter.clone()), Arc::new(Mutex::new(Some(tx))));
     let req = Request::builder()

@@ -32,14 +32,14 @@ async fn grpc_health(addr: &str, service: &str) -> i32 {
     .map_or(-1, |r| r.into_inner().status)
 }
 
-/// Polls (bounded) until gRPC health answers `want` for `service`: the reload task marks the
-/// HTTP healthcheck healthy first and reports to gRPC health later in the same round.
-async fn grpc_health_becomes(addr: &str, service: &str, want: i32) {
+/// Polls (bounded, as `until`) until gRPC health says SERVING for `service`: the reload task
+/// marks the HTTP healthcheck healthy first and reports to gRPC health later in the same round.
+async fn until_serving(addr: &str, service: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
-    while grpc_health(addr, service).await != want {
+    while grpc_health(addr, service).await != SERVING {
         assert!(
             Instant::now() < deadline,
-            "timed out waiting for gRPC health {want} on {service:?}"
+            "timed out waiting for gRPC health SERVING on {service:?}"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -90,7 +90,7 @@ async fn a_bad_config_at_start_runs_on_unhealthy_until_a_good_one_loads() {
         "ratelimit",
         "envoy.service.ratelimit.v3.RateLimitService",
     ] {
-        grpc_health_becomes(&grpc, name, SERVING).await;
+        until_serving(&grpc, name).await;
     }
     let r = client
         .should_rate_limit(simple("d", &[&[("k", "v")]]))
