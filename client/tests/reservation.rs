@@ -5,28 +5,11 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use ratelimit_client::{
-    Class, Config, Limit, Limiter, ManualClock, Policy, Settlement, Source, Store,
-};
+use ratelimit_client::{Class, Config, Limit, Limiter, Policy, Settlement, Source, Store};
 use support::proxy::{Fault, Proxy};
-use support::{counted, Server};
-
-async fn limiter(s: &Server, clock: &Arc<ManualClock>) -> Limiter {
-    let store = Store::connect(&s.url()).await.unwrap();
-    Limiter::new(
-        store,
-        Config {
-            // Generous: nothing here tests the deadline, and a stalled test machine must not
-            // turn a slow reply into a fallback.
-            deadline: Duration::from_secs(5),
-            clock: clock.clone(),
-            ..Config::default()
-        },
-    )
-}
+use support::{counted, limiter, Server};
 
 /// What request `i` really used: mostly under its estimate of 100, one in five far above it.
 fn actual(i: u64) -> u64 {

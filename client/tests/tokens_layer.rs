@@ -20,8 +20,8 @@ use bytes::Bytes;
 use http_body::Frame;
 use http_body_util::BodyExt;
 use ratelimit_client::layer::{TokenLimitLayer, UsedTokens};
-use ratelimit_client::{Class, Config, Limit, Limiter, ManualClock, Policy, Store};
-use support::{counted, Server};
+use ratelimit_client::{Class, Limit, Limiter, Policy};
+use support::{counted, limiter, Server};
 use tower::ServiceExt;
 
 /// A fake model's answer: `n` tokens ("t "), `per_frame` to a data frame.
@@ -96,21 +96,6 @@ type Estimate = fn(&Request<Body>) -> Option<u64>;
 type Counter = fn(&Bytes) -> u64;
 
 const DEFAULT_ESTIMATE: u64 = 100;
-
-/// A limiter on `s` with the test's clock.
-async fn limiter(s: &Server, clock: &Arc<ManualClock>) -> Limiter {
-    let store = Store::connect(&s.url()).await.unwrap();
-    Limiter::new(
-        store,
-        Config {
-            // Generous: nothing here tests the deadline, and a stalled test machine must not
-            // turn a slow reply into a fallback.
-            deadline: Duration::from_secs(5),
-            clock: clock.clone(),
-            ..Config::default()
-        },
-    )
-}
 
 fn layer(limiter: Limiter) -> TokenLimitLayer<Keys, Estimate, Counter> {
     let key = Limit::new("tokens", Policy::gcra(20_000, 60_000), Class::Contract);

@@ -121,6 +121,23 @@ pub fn manual_clock() -> Arc<ratelimit_client::ManualClock> {
     Arc::new(ratelimit_client::ManualClock::new(1_000_000_000))
 }
 
+/// A limiter on `s` with the test's clock and a deadline of 5 s: for tests that count on the
+/// store answering, so that a stalled test machine does not turn a slow reply into a fallback.
+pub async fn limiter(
+    s: &Server,
+    clock: &Arc<ratelimit_client::ManualClock>,
+) -> ratelimit_client::Limiter {
+    let store = ratelimit_client::Store::connect(&s.url()).await.unwrap();
+    ratelimit_client::Limiter::new(
+        store,
+        ratelimit_client::Config {
+            deadline: Duration::from_secs(5),
+            clock: clock.clone(),
+            ..ratelimit_client::Config::default()
+        },
+    )
+}
+
 /// A GCRA key's debt in tokens (`RL.INSPECT`'s `debt_millitokens` / 1000): with the server's
 /// clock pinned nothing refills, so it is everything counted so far.
 pub fn counted(s: &Server, key: &str) -> u64 {
